@@ -1,0 +1,44 @@
+"""explorer: see what long-text, fine-grained CLIP models see.
+
+    import explorer
+    m = explorer.load("path/to/longclip-B.pt")       # or a manifest .json, or a zoo name
+    m.similarity(images, texts)                        # [n_images, n_texts]
+    m.sentence_maps(image, sentences).maps             # [M, H, W]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from .errors import ExplorerError
+from .models.features import ImageFeatures, TextFeatures
+from .models.model import Model, SentenceMaps
+
+__version__ = "0.1.0"
+
+
+def load(source: str | Path, device: str = "auto", precision: str = "fp32", allow_pickle: bool = False,
+         method: str | None = None, options: Mapping | None = None, zoo_root: str | Path | None = None) -> Model:
+    """Load a model from a weights file (format detected), a manifest (.json), or a zoo name.
+
+    ``allow_pickle`` is the explicit opt-in for files that can only be read by
+    unpickling (SEPS's model_best.pth); without it such files are refused.
+    """
+    from .models.loading import load_method
+    from .models.zoo import Manifest, Zoo, load_manifest
+
+    path = Path(source).expanduser()
+    if path.suffix == ".json":
+        manifest = Manifest.read(path)
+        if allow_pickle:
+            manifest.allow_pickle = True
+        return load_manifest(manifest, device=device, precision=precision)
+    if path.exists():
+        model, report, _ = load_method(path, method=method, overrides=options, allow_pickle=allow_pickle)
+        return Model(model, name=path.stem, report=report, device=device, precision=precision)
+    zoo = Zoo(zoo_root, device=device, precision=precision)
+    return zoo.load(str(source))
+
+
+__all__ = ["ExplorerError", "ImageFeatures", "Model", "SentenceMaps", "TextFeatures", "load", "__version__"]

@@ -1,0 +1,179 @@
+"""The same operations as the app, from the shell: `explorer --help`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import ExplorerError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 0
+    try:
+        return args.run(args) or 0
+    except ExplorerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="explorer", description="See what long-text CLIP models see.")
+    parser.add_argument("--checkpoints", help="zoo folder of manifests (default: the repo's checkpoints/)")
+    commands = parser.add_subparsers(title="commands")
+
+    app = commands.add_parser("app", help="open the web app")
+    app.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+    app.add_argument("--port", type=int, default=7860)
+    app.add_argument("--share", action="store_true", help="make a public Gradio share link (explicit opt-in)")
+    app.add_argument("--auth", help="USER:PASSWORD required to open the page")
+    app.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ...")
+    app.set_defaults(run=_run_app)
+
+    models = commands.add_parser("models", help="list, add and check models").add_subparsers(title="models")
+    listing = models.add_parser("list", help="every model in the zoo and whether it loads")
+    listing.set_defaults(run=_run_models_list)
+    add = models.add_parser("add", help="check a weights file and write its manifest into the zoo")
+    add.add_argument("path")
+    add.add_argument("--name")
+    add.add_argument("--source", default="")
+    add.add_argument("--method", help="expected method (refuse if the file is something else)")
+    add.add_argument("--allow-pickle", action="store_true", help="trust a file that needs unpickling")
+    add.set_defaults(run=_run_models_add)
+    check = models.add_parser("check", help="print the detected format and the key report of a weights file")
+    check.add_argument("path")
+    check.add_argument("--allow-pickle", action="store_true", help="trust a file that needs unpickling")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(run=_run_models_check)
+
+    maps = commands.add_parser("maps", help="per-sentence maps of a caption over an image, as a figure")
+    maps.add_argument("image")
+    text = maps.add_mutually_exclusive_group(required=True)
+    text.add_argument("--caption")
+    text.add_argument("--caption-file", type=Path)
+    maps.add_argument("--model", default=None, help="zoo name, manifest .json or weights file")
+    maps.add_argument("--kind", default="generic", help="map kind (see the model's map kinds)")
+    maps.add_argument("--out", type=Path, default=Path("maps.png"), help=".png (300 dpi), .pdf or .svg")
+    maps.add_argument("--cmap", default="turbo")
+    maps.add_argument("--opacity", type=float, default=0.55)
+    maps.add_argument("--save-maps", type=Path, help="also write the raw maps as .npy [M, H, W]")
+    maps.add_argument("--device", default="auto")
+    maps.add_argument("--allow-pickle", action="store_true")
+    maps.set_defaults(run=_run_maps)
+    return parser
+
+
+def _zoo(args):
+    from .models.zoo import Zoo
+
+    return Zoo(args.checkpoints, device=getattr(args, "device", "auto"))
+
+
+def _run_app(args) -> int:
+    from .ui.app import launch
+
+    auth = None
+    if args.auth:
+        user, _, password = args.auth.partition(":")
+        if not password:
+            raise ExplorerError("--auth takes USER:PASSWORD")
+        auth = (user, password)
+    print(f"explorer: serving on http://{args.host}:{args.port} (Ctrl+C to stop)")
+    launch(host=args.host, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
+           device=args.device)
+    return 0
+
+
+def _run_models_list(args) -> int:
+    zoo = _zoo(args)
+    entries = zoo.entries()
+    if not entries:
+        print(f"no manifests in {zoo.root}")
+        return 0
+    header = ("name", "method", "architecture", "context", "weights", "status")
+    rows = [header]
+    for entry in entries:
+        m = entry.manifest
+        if m is None:
+            rows.append((entry.manifest_path.name, "?", "?", "?", "?", entry.status))
+        else:
+            status = entry.status + ("" if m.trained else ", UNTRAINED")
+            rows.append((m.name, m.method, m.architecture, str(m.context_length or ""), m.display_weights(), status))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header) - 1)]
+    for row in rows:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    return 0
+
+
+def _run_models_add(args) -> int:
+    manifest = _zoo(args).add(args.path, name=args.name, source=args.source, method=args.method,
+                              allow_pickle=args.allow_pickle)
+    print(f"added {manifest.name}: {manifest.method} ({manifest.format}), {manifest.architecture}, "
+          f"context {manifest.context_length} -> {manifest.path}")
+    return 0
+
+
+def _run_models_check(args) -> int:
+    from .models.loading import check
+
+    result = check(args.path, allow_pickle=args.allow_pickle)
+    if args.json:
+        print(json.dumps({"method": result.method, "format": result.format, "wrapper": result.wrapper,
+                          "architecture": result.architecture, "context_length": result.context_length,
+                          "report": result.report.to_dict()}, indent=2))
+    else:
+        print(result.summary())
+    return 0
+
+
+def _run_maps(args) -> int:
+    import explorer
+
+    from .figures import sentence_maps_figure
+    from .grounding import ground
+
+    caption = args.caption if args.caption is not None else _read_text(args.caption_file)
+    zoo = _zoo(args)
+    if args.model is None:
+        names = [m.name for m in zoo.manifests()]
+        if not names:
+            raise ExplorerError(f"no models in {zoo.root}; pass --model")
+        model = zoo.load(names[0])
+    elif Path(args.model).exists():
+        model = explorer.load(args.model, device=args.device, allow_pickle=args.allow_pickle)
+    else:
+        model = zoo.load(args.model)
+    result = ground(model, args.image, caption, kind=args.kind)
+    out = sentence_maps_figure(result.image, result.maps, args.out, cmap=args.cmap, opacity=args.opacity,
+                               title=f"{model.name} ({result.maps.kind})")
+    settings = {"command": "maps", "image": str(Path(args.image).resolve()), "caption": caption,
+                "model": args.model or model.name, "kind": args.kind, "cmap": args.cmap, "opacity": args.opacity,
+                "sentences": result.maps.sentences}
+    out.with_suffix(out.suffix + ".json").write_text(json.dumps(settings, indent=2) + "\n")
+    if args.save_maps:
+        import numpy as np
+
+        np.save(args.save_maps, result.maps.maps)
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"wrote {out} ({len(result.maps)} maps)")
+    return 0
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise ExplorerError(f"cannot read the caption file {path}: {error}") from error
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""Errors a user can read.
+
+Every failure that bad input can cause is one of these, with a message that
+says what was wrong and what to do. The UI shows ``str(error)``; the CLI
+prints it and exits with status 2. Anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+
+class ExplorerError(Exception):
+    """Base class: the message is meant for the person at the keyboard."""
+
+
+class ImageError(ExplorerError):
+    """The image cannot be read, or is too large to read safely."""
+
+
+class CaptionError(ExplorerError):
+    """The caption is empty or unusable."""
+
+
+class CheckpointError(ExplorerError):
+    """A weights file is missing, unreadable, or of an unknown layout."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """The file can only be read by unpickling arbitrary Python objects."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The file's keys or shapes do not match the model they should fill."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+
+class ManifestError(ExplorerError):
+    """A zoo manifest is missing, malformed, or names something that is not there."""

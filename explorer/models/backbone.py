@@ -1,0 +1,125 @@
+"""CLIP ViT image and text towers that return projected features.
+
+Built from open_clip's transformer modules, with attribute names that match
+the OpenAI CLIP state-dict layout (``visual.*``, ``token_embedding``,
+``positional_embedding``, ``transformer.*``, ``ln_final``,
+``text_projection``, ``logit_scale``). OpenAI, Long-CLIP and FineLIP
+checkpoints therefore load key for key; methods built on this backbone
+subclass it and add their own modules beside these.
+
+The towers return *all* tokens through the final LayerNorm and projection
+(METHODS.md: v_loc, t_loc), not only the pooled one, because every map and
+every fine-grained score needs them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .. import _torchvision_compat
+
+_torchvision_compat.ensure_torchvision_importable()
+
+from open_clip.transformer import LayerNorm, QuickGELU, Transformer, VisionTransformer  # noqa: E402
+
+from .architecture import ClipArchitecture  # noqa: E402
+from .features import ImageFeatures, TextFeatures  # noqa: E402
+from .positional import stretch_positions  # noqa: E402
+
+
+class ClipBackbone(nn.Module):
+    """A CLIP ViT: image tower, text tower, and the learned temperature."""
+
+    def __init__(self, arch: ClipArchitecture):
+        super().__init__()
+        self.arch = arch
+        act = QuickGELU if arch.quick_gelu else nn.GELU
+        self.visual = VisionTransformer(
+            image_size=arch.image_size, patch_size=arch.patch_size, width=arch.vision_width,
+            layers=arch.vision_layers, heads=arch.vision_heads, mlp_ratio=arch.vision_mlp_ratio,
+            output_dim=arch.embed_dim, act_layer=act, norm_layer=LayerNorm,
+        )
+        self.token_embedding = nn.Embedding(arch.vocab_size, arch.text_width)
+        self.positional_embedding = nn.Parameter(torch.empty(arch.context_length, arch.text_width))
+        self.transformer = Transformer(
+            width=arch.text_width, layers=arch.text_layers, heads=arch.text_heads,
+            mlp_ratio=arch.text_mlp_ratio, act_layer=act, norm_layer=LayerNorm,
+        )
+        self.ln_final = LayerNorm(arch.text_width)
+        self.text_projection = nn.Parameter(torch.empty(arch.text_width, arch.embed_dim))
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+        causal = torch.full((arch.context_length, arch.context_length), float("-inf")).triu_(1)
+        self.register_buffer("attn_mask", causal, persistent=False)
+        self._init_text_parameters()
+
+    def _init_text_parameters(self) -> None:
+        # CLIP's initialisation (Radford et al.), so a model built in code is a sane start.
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        nn.init.normal_(self.positional_embedding, std=0.01)
+        width, layers = self.arch.text_width, self.arch.text_layers
+        for block in self.transformer.resblocks:
+            nn.init.normal_(block.attn.in_proj_weight, std=width ** -0.5)
+            nn.init.normal_(block.attn.out_proj.weight, std=width ** -0.5 * (2 * layers) ** -0.5)
+            nn.init.normal_(block.mlp.c_fc.weight, std=(2 * width) ** -0.5)
+            nn.init.normal_(block.mlp.c_proj.weight, std=width ** -0.5 * (2 * layers) ** -0.5)
+        nn.init.normal_(self.text_projection, std=width ** -0.5)
+
+    @property
+    def context_length(self) -> int:
+        return self.positional_embedding.shape[0]
+
+    @property
+    def grid_hw(self) -> tuple[int, int]:
+        return tuple(self.visual.grid_size)
+
+    # ---- image tower -------------------------------------------------------------------------
+
+    def image_tokens(self, pixels: torch.Tensor) -> torch.Tensor:
+        """All tokens [B, 1 + P, width] after the last block and ``ln_post`` (not projected)."""
+        visual = self.visual
+        x = visual._embeds(pixels.to(self.dtype))
+        x = visual.transformer(x)
+        return visual.ln_post(x)
+
+    def project_image(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens @ self.visual.proj
+
+    def encode_image(self, pixels: torch.Tensor) -> ImageFeatures:
+        projected = self.project_image(self.image_tokens(pixels))
+        return ImageFeatures(cls=projected[:, 0], patches=projected[:, 1:], grid_hw=self.grid_hw)
+
+    # ---- text tower --------------------------------------------------------------------------
+
+    def text_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """All token states [B, K, width] after the last block and ``ln_final`` (not projected)."""
+        length = ids.shape[1]
+        x = self.token_embedding(ids).to(self.dtype) + self.positional_embedding[:length].to(self.dtype)
+        x = self.transformer(x, attn_mask=self.attn_mask[:length, :length].to(x.dtype))
+        return self.ln_final(x)
+
+    def project_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens @ self.text_projection
+
+    def encode_text(self, ids: torch.Tensor) -> TextFeatures:
+        projected = self.project_text(self.text_tokens(ids))
+        # EOT has the largest id in CLIP's vocabulary, so argmax finds it (as OpenAI CLIP does).
+        eot_index = ids.argmax(dim=-1)
+        eot = projected[torch.arange(ids.shape[0], device=ids.device), eot_index]
+        return TextFeatures(eot=eot, tokens=projected, mask=ids != 0)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.visual.conv1.weight.dtype
+
+    # ---- long text ---------------------------------------------------------------------------
+
+    def stretch_to_long_context(self) -> None:
+        """Apply Long-CLIP's stretch 77 -> 248 in place (the start of Long-CLIP fine-tuning)."""
+        stretched = stretch_positions(self.positional_embedding.data)
+        self.positional_embedding = nn.Parameter(stretched)
+        n = stretched.shape[0]
+        self.attn_mask = torch.full((n, n), float("-inf"), device=stretched.device).triu_(1)
+        self.arch = type(self.arch)(**{**self.arch.to_dict(), "context_length": n})

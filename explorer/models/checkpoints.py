@@ -1,0 +1,245 @@
+"""Reading weights files safely and loading them strictly.
+
+Safe by default: safetensors, or ``torch.load(weights_only=True)``. A file
+that needs full unpickling (SEPS's ``model_best.pth`` holds an argparse
+Namespace) is refused with a message unless the caller opts in with
+``allow_pickle=True``.
+
+Strict always: ``strict_load`` compares the file's keys and shapes with
+the model's before touching a weight, and a single missing, unexpected or
+mis-shaped key is an error that names the file and the keys. Keys a format
+is known to carry and that hold no weights (OpenAI's ``input_resolution``,
+Hugging Face's ``position_ids`` buffers) are listed as *ignored*, with the
+reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError
+
+EXPLORER_METADATA_KEY = "explorer"  # safetensors metadata written by this project
+
+
+@dataclass
+class RawCheckpoint:
+    """The tensors of a file, unwrapped, plus whatever else the file said about itself."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor]
+    wrapper: str = "plain"  # how the tensors were stored: plain, {'state_dict'}, {'model'}, module. prefix
+    metadata: dict = field(default_factory=dict)  # explorer metadata of our own safetensors
+    extras: dict = field(default_factory=dict)  # non-tensor entries next to the tensors (epoch, name, opt)
+
+
+@dataclass
+class KeyReport:
+    """What a strict load found. ``ok`` means every key of both sides was accounted for."""
+
+    source: str
+    format: str
+    missing: list[str] = field(default_factory=list)  # the model needs them, the file lacks them
+    unexpected: list[str] = field(default_factory=list)  # the file has them, the model does not
+    mismatched: list[tuple[str, tuple, tuple]] = field(default_factory=list)  # key, file shape, model shape
+    ignored: dict[str, str] = field(default_factory=dict)  # key -> why it holds no weight
+    notes: list[str] = field(default_factory=list)  # conversions applied on the way
+    n_loaded: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def summary(self, limit: int = 12) -> str:
+        lines = [f"{self.source}: format {self.format}, {self.n_loaded} tensors matched"]
+        for title, keys in (("missing", self.missing), ("unexpected", self.unexpected)):
+            if keys:
+                shown = ", ".join(keys[:limit]) + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
+                lines.append(f"  {len(keys)} {title} key(s): {shown}")
+        for key, got, want in self.mismatched[:limit]:
+            lines.append(f"  shape mismatch: {key}: file {list(got)} vs model {list(want)}")
+        if self.ignored:
+            lines.append(f"  ignored (no weights): {', '.join(f'{k} ({why})' for k, why in self.ignored.items())}")
+        lines.extend(f"  note: {note}" for note in self.notes)
+        if self.ok:
+            lines.append("  key report: clean (no missing, unexpected or mis-shaped keys)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source, "format": self.format, "ok": self.ok, "n_loaded": self.n_loaded,
+            "missing": self.missing, "unexpected": self.unexpected,
+            "mismatched": [[k, list(a), list(b)] for k, a, b in self.mismatched],
+            "ignored": self.ignored, "notes": self.notes,
+        }
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+def read_checkpoint(path: str | Path, allow_pickle: bool = False) -> RawCheckpoint:
+    """Read a weights file into tensors, refusing anything that needs pickle unless allowed."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"No weights file at {path}.")
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder; give the weights file inside it.")
+    if path.suffix == ".safetensors":
+        return _read_safetensors(path)
+    if _is_torchscript_archive(path):
+        return _read_torchscript(path)
+    obj = _torch_load(path, allow_pickle)
+    return _unwrap(path, obj)
+
+
+def _read_safetensors(path: Path) -> RawCheckpoint:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"Cannot read {path}: not a valid safetensors file ({error}).") from error
+    explorer_meta = json.loads(metadata[EXPLORER_METADATA_KEY]) if EXPLORER_METADATA_KEY in metadata else {}
+    return RawCheckpoint(path=path, tensors=tensors, metadata=explorer_meta)
+
+
+def _is_torchscript_archive(path: Path) -> bool:
+    # OpenAI's original CLIP .pt files are TorchScript archives: a zip with code/ and constants.pkl.
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.endswith("constants.pkl") for name in archive.namelist())
+
+
+def _read_torchscript(path: Path) -> RawCheckpoint:
+    # TorchScript's own loader restores only tensors and TorchScript types (no arbitrary
+    # Python objects), and we take the state dict and drop the program.
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as error:  # noqa: BLE001 - any failure here is "cannot read the archive"
+        raise CheckpointError(f"Cannot read {path} as a TorchScript archive ({error}).") from error
+    tensors = {key: value for key, value in module.state_dict().items()}
+    return RawCheckpoint(path=path, tensors=tensors, wrapper="torchscript")
+
+
+def _torch_load(path: Path, allow_pickle: bool):
+    if not _looks_like_torch_file(path):  # else random bytes read as "unsafe" and invite an opt-in
+        raise CheckpointError(f"Cannot read {path}: not a PyTorch or safetensors weights file "
+                              "(neither a zip archive nor a pickle).")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if not allow_pickle:
+            raise UnsafeCheckpointError(
+                f"{path} holds Python objects besides tensors ({_first_line(error)}). Reading it means "
+                "unpickling, which can run arbitrary code. If you trust where the file came from, "
+                "opt in: `--allow-pickle` on the command line, `allow_pickle=True` in Python, or "
+                "'trust this file' in the app."
+            ) from error
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"Cannot read {path}: not a PyTorch or safetensors weights file "
+                              f"({_first_line(error)}).") from error
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # noqa: BLE001
+        raise CheckpointError(f"Cannot unpickle {path} ({_first_line(error)}).") from error
+
+
+def _looks_like_torch_file(path: Path) -> bool:
+    # torch.save writes a zip archive; its legacy format (and plain pickle >= protocol 2) starts with PROTO.
+    if zipfile.is_zipfile(path):
+        return True
+    with open(path, "rb") as handle:
+        return handle.read(1) == b"\x80"
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def _unwrap(path: Path, obj) -> RawCheckpoint:
+    """Find the state dict inside the common training wrappers."""
+    wrapper = "plain"
+    extras: dict = {}
+    if isinstance(obj, Mapping):
+        for key in ("state_dict", "model", "model_state_dict"):
+            inner = obj.get(key)
+            if isinstance(inner, Mapping) and inner and all(torch.is_tensor(v) for v in inner.values()):
+                extras = {k: v for k, v in obj.items() if k != key}
+                obj, wrapper = inner, f"{{'{key}': ...}}"
+                break
+    elif isinstance(obj, nn.Module):
+        obj, wrapper = obj.state_dict(), "pickled module"
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path} does not hold a state dict (found {type(obj).__name__}).")
+    tensors = {k: v for k, v in obj.items() if torch.is_tensor(v)}
+    extras.update({k: v for k, v in obj.items() if not torch.is_tensor(v)})
+    if not tensors:
+        raise CheckpointError(f"{path} holds no tensors.")
+    if all(k.startswith("module.") for k in tensors):
+        tensors = {k[len("module."):]: v for k, v in tensors.items()}
+        wrapper += " with 'module.' prefix (DDP)"
+    return RawCheckpoint(path=path, tensors=tensors, wrapper=wrapper, extras=extras)
+
+
+# ---- strict loading -----------------------------------------------------------------------------
+
+
+def compare_keys(model: nn.Module, tensors: Mapping[str, torch.Tensor], report: KeyReport) -> KeyReport:
+    """Fill ``report`` with the differences between the file's tensors and the model's."""
+    expected = model.state_dict()
+    report.missing = sorted(k for k in expected if k not in tensors)
+    report.unexpected = sorted(k for k in tensors if k not in expected)
+    report.mismatched = [
+        (k, tuple(tensors[k].shape), tuple(expected[k].shape))
+        for k in sorted(expected)
+        if k in tensors and tuple(tensors[k].shape) != tuple(expected[k].shape)
+    ]
+    report.n_loaded = sum(1 for k in expected if k in tensors) - len(report.mismatched)
+    return report
+
+
+def strict_load(model: nn.Module, tensors: Mapping[str, torch.Tensor], report: KeyReport,
+                dry_run: bool = False) -> KeyReport:
+    """Load every tensor or none: raise ``CheckpointMismatchError`` naming the keys otherwise."""
+    compare_keys(model, tensors, report)
+    if not report.ok:
+        raise CheckpointMismatchError(
+            f"{report.source} does not match a {report.format} model:\n{report.summary()}", report)
+    if not dry_run:
+        model.load_state_dict(dict(tensors), strict=True)
+    return report
+
+
+def pop_ignored(tensors: dict[str, torch.Tensor], reasons: Mapping[str, str], report: KeyReport) -> None:
+    """Remove keys known to carry no weights, recording each with its reason."""
+    for key in list(tensors):
+        for suffix, why in reasons.items():
+            if key == suffix or key.endswith("." + suffix):
+                tensors.pop(key)
+                report.ignored[key] = why
+                break
+
+
+def save_safetensors(tensors: Mapping[str, torch.Tensor], path: str | Path, metadata: Mapping) -> Path:
+    """Write tensors and explorer metadata atomically (a reader never sees half a file)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    contiguous = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    save_file(contiguous, str(tmp), metadata={EXPLORER_METADATA_KEY: json.dumps(dict(metadata))})
+    tmp.replace(path)
+    return path

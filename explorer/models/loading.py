@@ -1,0 +1,94 @@
+"""From a weights file to a ready method module, with its key report.
+
+Two kinds of file:
+- a released checkpoint of any supported method, whose layout is detected
+  from its keys (methods/ decides, most specific layout first);
+- a safetensors file written by this project, whose metadata names the
+  method and its config, so no guessing is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import CheckpointError
+from .checkpoints import KeyReport, RawCheckpoint, read_checkpoint, save_safetensors, strict_load
+from .methods import detect_format, get_method
+from .methods.base import Method
+
+EXPLORER_FORMAT = "explorer"
+
+
+@dataclass
+class CheckResult:
+    """What ``explorer models check`` prints: how the file was read and what it matched."""
+
+    path: Path
+    method: str
+    format: str
+    wrapper: str
+    architecture: str
+    context_length: int
+    report: KeyReport
+
+    def summary(self) -> str:
+        return "\n".join([
+            f"file:         {self.path}",
+            f"stored as:    {self.wrapper}",
+            f"format:       {self.format}",
+            f"method:       {self.method}",
+            f"architecture: {self.architecture}",
+            f"context:      {self.context_length} tokens",
+            self.report.summary(),
+        ])
+
+
+def load_method(path: str | Path, method: str | None = None, overrides: Mapping | None = None,
+                allow_pickle: bool = False, dry_run: bool = False) -> tuple[Method, KeyReport, RawCheckpoint]:
+    """Build the method a weights file holds. ``method`` forces a method instead of detecting it."""
+    raw = read_checkpoint(path, allow_pickle=allow_pickle)
+    if raw.metadata.get("format") == EXPLORER_FORMAT:
+        model, report = _from_explorer_file(raw, dry_run)
+        return model, report, raw
+    cls, fmt = detect_format(raw)
+    if method is not None and method != cls.name:
+        forced = get_method(method)
+        fmt = forced.detect(raw.tensors, raw) or fmt
+        cls = forced
+    model, report = cls.from_checkpoint(raw, fmt, overrides=overrides, dry_run=dry_run)
+    return model, report, raw
+
+
+def check(path: str | Path, allow_pickle: bool = False) -> CheckResult:
+    """Detect the format and compare keys without filling a model (built on the meta device)."""
+    model, report, raw = load_method(path, allow_pickle=allow_pickle, dry_run=True)
+    arch = getattr(model, "arch", None)
+    return CheckResult(path=Path(path), method=model.name, format=report.format, wrapper=raw.wrapper,
+                       architecture=arch.name if arch is not None else model.architecture_name,
+                       context_length=model.context_length, report=report)
+
+
+def save_method(model: Method, path: str | Path, extra_metadata: Mapping | None = None) -> Path:
+    """Write a model in this project's own format: its state dict plus what rebuilds it."""
+    metadata = {"format": EXPLORER_FORMAT, "method": model.name, "config": model.config(),
+                **(extra_metadata or {})}
+    return save_safetensors(model.state_dict(), path, metadata)
+
+
+def _from_explorer_file(raw: RawCheckpoint, dry_run: bool) -> tuple[Method, KeyReport]:
+    meta = raw.metadata
+    try:
+        cls = get_method(meta["method"])
+        report = KeyReport(source=str(raw.path), format=f"{EXPLORER_FORMAT} ({meta['method']})")
+        import torch
+
+        import contextlib
+
+        with torch.device("meta") if dry_run else contextlib.nullcontext():
+            model = cls.build(meta["config"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{raw.path}: its explorer metadata is incomplete or wrong ({error}).") from error
+    strict_load(model, raw.tensors, report, dry_run=dry_run)
+    return model, report

@@ -1,0 +1,56 @@
+"""The method registry: one module per method, each registered by name.
+
+Adding a method is one new module here (a class with the ``Method``
+surface, decorated with ``@register``) plus a manifest in checkpoints/.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from ...errors import CheckpointError
+from ..checkpoints import RawCheckpoint
+from .base import GENERIC_MAP, Method
+
+METHODS: dict[str, type[Method]] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    if cls.name in METHODS:
+        raise ValueError(f"method {cls.name!r} is registered twice")
+    METHODS[cls.name] = cls
+    return cls
+
+
+def get_method(name: str) -> type[Method]:
+    _import_all()
+    if name not in METHODS:
+        raise CheckpointError(f"Unknown method {name!r}; known: {', '.join(sorted(METHODS))}.")
+    return METHODS[name]
+
+
+def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
+    """Which method's released layout the file is in, most specific layout first."""
+    _import_all()
+    for cls in sorted(METHODS.values(), key=lambda c: -c.detect_priority):
+        fmt = cls.detect(raw.tensors, raw)
+        if fmt is not None:
+            return cls, fmt
+    sample = ", ".join(sorted(raw.tensors)[:8])
+    raise CheckpointError(
+        f"{raw.path}: unknown checkpoint layout. It matches none of "
+        f"{', '.join(sorted(METHODS))}. First keys: {sample}.")
+
+
+def _import_all() -> None:
+    # Importing the modules runs their @register decorators.
+    from . import clip, finelip, flair, goal  # noqa: F401
+
+
+def keys_with_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> bool:
+    return any(key.startswith(prefix) for key in tensors)
+
+
+__all__ = ["GENERIC_MAP", "METHODS", "Method", "detect_format", "get_method", "register"]

@@ -1,0 +1,104 @@
+"""The small surface every method offers, and what every method gets for free.
+
+A method is an ``nn.Module`` that can
+- say whether a state dict is in one of its released layouts (``detect``),
+- build itself from such a file (``from_checkpoint``) with a strict key report,
+- encode images and token ids into typed features,
+- score images against texts (``similarity``),
+- draw per-sentence maps over the patch grid (``sentence_maps``), and
+- compute its training losses (``losses``).
+
+Views only ever call these; they never reach into a method's modules.
+The generic map (cosine of each sentence embedding with each projected
+patch token) is defined here once, so a method needs to add only its own
+native maps.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Mapping
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoints import KeyReport, RawCheckpoint
+from ..features import ImageFeatures, TextFeatures
+from ..preprocess import Preprocess
+from ..tokenizer import TokenBatch, tokenize
+
+GENERIC_MAP = "generic"
+
+
+class Method:
+    """Mixin that defines the method surface; concrete methods also subclass ``nn.Module``."""
+
+    name: ClassVar[str]  # registry key, e.g. "clip", "finelip"
+    title: ClassVar[str]  # how the UI names it, e.g. "FineLIP"
+    native_map_kinds: ClassVar[tuple[str, ...]] = ()  # the method's own maps, beside the generic one
+    detect_priority: ClassVar[int] = 0  # higher is tried first: specific layouts before generic ones
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+
+    @classmethod
+    def detect(cls, tensors: Mapping[str, torch.Tensor], raw: RawCheckpoint) -> str | None:
+        """The name of this method's released format that ``tensors`` are in, or None."""
+        return None
+
+    @classmethod
+    def from_checkpoint(cls, raw: RawCheckpoint, fmt: str, overrides: Mapping | None = None,
+                        dry_run: bool = False) -> tuple["Method", KeyReport]:
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        """What ``build`` needs to rebuild this model (saved with our own checkpoints)."""
+        raise NotImplementedError
+
+    @classmethod
+    def build(cls, config: Mapping) -> "Method":
+        raise NotImplementedError
+
+    # ---- inputs --------------------------------------------------------------------------------
+
+    preprocess: Preprocess
+    context_length: int
+
+    def tokenize(self, texts: list[str]) -> TokenBatch:
+        return tokenize(texts, self.context_length)
+
+    @property
+    def map_kinds(self) -> tuple[str, ...]:
+        return (GENERIC_MAP, *self.native_map_kinds)
+
+    # ---- what a method computes ----------------------------------------------------------------
+
+    def encode_image(self, pixels: torch.Tensor) -> ImageFeatures:
+        raise NotImplementedError
+
+    def encode_text(self, ids: torch.Tensor) -> TextFeatures:
+        raise NotImplementedError
+
+    def similarity(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
+        """[n_images, n_texts]. Default: cosine of the global embeddings."""
+        return cosine_matrix(image.cls, text.eot)
+
+    def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
+        """[M, rows, cols] maps over the patch grid of one image, one per sentence."""
+        if kind == GENERIC_MAP:
+            return generic_maps(image, text)
+        raise ValueError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
+
+    def losses(self, batch: Mapping) -> dict[str, torch.Tensor]:
+        raise NotImplementedError(f"{self.title} has no training losses yet")
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
+
+
+def generic_maps(image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
+    """Cosine of each sentence embedding with each projected patch token of the first image."""
+    if len(image) != 1:
+        raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+    rows, cols = image.grid_hw
+    scores = cosine_matrix(text.eot, image.patches[0])  # [M, P]
+    return scores.reshape(len(text), rows, cols)

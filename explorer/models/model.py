@@ -1,0 +1,134 @@
+"""The public face of a loaded model: PIL images and strings in, features and maps out.
+
+``Model`` wraps a method module with its device, precision, preprocessing
+and tokenizer. Scripts and the app use only this surface:
+
+    m = explorer.load("checkpoints/longclip-B.json")
+    feats = m.encode_image([img])            # ImageFeatures (projected, not normalised)
+    sims = m.similarity([img], ["a cat"])    # [n_images, n_texts]
+    out = m.sentence_maps(img, sentences)    # out.maps: [M, H, W] at the image's resolution
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from ..errors import CaptionError
+from ..images import load_image
+from .checkpoints import KeyReport
+from .features import ImageFeatures, TextFeatures
+from .methods.base import GENERIC_MAP, Method
+from .tokenizer import TokenBatch
+
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class SentenceMaps:
+    maps: np.ndarray  # [M, H, W] float32 at the image's resolution
+    kind: str  # which map: "generic" or a method's native kind
+    grid: np.ndarray  # [M, rows, cols] the same maps on the patch grid, before upsampling
+    sentences: list[str]
+    n_cut: list[int] = field(default_factory=list)  # tokens each sentence lost to truncation
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class Model:
+    def __init__(self, method: Method, name: str = "", report: KeyReport | None = None,
+                 device: str = "auto", precision: str = "fp32", trained: bool = True):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, not {precision!r}")
+        self.device = resolve_device(device)
+        self.notes: list[str] = []
+        if self.device.type == "cpu" and precision != "fp32":
+            self.notes.append(f"{precision} asked for on CPU: using fp32")
+            precision = "fp32"
+        self.precision = precision
+        self.method = method.to(self.device, PRECISIONS[precision]).eval()
+        self.name = name or method.title
+        self.key_report = report
+        self.trained = trained
+
+    # ---- what the model is ---------------------------------------------------------------------
+
+    @property
+    def method_name(self) -> str:
+        return self.method.name
+
+    @property
+    def title(self) -> str:
+        return self.method.title
+
+    @property
+    def context_length(self) -> int:
+        return self.method.context_length
+
+    @property
+    def map_kinds(self) -> tuple[str, ...]:
+        return self.method.map_kinds
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, method={self.method_name}, context={self.context_length}, device={self.device})"
+
+    # ---- encoders ------------------------------------------------------------------------------
+
+    def tokenize(self, texts: Sequence[str]) -> TokenBatch:
+        return self.method.tokenize(list(texts))
+
+    @torch.inference_mode()
+    def encode_image(self, images: Sequence, fit: str = "crop") -> ImageFeatures:
+        pixels = self.method.preprocess([_as_pil(image) for image in images], fit=fit)
+        return self.method.encode_image(pixels.to(self.device, PRECISIONS[self.precision]))
+
+    @torch.inference_mode()
+    def encode_text(self, texts: Sequence[str]) -> TextFeatures:
+        return self._encode_tokens(self.tokenize(texts))
+
+    def _encode_tokens(self, batch: TokenBatch) -> TextFeatures:
+        return self.method.encode_text(batch.ids.to(self.device))
+
+    # ---- scores and maps -----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def similarity(self, images, texts) -> torch.Tensor:
+        """[n_images, n_texts] scores in the method's own mode (cosine for the global mode)."""
+        image = images if isinstance(images, ImageFeatures) else self.encode_image(images)
+        text = texts if isinstance(texts, TextFeatures) else self.encode_text(texts)
+        return self.method.similarity(image, text).float().cpu()
+
+    @torch.inference_mode()
+    def sentence_maps(self, image, sentences: Sequence[str], kind: str = GENERIC_MAP) -> SentenceMaps:
+        """One map per sentence, over the whole image, at the image's resolution."""
+        sentences = [s for s in sentences]
+        if not sentences or not any(s.strip() for s in sentences):
+            raise CaptionError("There is no sentence to draw a map for: the caption is empty.")
+        picture = _as_pil(image)
+        tokens = self.tokenize(sentences)
+        # 'squash' so the map covers every pixel of the picture, not only a centre crop.
+        image_features = self.encode_image([picture], fit="squash")
+        text_features = self._encode_tokens(tokens)
+        grid = self.method.sentence_maps(image_features, text_features, kind).float()
+        width, height = picture.size
+        full = F.interpolate(grid[None], size=(height, width), mode="bilinear", align_corners=False)[0]
+        return SentenceMaps(maps=full.cpu().numpy(), kind=kind, grid=grid.cpu().numpy(),
+                            sentences=sentences, n_cut=tokens.n_cut)
+
+
+def _as_pil(image) -> Image.Image:
+    if isinstance(image, Image.Image) and image.mode == "RGB":
+        return image
+    return load_image(image).image

@@ -1,0 +1,101 @@
+"""CLIP BPE tokenization at 77 or 248 tokens, honest about what it cuts.
+
+Truncation follows OpenAI/Long-CLIP: keep the first ``context_length``
+ids and overwrite the last kept one with EOT, so the pooled token is
+always an EOT. Every call reports how many tokens were dropped, and
+``budget`` says at which character of the text the cut falls, so the UI
+can show it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from .. import _torchvision_compat
+
+_torchvision_compat.ensure_torchvision_importable()
+
+from open_clip.tokenizer import SimpleTokenizer  # noqa: E402
+
+
+@lru_cache(maxsize=1)
+def _bpe() -> SimpleTokenizer:
+    # Reading the BPE merges takes ~0.3 s: do it once per process.
+    return SimpleTokenizer()
+
+
+SOT_ID = 49406
+EOT_ID = 49407
+SPECIAL_TOKENS = 2  # start-of-text and end-of-text
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    ids: torch.Tensor  # [B, context_length], 0-padded
+    n_tokens: list[int]  # tokens each text needs, SOT and EOT included
+    n_cut: list[int]  # tokens dropped from each text (0 when it fits)
+
+    @property
+    def any_cut(self) -> bool:
+        return any(self.n_cut)
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """How a text fits a context: the count and, if it does not fit, where it is cut."""
+
+    n_tokens: int  # SOT and EOT included
+    limit: int
+    cut_at_char: int | None  # index in the text of the first character that is dropped
+
+    @property
+    def fits(self) -> bool:
+        return self.n_tokens <= self.limit
+
+    @property
+    def n_cut(self) -> int:
+        return max(0, self.n_tokens - self.limit)
+
+
+def count_tokens(text: str) -> int:
+    """Tokens the text takes in a CLIP context, SOT and EOT included."""
+    return len(_bpe().encode(text)) + SPECIAL_TOKENS
+
+
+def tokenize(texts: list[str], context_length: int) -> TokenBatch:
+    bpe = _bpe()
+    ids = torch.zeros(len(texts), context_length, dtype=torch.long)
+    n_tokens, n_cut = [], []
+    for row, text in enumerate(texts):
+        tokens = [SOT_ID, *bpe.encode(text), EOT_ID]
+        n_tokens.append(len(tokens))
+        n_cut.append(max(0, len(tokens) - context_length))
+        if len(tokens) > context_length:
+            tokens = tokens[:context_length]
+            tokens[-1] = EOT_ID
+        ids[row, : len(tokens)] = torch.tensor(tokens)
+    return TokenBatch(ids=ids, n_tokens=n_tokens, n_cut=n_cut)
+
+
+_WORD = re.compile(r"\S+")
+
+
+def budget(text: str, limit: int) -> TokenBudget:
+    """Count the text's tokens against ``limit`` and find where truncation would cut.
+
+    CLIP's BPE never merges across white space, so the count of a text is the
+    sum of the counts of its white-space separated words; walking the words
+    finds the first one that no longer fits.
+    """
+    bpe = _bpe()
+    room = limit - SPECIAL_TOKENS  # SOT and EOT
+    used, cut_at = 0, None
+    for match in _WORD.finditer(text):
+        used += len(bpe.encode(match.group()))
+        if cut_at is None and used > room:
+            cut_at = match.start()
+    return TokenBudget(n_tokens=used + SPECIAL_TOKENS, limit=limit, cut_at_char=cut_at)

@@ -1,0 +1,40 @@
+"""Turning maps into pictures: colour maps, opacity, overlays.
+
+Rendering is separate from computing so that a colour-map or opacity change
+re-renders cached maps and never re-runs a model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib import colormaps
+from PIL import Image
+
+COLORMAPS = ("turbo", "viridis", "jet")
+
+
+def normalise(values: np.ndarray, low: float | None = None, high: float | None = None) -> np.ndarray:
+    """Scale to [0, 1] by the map's own range (or a shared ``low``/``high`` for comparable colours)."""
+    low = float(values.min()) if low is None else low
+    high = float(values.max()) if high is None else high
+    if high - low < 1e-12:
+        return np.zeros_like(values, dtype=np.float32)
+    return np.clip((values - low) / (high - low), 0.0, 1.0).astype(np.float32)
+
+
+def colorize(unit: np.ndarray, cmap: str = "turbo") -> np.ndarray:
+    """[H, W] in [0, 1] -> [H, W, 3] uint8."""
+    if cmap not in colormaps:
+        raise ValueError(f"unknown colour map {cmap!r}; try one of {COLORMAPS}")
+    return (colormaps[cmap](unit)[..., :3] * 255).astype(np.uint8)
+
+
+def overlay(image: Image.Image, values: np.ndarray, cmap: str = "turbo", opacity: float = 0.5,
+            low: float | None = None, high: float | None = None) -> Image.Image:
+    """The map in colour over the picture; ``values`` must be at the picture's resolution."""
+    if values.shape != (image.height, image.width):
+        raise ValueError(f"map {values.shape} does not match the image {(image.height, image.width)}")
+    colour = colorize(normalise(values, low, high), cmap).astype(np.float32)
+    base = np.asarray(image.convert("RGB"), dtype=np.float32)
+    mixed = (1 - opacity) * base + opacity * colour
+    return Image.fromarray(mixed.clip(0, 255).astype(np.uint8))

@@ -1,0 +1,41 @@
+"""Assemble the tabs into one page, and serve it on localhost."""
+
+from __future__ import annotations
+
+import os
+
+# Gradio and huggingface_hub phone home at start unless told not to; a workbench should not.
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import gradio as gr  # noqa: E402
+
+from ..grounding import MapCache  # noqa: E402
+from ..models.zoo import Zoo  # noqa: E402
+from . import grounding_tab, models_tab  # noqa: E402
+
+TITLE = "explorer: what long-text CLIP models see"
+
+
+def build_app(zoo: Zoo | None = None) -> gr.Blocks:
+    zoo = zoo or Zoo()
+    cache = MapCache()
+    with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
+        gr.Markdown(f"# {TITLE}")
+        with gr.Tabs():
+            with gr.Tab("Grounding", id="grounding"):
+                grounding_tab.build(zoo, cache)
+            with gr.Tab("Models", id="models"):
+                models_tab.build(zoo)
+    return app
+
+
+def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
+           zoo_root: str | None = None, block: bool = True, device: str = "auto"):
+    """Serve the app. Binds localhost unless ``host`` says otherwise; sharing and auth are explicit."""
+    app = build_app(Zoo(zoo_root, device=device))
+    app.queue(default_concurrency_limit=2)
+    app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=not block,
+               show_error=True, footer_links=["api", "settings"])
+    return app
