@@ -16,6 +16,7 @@ from .models.features import ImageFeatures, TextFeatures
 from .models.model import Model, SentenceMaps
 
 __version__ = "0.1.0"
+WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 
 
 def load(source: str | Path, device: str = "auto", precision: str = "fp32", allow_pickle: bool = False,
@@ -29,12 +30,13 @@ def load(source: str | Path, device: str = "auto", precision: str = "fp32", allo
     from .models.zoo import Manifest, Zoo, load_manifest
 
     path = Path(source).expanduser()
+    looks_like_a_file = path.suffix in WEIGHT_SUFFIXES or "/" in str(source) or "\\" in str(source)
     if path.suffix == ".json":
         manifest = Manifest.read(path)
         if allow_pickle:
             manifest.allow_pickle = True
         return load_manifest(manifest, device=device, precision=precision)
-    if path.exists():
+    if path.exists() or looks_like_a_file:  # a missing file is reported as such, not as an unknown zoo name
         model, report, _ = load_method(path, method=method, overrides=options, allow_pickle=allow_pickle)
         return Model(model, name=path.stem, report=report, device=device, precision=precision)
     zoo = Zoo(zoo_root, device=device, precision=precision)

@@ -10,6 +10,7 @@ UI can say what happened to the picture.
 from __future__ import annotations
 
 import io
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,13 +55,16 @@ def load_image(source, max_side: int | None = None) -> LoadedImage:
 def _open(source) -> tuple[Image.Image, str]:
     if isinstance(source, (bytes, bytearray)):
         handle, label = io.BytesIO(source), "the uploaded data"
-    else:
+    elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.exists():
             raise ImageError(f"No image file at {path}.")
         if path.is_dir():
             raise ImageError(f"{path} is a folder, not an image.")
         handle, label = path, path.name
+    else:
+        raise ImageError(f"Cannot read an image from a {type(source).__name__}; give a path, bytes, an array "
+                         "or a PIL image.")
     with _open_lock:
         limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None  # we check the size ourselves
         try:

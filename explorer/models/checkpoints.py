@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,8 +164,11 @@ def _looks_like_torch_file(path: Path) -> bool:
         return handle.read(1) == b"\x80"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
+    text = _ANSI.sub("", str(error)).strip().splitlines()
     return text[0][:300] if text else type(error).__name__
 
 

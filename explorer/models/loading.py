@@ -9,9 +9,12 @@ Two kinds of file:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+import torch
 
 from ..errors import CheckpointError
 from .checkpoints import KeyReport, RawCheckpoint, read_checkpoint, save_safetensors, strict_load
@@ -50,7 +53,7 @@ def load_method(path: str | Path, method: str | None = None, overrides: Mapping 
     """Build the method a weights file holds. ``method`` forces a method instead of detecting it."""
     raw = read_checkpoint(path, allow_pickle=allow_pickle)
     if raw.metadata.get("format") == EXPLORER_FORMAT:
-        model, report = _from_explorer_file(raw, dry_run)
+        model, report = _from_explorer_file(raw, overrides, dry_run)
         return model, report, raw
     cls, fmt = detect_format(raw)
     if method is not None and method != cls.name:
@@ -77,17 +80,13 @@ def save_method(model: Method, path: str | Path, extra_metadata: Mapping | None 
     return save_safetensors(model.state_dict(), path, metadata)
 
 
-def _from_explorer_file(raw: RawCheckpoint, dry_run: bool) -> tuple[Method, KeyReport]:
+def _from_explorer_file(raw: RawCheckpoint, overrides: Mapping | None, dry_run: bool) -> tuple[Method, KeyReport]:
     meta = raw.metadata
     try:
         cls = get_method(meta["method"])
         report = KeyReport(source=str(raw.path), format=f"{EXPLORER_FORMAT} ({meta['method']})")
-        import torch
-
-        import contextlib
-
         with torch.device("meta") if dry_run else contextlib.nullcontext():
-            model = cls.build(meta["config"])
+            model = cls.build(cls.merge_config(meta["config"], overrides))
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{raw.path}: its explorer metadata is incomplete or wrong ({error}).") from error
     strict_load(model, raw.tensors, report, dry_run=dry_run)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from ..errors import CaptionError
+from ..errors import CaptionError, ImageError
 from ..images import load_image
 from .checkpoints import KeyReport
 from .features import ImageFeatures, TextFeatures
@@ -91,7 +91,10 @@ class Model:
 
     @torch.inference_mode()
     def encode_image(self, images: Sequence, fit: str = "crop") -> ImageFeatures:
-        pixels = self.method.preprocess([_as_pil(image) for image in images], fit=fit)
+        pictures = [_as_pil(image) for image in images]
+        if not pictures:
+            raise ImageError("There is no image to encode.")
+        pixels = self.method.preprocess(pictures, fit=fit)
         return self.method.encode_image(pixels.to(self.device, PRECISIONS[self.precision]))
 
     @torch.inference_mode()

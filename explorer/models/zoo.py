@@ -86,6 +86,15 @@ class Manifest:
             weights = self.path.parent / weights
         return weights
 
+    def resolved_options(self) -> dict:
+        """Options with file paths (keys ending in _file or _dir) made relative to the manifest, like weights."""
+        options = dict(self.options)
+        for key, value in options.items():
+            if key.endswith(("_file", "_dir")) and isinstance(value, str) and self.path is not None:
+                path = Path(value).expanduser()
+                options[key] = str(path if path.is_absolute() else self.path.parent / path)
+        return options
+
     def display_weights(self) -> str:
         return self.weights if self.is_builtin else str(self.weights_path())
 
@@ -106,7 +115,8 @@ def load_manifest(manifest: Manifest, device: str = "auto", precision: str = "fp
             raise ManifestError(f"{manifest.name}: unknown built-in model {key!r}; known: {sorted(BUILTINS)}.")
         method = BUILTINS[key]()
         return Model(method, name=manifest.name, device=device, precision=precision, trained=manifest.trained)
-    method, report, _ = load_method(manifest.weights_path(), method=manifest.method, overrides=manifest.options,
+    method, report, _ = load_method(manifest.weights_path(), method=manifest.method,
+                                    overrides=manifest.resolved_options(),
                                     allow_pickle=manifest.allow_pickle)
     return Model(method, name=manifest.name, report=report, device=device, precision=precision,
                  trained=manifest.trained)
@@ -211,6 +221,8 @@ class Zoo:
         if method is not None and method != result.method:
             raise CheckpointError(f"{weights} is a {result.method} checkpoint ({result.format}), not {method}.")
         name = name or _slug(weights.stem)
+        if "/" in name or "\\" in name:  # the manifest must land inside the zoo folder
+            raise ManifestError(f"{name!r} cannot be a model name (no '/' or '\\'); e.g. {_slug(name)!r}.")
         target = self.root / f"{name}.json"
         if target.exists():
             raise ManifestError(f"A model named {name!r} is already in the zoo ({target}); choose another --name.")

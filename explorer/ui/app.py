@@ -18,6 +18,13 @@ from . import grounding_tab, models_tab  # noqa: E402
 TITLE = "explorer: what long-text CLIP models see"
 
 
+def page_options() -> dict:
+    """Launch options that shape the page. System fonts: the default theme would fetch Google Fonts."""
+    theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                              font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
+    return {"theme": theme, "footer_links": ["api", "settings"]}
+
+
 def build_app(zoo: Zoo | None = None) -> gr.Blocks:
     zoo = zoo or Zoo()
     cache = MapCache()
@@ -37,5 +44,5 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
     app = build_app(Zoo(zoo_root, device=device))
     app.queue(default_concurrency_limit=2)
     app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=not block,
-               show_error=True, footer_links=["api", "settings"])
+               show_error=True, **page_options())
     return app

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..grounding import GroundingResult, MapCache, ground
+from ..grounding import GroundingResult, MapCache, ground, prepare_image
 from ..models.methods.base import GENERIC_MAP
 from ..models.zoo import Zoo
 from ..render import COLORMAPS, overlay
@@ -67,10 +67,31 @@ def render_gallery(result: GroundingResult | None, cmap: str, opacity: float) ->
             for i, (sentence, values) in enumerate(zip(maps.sentences, maps.maps))]
 
 
+def model_summary(zoo: Zoo, name: str | None) -> str:
+    if name is None:
+        return "No model in the zoo: add one in the Models tab."
+    manifest = zoo.get(name)
+    text = f"{manifest.method} · {manifest.architecture} · {manifest.context_length} tokens"
+    if not manifest.trained:
+        text += " · **UNTRAINED (random weights): maps are meaningless**"
+    return text
+
+
 def status_text(result: GroundingResult) -> str:
     lines = [f"**{result.model_name}** · {result.maps.kind} map · {len(result.maps)} sentence(s)"]
     lines += [f"- {note}" for note in result.notes]
     return "\n".join(lines)
+
+
+def draw_maps(zoo: Zoo, cache: MapCache, image_path, text, name, kind, cmap, opacity):
+    """The "Draw maps" button: (result, gallery, status, sentence table). Failures become a message."""
+    if not image_path:
+        return None, [], "**Cannot do that:** pick or upload an image first.", gr.update()
+    try:
+        result = ground(zoo.load(name), image_path, text, kind=kind, cache=cache)
+    except Exception as error:  # noqa: BLE001 - the page shows it; nothing else changes
+        return None, [], explain(error), gr.update()
+    return result, render_gallery(result, cmap, opacity), status_text(result), sentence_rows(result.analysis)
 
 
 def build(zoo: Zoo, cache: MapCache) -> None:
@@ -79,8 +100,11 @@ def build(zoo: Zoo, cache: MapCache) -> None:
     examples = example_images()
     with gr.Row():
         with gr.Column(scale=1):
-            image = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"],
-                             elem_id="grounding-image", height=320)
+            # A File input, not gr.Image: Gradio would decode an Image upload itself, before our
+            # checks (corrupt files, 16-bit, decompression bombs) could say what is wrong.
+            image = gr.File(label="Image file (PNG, JPEG, WebP, TIFF...)", type="filepath", file_count="single",
+                            elem_id="grounding-image", height=90)
+            preview = gr.Image(label="Image", interactive=False, elem_id="grounding-preview", height=300)
             caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption",
                                  value=examples[0][1] if examples else "")
             budget_view = gr.HighlightedText(label="Token budget", elem_id="token-budget", show_legend=True,
@@ -89,6 +113,7 @@ def build(zoo: Zoo, cache: MapCache) -> None:
             with gr.Row():
                 model = gr.Dropdown(names, value=default, label="Model", elem_id="grounding-model")
                 kind = gr.Dropdown([GENERIC_MAP], value=GENERIC_MAP, label="Map", elem_id="grounding-kind")
+            model_note = gr.Markdown(lambda: model_summary(zoo, default), elem_id="model-note")
             with gr.Row():
                 cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map")
                 opacity = gr.Slider(0.0, 1.0, value=0.55, step=0.05, label="Opacity")
@@ -111,22 +136,24 @@ def build(zoo: Zoo, cache: MapCache) -> None:
     def on_model(name):
         try:
             kinds = list(zoo.load(name).map_kinds)
-            return gr.update(choices=kinds, value=kinds[0]), gr.update()
+            return gr.update(choices=kinds, value=kinds[0]), model_summary(zoo, name)
         except Exception as error:  # noqa: BLE001
             return gr.update(choices=[GENERIC_MAP], value=GENERIC_MAP), explain(error)
 
-    def on_run(image_path, text, name, kind_value, cmap_value, opacity_value):
-        if not image_path:
-            return None, [], "**Cannot do that:** pick or upload an image first.", gr.update()
+    def on_image(path):
+        if not path:
+            return None, "Pick an image and a caption, then **Draw maps**."
         try:
-            result = ground(zoo.load(name), image_path, text, kind=kind_value, cache=cache)
-        except Exception as error:  # noqa: BLE001 - the page shows it; nothing else changes
-            return None, [], explain(error), gr.update()
-        return result, render_gallery(result, cmap_value, opacity_value), status_text(result), \
-            sentence_rows(result.analysis)
+            picture, notes = prepare_image(path)
+        except Exception as error:  # noqa: BLE001
+            return None, explain(error)
+        lines = [f"Image {picture.width}x{picture.height} ready."] + [f"- {note}" for note in notes]
+        return picture, "\n".join(lines)
 
     caption.change(on_caption, inputs=caption, outputs=[budget_view, budget_note, table])
-    model.change(on_model, inputs=model, outputs=[kind, status])
-    run.click(on_run, inputs=[image, caption, model, kind, cmap, opacity], outputs=[state, gallery, status, table])
+    model.change(on_model, inputs=model, outputs=[kind, model_note])
+    image.change(on_image, inputs=image, outputs=[preview, status])
+    run.click(lambda *values: draw_maps(zoo, cache, *values), inputs=[image, caption, model, kind, cmap, opacity],
+              outputs=[state, gallery, status, table])
     for control in (cmap, opacity):
         control.change(render_gallery, inputs=[state, cmap, opacity], outputs=gallery)

@@ -57,6 +57,11 @@ class Method:
     def build(cls, config: Mapping) -> "Method":
         raise NotImplementedError
 
+    @classmethod
+    def merge_config(cls, config: Mapping, overrides: Mapping | None) -> dict:
+        """``config`` with a manifest's options applied (used for this project's own files)."""
+        return {**config, **(overrides or {})}
+
     # ---- inputs --------------------------------------------------------------------------------
 
     preprocess: Preprocess

@@ -70,6 +70,14 @@ class ClipFamily(ClipBackbone, Method):
         return cls(ClipArchitecture.from_dict(config["architecture"]), **extra)
 
     @classmethod
+    def merge_config(cls, config: Mapping, overrides: Mapping | None) -> dict:
+        arch_fields = set(config["architecture"])
+        overrides = dict(overrides or {})
+        arch = {**config["architecture"], **{k: v for k, v in overrides.items() if k in arch_fields}}
+        rest = {k: v for k, v in overrides.items() if k not in arch_fields}
+        return {**config, **rest, "architecture": arch}
+
+    @classmethod
     def extra_config_from(cls, tensors: Mapping[str, torch.Tensor]) -> dict:
         """Sizes of the method's own modules, read from the file's tensors."""
         return {}

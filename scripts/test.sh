@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh machine, then run the whole suite.
+# This is the README's test command, and what CI (.ci/run) calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Chromium for the real-browser test (Debian's package; Playwright never downloads a browser here).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "note: chromium is not installed and this is not root; the browser test will be skipped" >&2
+  fi
+fi
+
+# torch first, pinned: on CPU machines it resolves to the small CPU build (see constraints.txt).
+python -m pip install -q -c constraints.txt torch
+python -m pip install -q -c constraints.txt -e ".[test]"
+
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
+python -m pytest "$@"

@@ -1,0 +1,138 @@
+"""A real browser against the running app: Debian's Chromium driven by Playwright.
+
+Loads the page, runs the Grounding view on a photo and a three-sentence
+caption, checks that three maps rendered, and saves a screenshot to
+artifacts/ (CI keeps it). Skipped only when no Chromium is installed;
+.ci/run installs it, so CI always runs this.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(os.environ.get("EXPLORER_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run"]
+CAPTION = ("A ginger cat looks to the left. Its whiskers are long and white. "
+           "The background is a blurred wooden floor.")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    from explorer.models.zoo import Zoo
+    from explorer.ui.app import build_app, page_options
+
+    port = _free_port()
+    app = build_app(Zoo())
+    app.queue()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **page_options())
+    yield f"http://127.0.0.1:{port}"
+    app.close()
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.outside_requests = []  # every request the page makes to anywhere but the app
+        page.on("request", lambda request: None if request.url.startswith((app_url, "data:", "blob:"))
+                else page.outside_requests.append(request.url))
+        page.goto(app_url, wait_until="domcontentloaded")
+        page.locator("#grounding-run").wait_for(timeout=60_000)
+        yield page
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory) -> Path:
+    from PIL import Image
+    from skimage import data
+
+    path = tmp_path_factory.mktemp("img") / "chelsea.png"
+    Image.fromarray(data.chelsea()).save(path)
+    return path
+
+
+def upload(page, path) -> None:
+    clear = page.locator("#grounding-image button[aria-label='Clear']")
+    if clear.count():
+        clear.first.click()
+    page.locator("#grounding-image input[type=file]").set_input_files(str(path))
+
+
+def test_grounding_draws_one_map_per_sentence(page, photo):
+    page.get_by_role("tab", name="Grounding").click()
+    upload(page, photo)
+    page.locator("#grounding-caption textarea").fill(CAPTION)
+    page.locator("#grounding-run").click()
+    maps = page.locator("#grounding-maps img")
+    maps.nth(2).wait_for(timeout=60_000)
+    assert maps.count() == 3
+    status = page.locator("#grounding-status").inner_text()
+    assert "3 sentence(s)" in status
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "grounding.png"), full_page=True)
+
+
+def test_token_budget_updates_live(page):
+    long_caption = " ".join(f"Sentence number {i} names a red cube on the left." for i in range(12))
+    page.locator("#grounding-caption textarea").fill(long_caption)
+    summary = page.locator("#token-summary")
+    summary.get_by_text("77 cuts").wait_for(timeout=10_000)
+    assert "Fits 248" in summary.inner_text()
+
+
+def test_empty_caption_gives_a_message_and_the_app_keeps_serving(page):
+    page.locator("#grounding-caption textarea").fill("")
+    page.locator("#grounding-run").click()
+    page.locator("#grounding-status").get_by_text("caption is empty").wait_for(timeout=20_000)
+    page.locator("#grounding-caption textarea").fill("A cat. A floor.")
+    page.locator("#grounding-run").click()
+    page.locator("#grounding-status").get_by_text("2 sentence(s)").wait_for(timeout=60_000)
+
+
+def test_models_tab_lists_the_zoo(page):
+    page.get_by_role("tab", name="Models").click()
+    from playwright.sync_api import expect
+
+    table = page.locator("#zoo-table")
+    expect(table).to_contain_text("tiny-untrained", timeout=15_000)
+    expect(table).to_contain_text("UNTRAINED")
+    page.screenshot(path=str(ARTIFACTS / "models.png"), full_page=True)
+
+
+def test_corrupt_upload_gets_a_message_then_a_good_one_works(page, photo, tmp_path):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Grounding").click()
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    upload(page, broken)
+    expect(page.locator("#grounding-status")).to_contain_text("not an image", timeout=20_000)
+    upload(page, photo)
+    expect(page.locator("#grounding-status")).to_contain_text("ready", timeout=20_000)
+
+
+def test_the_page_reaches_nothing_outside_the_app(page):
+    # Runs after the others (pytest keeps file order): the whole session stayed on localhost.
+    assert page.outside_requests == []

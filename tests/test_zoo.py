@@ -1,0 +1,328 @@
+"""The model zoo: manifests in a folder, their status, the model cache, and the CLI over them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import explorer
+from explorer.errors import CheckpointError, ManifestError
+from explorer.models.architecture import ClipArchitecture
+from explorer.models.loading import save_method
+from explorer.models.methods.clip import ClipMethod, LongClipMethod
+from explorer.models.model import Model
+from explorer.models.zoo import Manifest, ModelCache, Zoo
+
+# Small enough to write and read in a blink; a real vocabulary so text can be encoded.
+SMALL_LONG = ClipArchitecture(
+    embed_dim=32, image_size=32, patch_size=16, vision_width=64, vision_layers=1, vision_heads=1,
+    vision_mlp_ratio=2.0, context_length=248, vocab_size=49408, text_width=32, text_layers=1,
+    text_heads=1, text_mlp_ratio=2.0, quick_gelu=True,
+)
+SMALL_SHORT = ClipArchitecture(**{**SMALL_LONG.to_dict(), "context_length": 77})
+
+
+def _write_weights(path: Path, arch: ClipArchitecture = SMALL_LONG, cls=LongClipMethod) -> Path:
+    torch.manual_seed(0)
+    return save_method(cls(arch), path)
+
+
+@pytest.fixture(scope="module")
+def saved_once(tmp_path_factory) -> Path:
+    return _write_weights(tmp_path_factory.mktemp("saved") / "small-long.safetensors")
+
+
+@pytest.fixture
+def weights(tmp_path, saved_once) -> Path:
+    """A fresh copy for each test (some tests delete or rewrite it)."""
+    target = tmp_path / "files" / saved_once.name
+    target.parent.mkdir()
+    shutil.copyfile(saved_once, target)
+    return target
+
+
+@pytest.fixture
+def zoo(tmp_path) -> Zoo:
+    return Zoo(root=tmp_path / "zoo", device="cpu")
+
+
+# ---- adding and listing -------------------------------------------------------------------------
+
+
+def test_add_writes_a_manifest(zoo, weights):
+    manifest = zoo.add(weights, name="x", source="test")
+    path = zoo.root / "x.json"
+    assert path.is_file() and manifest.path == path
+    data = json.loads(path.read_text())
+    assert data["name"] == "x"
+    assert data["method"] == "longclip"
+    assert data["architecture"] == SMALL_LONG.name
+    assert data["context_length"] == 248
+    assert data["format"] == "explorer (longclip)"
+    assert data["source"] == "test"
+    assert Path(data["weights"]) == weights.resolve()
+    assert "path" not in data  # where the manifest lives is not written into it
+    assert not list(zoo.root.glob("*.tmp"))  # written atomically
+    again = Manifest.read(path)
+    assert again.weights_path() == weights.resolve()
+
+
+def test_entries_list_an_added_model_as_loading(zoo, weights):
+    zoo.add(weights, name="x", source="test")
+    entries = zoo.entries()
+    assert [e.manifest.name for e in entries] == ["x"]
+    assert entries[0].status.startswith("loads")
+    assert entries[0].ok
+    assert [m.name for m in zoo.manifests()] == ["x"]
+
+
+def test_add_without_a_name_uses_the_file_name(zoo, weights):
+    manifest = zoo.add(weights)
+    assert manifest.name == "small-long"
+    assert (zoo.root / "small-long.json").is_file()
+    assert manifest.source  # says where it came from
+
+
+def test_adding_the_same_name_twice_is_refused(zoo, weights):
+    zoo.add(weights, name="x", source="test")
+    before = (zoo.root / "x.json").read_text()
+    with pytest.raises(ManifestError, match="already"):
+        zoo.add(weights, name="x", source="other")
+    assert (zoo.root / "x.json").read_text() == before
+
+
+def test_adding_with_the_wrong_method_is_refused(zoo, weights):
+    with pytest.raises(CheckpointError, match="not clip"):
+        zoo.add(weights, name="x", method="clip")
+    assert not (zoo.root / "x.json").exists()
+
+
+def test_adding_a_missing_or_unreadable_file_is_refused(zoo, tmp_path):
+    with pytest.raises(CheckpointError):
+        zoo.add(tmp_path / "nowhere.safetensors", name="x")
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError):
+        zoo.add(junk, name="y")
+    assert zoo.entries() == []
+
+
+@pytest.mark.parametrize("name", ["../escape", "sub/dir", "..\\escape"])
+def test_a_name_cannot_write_outside_the_zoo(zoo, weights, name):
+    with pytest.raises(ManifestError):
+        zoo.add(weights, name=name)
+    assert not list(zoo.root.parent.glob("*.json"))
+    assert not list(zoo.root.rglob("*.json"))
+
+
+@pytest.mark.parametrize("text", [
+    "{not json",
+    "[1, 2, 3]",
+    '{"name": "n", "method": "longclip"}',
+    '{"name": "n", "method": "longclip", "weights": "w.safetensors", "colour": "red"}',
+    "",
+], ids=["syntax", "not-an-object", "no-weights", "unknown-field", "empty"])
+def test_a_malformed_manifest_is_listed_with_an_error(zoo, weights, text):
+    zoo.add(weights, name="good", source="test")
+    (zoo.root / "bad.json").write_text(text)
+    entries = {e.manifest_path.name: e for e in zoo.entries()}
+    assert set(entries) == {"bad.json", "good.json"}
+    assert entries["bad.json"].manifest is None
+    assert entries["bad.json"].status.startswith("error")
+    assert not entries["bad.json"].ok
+    assert entries["good.json"].status.startswith("loads")
+    assert [m.name for m in zoo.manifests()] == ["good"]
+    assert isinstance(zoo.load("good"), Model)  # the bad one does not stop the good one
+
+
+def test_a_manifest_pointing_at_a_missing_file_has_an_error_status(zoo, tmp_path):
+    Manifest(name="gone", method="longclip", weights=str(tmp_path / "gone.safetensors")).write(
+        zoo.root / "gone.json")
+    [entry] = zoo.entries()
+    assert entry.manifest is not None
+    assert entry.status.startswith("error")
+    assert "gone.safetensors" in entry.status
+    assert not entry.ok
+    with pytest.raises(CheckpointError):
+        zoo.load("gone")
+
+
+def test_status_follows_the_weights_file(zoo, weights):
+    zoo.add(weights, name="x")
+    assert zoo.entries()[0].status.startswith("loads")
+    weights.unlink()
+    assert zoo.entries()[0].status.startswith("error")
+    _write_weights(weights)
+    assert zoo.entries()[0].status.startswith("loads")
+
+
+def test_relative_weights_are_relative_to_the_manifest(zoo, tmp_path):
+    _write_weights(zoo.root / "weights" / "rel.safetensors")
+    Manifest(name="rel", method="longclip", weights="weights/rel.safetensors").write(zoo.root / "rel.json")
+    [entry] = zoo.entries()
+    assert entry.status.startswith("loads")
+    assert zoo.load("rel").context_length == 248
+
+
+def test_builtin_manifests(zoo):
+    Manifest(name="t", method="longclip", weights="builtin:tiny-clip", trained=False).write(zoo.root / "t.json")
+    Manifest(name="u", method="longclip", weights="builtin:no-such-model").write(zoo.root / "u.json")
+    status = {e.manifest.name: e.status for e in zoo.entries()}
+    assert status == {"t": "built in code", "u": "error: unknown built-in"}
+    assert zoo.load("t").trained is False
+    with pytest.raises(ManifestError, match="no-such-model"):
+        zoo.load("u")
+
+
+def test_unknown_name_is_a_manifest_error(zoo, weights):
+    zoo.add(weights, name="x")
+    with pytest.raises(ManifestError, match="'nope'.*x"):
+        zoo.load("nope")
+
+
+def test_missing_zoo_folder_lists_nothing(tmp_path):
+    assert Zoo(root=tmp_path / "absent").entries() == []
+
+
+def test_repository_zoo_lists_the_tiny_model(monkeypatch):
+    monkeypatch.delenv("EXPLORER_CHECKPOINTS", raising=False)
+    names = {e.manifest.name: e.status for e in Zoo().entries() if e.manifest is not None}
+    assert names.get("tiny-untrained") == "built in code"
+
+
+def test_environment_variable_sets_the_zoo(monkeypatch, tmp_path, weights):
+    Zoo(root=tmp_path / "elsewhere").add(weights, name="env-model")
+    monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "elsewhere"))
+    assert [m.name for m in Zoo().manifests()] == ["env-model"]
+
+
+# ---- loading and the cache ----------------------------------------------------------------------
+
+
+def test_zoo_load_twice_is_a_cache_hit(zoo, weights):
+    zoo.add(weights, name="x")
+    first = zoo.load("x")
+    assert isinstance(first, Model) and first.name == "x"
+    assert first.context_length == 248 and first.method_name == "longclip"
+    assert zoo.load("x") is first
+    assert len(zoo.cache) == 1
+
+
+def test_zoo_cache_evicts_past_its_size(tmp_path, weights):
+    zoo = Zoo(root=tmp_path / "zoo", cache_size=1, device="cpu")
+    zoo.add(weights, name="a")
+    zoo.add(_write_weights(tmp_path / "files" / "short.safetensors", SMALL_SHORT, ClipMethod), name="b")
+    a = zoo.load("a")
+    b = zoo.load("b")
+    assert b.context_length == 77 and b.method_name == "clip"
+    assert len(zoo.cache) == 1
+    assert zoo.load("a") is not a  # dropped, then loaded again
+
+
+def test_loaded_model_matches_the_saved_one(zoo, tmp_path):
+    torch.manual_seed(0)
+    original = LongClipMethod(SMALL_LONG)
+    zoo.add(save_method(original, tmp_path / "m.safetensors"), name="m")
+    loaded = zoo.load("m")
+    for key, value in original.state_dict().items():
+        assert torch.equal(loaded.method.state_dict()[key], value), key
+    assert explorer.load(zoo.root / "m.json", device="cpu").name == "m"
+
+
+def test_model_cache_keeps_the_most_recently_used():
+    calls: list[str] = []
+
+    def loader(name):
+        def load():
+            calls.append(name)
+            return object()
+        return load
+
+    cache = ModelCache(capacity=2)
+    a = cache.get(("a",), loader("a"))
+    b = cache.get(("b",), loader("b"))
+    assert cache.get(("a",), loader("a")) is a  # hit: a is now the most recent
+    assert calls == ["a", "b"]
+    cache.get(("c",), loader("c"))  # evicts b, the least recently used
+    assert len(cache) == 2
+    assert cache.keys() == [("a",), ("c",)]
+    assert cache.get(("a",), loader("a")) is a
+    assert calls == ["a", "b", "c"]
+    assert cache.get(("b",), loader("b")) is not b  # b was dropped: loaded again
+    assert calls == ["a", "b", "c", "b"]
+    assert len(cache) == 2 and cache.keys() == [("a",), ("b",)]
+
+
+def test_model_cache_needs_room_for_one():
+    with pytest.raises(ValueError):
+        ModelCache(capacity=0)
+
+
+def test_a_failed_load_is_not_cached():
+    cache = ModelCache(capacity=2)
+
+    def broken():
+        raise CheckpointError("no")
+
+    with pytest.raises(CheckpointError):
+        cache.get(("x",), broken)
+    assert len(cache) == 0
+
+
+# ---- the command line ---------------------------------------------------------------------------
+
+cli = pytest.importorskip("explorer.cli")
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_models_add_list_and_check(capsys, tmp_path, weights):
+    root = str(tmp_path / "zoo")
+    code, out, err = _run(capsys, "--checkpoints", root, "models", "list")
+    assert code == 0 and "no manifests" in out
+
+    code, out, err = _run(capsys, "--checkpoints", root, "models", "add", str(weights), "--name", "x",
+                          "--source", "test")
+    assert code == 0, err
+    assert "x" in out and "longclip" in out
+    assert json.loads((tmp_path / "zoo" / "x.json").read_text())["source"] == "test"
+
+    (tmp_path / "zoo" / "broken.json").write_text("{oops")
+    code, out, err = _run(capsys, "--checkpoints", root, "models", "list")
+    assert code == 0, err
+    lines = out.splitlines()
+    x_line = next(line for line in lines if line.startswith("x "))
+    assert "longclip" in x_line and "248" in x_line and "loads" in x_line
+    assert any(line.startswith("broken.json") and "error" in line for line in lines)
+
+    code, out, err = _run(capsys, "models", "check", str(weights), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["method"] == "longclip" and report["context_length"] == 248
+    assert report["report"]["ok"] is True
+
+    code, out, err = _run(capsys, "models", "check", str(weights))
+    assert code == 0 and "longclip" in out
+
+
+def test_cli_errors_are_messages_with_status_2(capsys, tmp_path, weights):
+    root = str(tmp_path / "zoo")
+    assert _run(capsys, "--checkpoints", root, "models", "add", str(weights), "--name", "x")[0] == 0
+    code, out, err = _run(capsys, "--checkpoints", root, "models", "add", str(weights), "--name", "x")
+    assert code == 2
+    assert err.startswith("error:") and "already" in err
+    code, out, err = _run(capsys, "models", "check", str(tmp_path / "missing.safetensors"))
+    assert code == 2 and "error:" in err and "Traceback" not in err
+
+
+def test_cli_without_a_command_prints_help(capsys):
+    code, out, _ = _run(capsys)
+    assert code == 0 and "models" in out
