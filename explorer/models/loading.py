@@ -80,6 +80,16 @@ def save_method(model: Method, path: str | Path, extra_metadata: Mapping | None 
     return save_safetensors(model.state_dict(), path, metadata)
 
 
+def save_released(model: Method, path: str | Path) -> Path:
+    """Write a model in its method's official layout (what its release code would read)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(model.released_file_object(), tmp)
+    tmp.replace(path)
+    return path
+
+
 def _from_explorer_file(raw: RawCheckpoint, overrides: Mapping | None, dry_run: bool) -> tuple[Method, KeyReport]:
     meta = raw.metadata
     try:

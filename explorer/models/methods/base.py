@@ -21,6 +21,7 @@ from typing import ClassVar, Mapping
 import torch
 import torch.nn.functional as F
 
+from ..batch import TrainingBatch  # noqa: F401  (named in annotations)
 from ..checkpoints import KeyReport, RawCheckpoint
 from ..features import ImageFeatures, TextFeatures
 from ..preprocess import Preprocess
@@ -58,6 +59,19 @@ class Method:
         raise NotImplementedError
 
     @classmethod
+    def example(cls, size: str = "tiny", seed: int = 0) -> "Method":
+        """A randomly initialised model: "tiny" for tests, "base" (ViT-B/16 sizes) for benchmarks."""
+        raise NotImplementedError
+
+    def released_state_dict(self) -> dict:
+        """The weights in the method's official release layout (default: our own keys are that layout)."""
+        return dict(self.state_dict())
+
+    def released_file_object(self):
+        """What ``torch.save`` writes for an official-layout file (wrappers such as {'state_dict': ...})."""
+        return self.released_state_dict()
+
+    @classmethod
     def merge_config(cls, config: Mapping, overrides: Mapping | None) -> dict:
         """``config`` with a manifest's options applied (used for this project's own files)."""
         return {**config, **(overrides or {})}
@@ -92,8 +106,22 @@ class Method:
             return generic_maps(image, text)
         raise ValueError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
 
-    def losses(self, batch: Mapping) -> dict[str, torch.Tensor]:
+    def losses(self, batch: "TrainingBatch") -> dict[str, torch.Tensor]:
+        """Named loss terms, each already weighted: the training loop minimises their sum."""
         raise NotImplementedError(f"{self.title} has no training losses yet")
+
+    # Modules the method adds to its backbone (prefixes of parameter names). They train with their own
+    # learning rate (papers: e.g. MulCLIP 1e-5 backbone, 2e-4 new modules).
+    new_module_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    def parameter_groups(self) -> dict[str, list]:
+        """{"backbone": [...], "new": [...]}: trainable parameters split by where they come from."""
+        groups: dict[str, list] = {"backbone": [], "new": []}
+        for name, parameter in self.named_parameters():
+            if parameter.requires_grad:
+                is_new = name.startswith(self.new_module_prefixes) if self.new_module_prefixes else False
+                groups["new" if is_new else "backbone"].append(parameter)
+        return groups
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -22,8 +22,11 @@ import torch.nn.functional as F
 from ..architecture import ClipArchitecture, infer_clip_architecture
 from ..backbone import ClipBackbone
 from ..checkpoints import KeyReport, RawCheckpoint, pop_ignored, strict_load
+from ..batch import TrainingBatch
+from ..features import TextFeatures
+from ..losses import info_nce
 from ..hf_clip_layout import HF_BUFFERS, hf_to_openai, is_hf_clip
-from ..positional import SHORT_CONTEXT, merge_longclip_tables
+from ..positional import LONG_CONTEXT, SHORT_CONTEXT, merge_longclip_tables
 from ..preprocess import Preprocess
 from . import keys_with_prefix, register
 from .base import Method
@@ -51,6 +54,7 @@ class ClipFamily(ClipBackbone, Method):
     """A method whose weights are a CLIP backbone (plus, in subclasses, modules of its own)."""
 
     default_quick_gelu: bool = True
+    default_context: int = LONG_CONTEXT  # for ``example``; CLIP and FLAIR say 77
 
     def __init__(self, arch: ClipArchitecture, **extra):
         super().__init__(arch)
@@ -130,16 +134,38 @@ class ClipFamily(ClipBackbone, Method):
         strict_load(model, tensors, report, dry_run=dry_run)
         return model, report
 
+    @classmethod
+    def example(cls, size: str = "tiny", seed: int = 0, **extra) -> "ClipFamily":
+        torch.manual_seed(seed)
+        return cls(example_architecture(size, cls.default_context, cls.default_quick_gelu), **extra)
+
     # ---- training ------------------------------------------------------------------------------
 
-    def losses(self, batch: Mapping) -> dict[str, torch.Tensor]:
-        """CLIP's symmetric InfoNCE over the batch (Radford et al. 2021)."""
-        image = self.encode_image(batch["pixels"])
-        text = self.encode_text(batch["ids"])
+    def encode_captions(self, captions: list[str]) -> TextFeatures:
+        """Tokenize with this model's context and encode (for losses; the device is the model's)."""
+        return self.encode_text(self.tokenize(captions).ids.to(self.positional_embedding.device))
+
+    def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
+        """CLIP's symmetric InfoNCE over the batch (Radford et al. 2021) on the long captions."""
+        image = self.encode_image(batch.pixels)
+        text = self.encode_captions(batch.captions)
         logits = self.logit_scale.exp() * F.normalize(image.cls, dim=-1) @ F.normalize(text.eot, dim=-1).T
-        target = torch.arange(logits.shape[0], device=logits.device)
-        loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
-        return {"contrastive": loss}
+        return {"contrastive": info_nce(logits)}
+
+
+def example_architecture(size: str, context_length: int, quick_gelu: bool = True) -> ClipArchitecture:
+    """ViT-B/16 sizes ("base") or a tiny model ("tiny") with the given context."""
+    if size == "base":
+        return ClipArchitecture(embed_dim=512, image_size=224, patch_size=16, vision_width=768, vision_layers=12,
+                                vision_heads=12, vision_mlp_ratio=4.0, context_length=context_length,
+                                vocab_size=49408, text_width=512, text_layers=12, text_heads=8, text_mlp_ratio=4.0,
+                                quick_gelu=quick_gelu)
+    if size == "tiny":
+        return ClipArchitecture(embed_dim=32, image_size=64, patch_size=16, vision_width=64, vision_layers=2,
+                                vision_heads=1, vision_mlp_ratio=4.0, context_length=context_length,
+                                vocab_size=49408, text_width=64, text_layers=2, text_heads=1, text_mlp_ratio=4.0,
+                                quick_gelu=quick_gelu)
+    raise ValueError(f"size must be 'tiny' or 'base', not {size!r}")
 
 
 @register
@@ -148,6 +174,7 @@ class ClipMethod(ClipFamily):
 
     name = "clip"
     title = "CLIP"
+    default_context = SHORT_CONTEXT
 
     @classmethod
     def detect(cls, tensors, raw):
@@ -166,6 +193,12 @@ class LongClipMethod(ClipFamily):
 
     name = "longclip"
     title = "Long-CLIP"
+
+    def released_state_dict(self) -> dict:
+        """Long-CLIP's two tables: rows < 20 are read from the first, the rest from ``_res``."""
+        tensors = dict(self.state_dict())
+        tensors["positional_embedding_res"] = tensors["positional_embedding"].clone()
+        return tensors
 
     @classmethod
     def detect(cls, tensors, raw):
