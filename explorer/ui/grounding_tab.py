@@ -9,6 +9,8 @@ from __future__ import annotations
 import gradio as gr
 
 from ..grounding import GroundingResult, MapCache, ground, prepare_image
+from ..errors import ExplorerError
+from ..models.methods import get_method
 from ..models.methods.base import GENERIC_MAP
 from ..models.zoo import Zoo
 from ..render import COLORMAPS, overlay
@@ -94,9 +96,23 @@ def draw_maps(zoo: Zoo, cache: MapCache, image_path, text, name, kind, cmap, opa
     return result, render_gallery(result, cmap, opacity), status_text(result), sentence_rows(result.analysis)
 
 
+def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
+    """(label, name) for the model list: each model with its method and the map kinds it offers."""
+    choices = []
+    for manifest in zoo.manifests():
+        try:
+            cls = get_method(manifest.method)
+            kinds = ", ".join((GENERIC_MAP, *cls.native_map_kinds))
+            label = f"{manifest.name} · {cls.title} · maps: {kinds}"
+        except ExplorerError:
+            label = f"{manifest.name} · unknown method {manifest.method!r}"
+        choices.append((label, manifest.name))
+    return choices
+
+
 def build(zoo: Zoo, cache: MapCache) -> None:
-    names = [m.name for m in zoo.manifests()]
-    default = names[0] if names else None
+    choices = model_choices(zoo)
+    default = choices[0][1] if choices else None
     examples = example_images()
     with gr.Row():
         with gr.Column(scale=1):
@@ -111,7 +127,7 @@ def build(zoo: Zoo, cache: MapCache) -> None:
                                              combine_adjacent=True)
             budget_note = gr.Markdown(elem_id="token-summary")
             with gr.Row():
-                model = gr.Dropdown(names, value=default, label="Model", elem_id="grounding-model")
+                model = gr.Dropdown(choices, value=default, label="Model", elem_id="grounding-model")
                 kind = gr.Dropdown([GENERIC_MAP], value=GENERIC_MAP, label="Map", elem_id="grounding-kind")
             model_note = gr.Markdown(lambda: model_summary(zoo, default), elem_id="model-note")
             with gr.Row():

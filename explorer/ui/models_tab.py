@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import gradio as gr
 
 from ..models.loading import check
@@ -23,6 +25,19 @@ def zoo_table(zoo: Zoo) -> list[list]:
     return rows
 
 
+def methods_table() -> list[list]:
+    """Every registered method: its name, the maps it draws, and what it is (first docstring line)."""
+    from ..models.methods import METHODS, _import_all
+    from ..models.methods.base import GENERIC_MAP
+
+    _import_all()
+    rows = []
+    for name, cls in sorted(METHODS.items()):
+        doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
+        rows.append([name, cls.title, ", ".join((GENERIC_MAP, *cls.native_map_kinds)), doc[0] if doc else ""])
+    return rows
+
+
 def check_file(path: str, allow_pickle: bool) -> str:
     if not path or not path.strip():
         return "Give the path of a weights file on this machine."
@@ -37,6 +52,9 @@ def build(zoo: Zoo) -> gr.Dataframe:
     table = gr.Dataframe(value=lambda: zoo_table(zoo), headers=COLUMNS, interactive=False, wrap=True,
                          elem_id="zoo-table")
     refresh = gr.Button("Refresh", size="sm")
+    with gr.Accordion("Methods this explorer knows", open=False):
+        gr.Dataframe(value=methods_table(), headers=["method", "name", "maps", "what it is"], interactive=False,
+                     wrap=True, elem_id="methods-table")
     with gr.Accordion("Add or check a checkpoint", open=False):
         path = gr.Textbox(label="Weights file (.pt, .pth, .bin, .safetensors)", placeholder="/data/longclip-B.pt")
         with gr.Row():
