@@ -12,21 +12,35 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import ExplorerError
-from .models.features import ImageFeatures, TextFeatures
-from .models.model import Model, SentenceMaps
+
+_LAZY = {  # imported on first use, so `import explorer.data` does not pull in torch and open_clip
+    "ImageFeatures": "explorer.models.features",
+    "TextFeatures": "explorer.models.features",
+    "Model": "explorer.models.model",
+    "SentenceMaps": "explorer.models.model",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'explorer' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 
 
 def load(source: str | Path, device: str = "auto", precision: str = "fp32", allow_pickle: bool = False,
-         method: str | None = None, options: Mapping | None = None, zoo_root: str | Path | None = None) -> Model:
+         method: str | None = None, options: Mapping | None = None, zoo_root: str | Path | None = None) -> "Model":
     """Load a model from a weights file (format detected), a manifest (.json), or a zoo name.
 
     ``allow_pickle`` is the explicit opt-in for files that can only be read by
     unpickling (SEPS's model_best.pth); without it such files are refused.
     """
     from .models.loading import load_method
+    from .models.model import Model
     from .models.zoo import Manifest, Zoo, load_manifest
 
     path = Path(source).expanduser()

@@ -15,9 +15,13 @@ from explorer.models.checkpoints import read_checkpoint
 from explorer.models.late_interaction import late_interaction_score
 from explorer.models.loading import check, load_method, save_method
 from explorer.models.methods import detect_format
+from explorer.models.batch import TrainingBatch, example_batch
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.loading import save_released
 from explorer.models.methods.seps import (
-    RELEASED_VIT_NAMING, SepsMethod, from_released_layout, installed_vit_naming, late_interaction_batch,
-    released_state_dict)
+    POOLER_PREFIXES, RELEASED_VIT_NAMING, SepsMethod, aggregate_kept, consensus, from_released_layout, gumbel_keep,
+    installed_vit_naming, late_interaction_batch, min_max, released_state_dict, select_patches, seps_loss_terms,
+    top_k_mask, view_scores)
 
 WIDTH, EMBED, IMAGE, PATCH = 64, 48, 32, 16
 N_PATCHES = (IMAGE // PATCH) ** 2
@@ -70,8 +74,8 @@ def loaded(files):
     return explorer.load(files["weights"], device="cpu", allow_pickle=True, options={"vocab_file": str(files["vocab"])})
 
 
-def pixels(n=1, seed=1):
-    return torch.randn(n, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(seed))
+def pixels(n=1, seed=1, size=IMAGE):
+    return torch.randn(n, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
 # ---- (1) the released layout -------------------------------------------------------------------------
@@ -312,7 +316,291 @@ def test_no_projection_when_embed_equals_width():
     keys = model.state_dict().keys()
     assert not any(k.startswith(("img_enc.vision_proj.", "txt_enc.fc.")) for k in keys)
 
+# ---- (5) the two scorings: selection, calibration, re-synthesis ---------------------------------------
 
-def test_losses_are_not_there_yet(reference):
-    with pytest.raises(NotImplementedError):
-        reference.losses({})
+
+def features(method, captions, n_images=2, seed=1):
+    with torch.no_grad():
+        image = method.encode_image(pixels(n_images, seed, method.preprocess.image_size))
+        return image, method.encode_text(method.tokenize(captions).ids)
+
+
+@pytest.fixture(scope="module")
+def paper(files):
+    model = tiny_model(scoring="paper")
+    model.set_vocab_file(files["vocab"])
+    return model
+
+
+def test_official_keep_ratio_is_ceil_half_and_constant(files):
+    model = tiny_model(input_size=48)  # 3 x 3 = 9 patches: ceil(9 * 0.5) = 5 kept
+    model.set_vocab_file(files["vocab"])
+    image, text = features(model, CAPTIONS, n_images=3)
+    model.train()  # the official selection is top-k in training too
+    out = model.pair_outputs(image, text, text)
+    assert out.keep_sparse.shape == (3, 3, 9)
+    assert torch.equal(out.keep_sparse.sum(-1), torch.full((3, 3), 5.0))
+    assert torch.equal(out.keep_dense.mean(-1), torch.full((3, 3), 5 / 9))
+    batch = TrainingBatch(pixels=pixels(3, size=48), captions=CAPTIONS, dense_captions=list(reversed(CAPTIONS)))
+    terms = model.losses(batch)
+    model.eval()
+    assert set(terms) == {"hinge", "ratio"}
+    assert torch.isclose(terms["ratio"], torch.tensor(2 * (5 / 9 - 0.5) ** 2)) and not terms["ratio"].requires_grad
+    assert terms["hinge"].requires_grad and terms["hinge"] >= 0
+
+
+def test_eval_selection_keeps_exactly_the_planted_top_patches():
+    scores = torch.rand(2, 3, 8, generator=torch.Generator().manual_seed(0)) * 0.5
+    planted = torch.tensor([[1, 4, 6, 7], [0, 2, 3, 5]])
+    for b in range(2):
+        for m in range(3):
+            scores[b, m, planted[(b + m) % 2]] += 0.5 + 0.01 * m  # above every other patch
+    keep = select_patches(scores, 0.5, stochastic=False)
+    for b in range(2):
+        for m in range(3):
+            assert keep[b, m].nonzero().flatten().tolist() == planted[(b + m) % 2].tolist()
+    # ceil: 7 patches at ratio 0.5 keep 4; a tie keeps the earlier patch
+    assert top_k_mask(torch.tensor([0.1, 0.9, 0.5, 0.5, 0.2, 0.9, 0.3]), 4).tolist() == [0, 1, 1, 1, 0, 1, 0]
+    assert select_patches(torch.tensor([[0.1, 0.9, 0.5, 0.5, 0.2, 0.8, 0.3]]), 0.5, False).sum() == 4
+
+
+def test_training_selection_is_a_straight_through_gumbel_sample():
+    generator = torch.Generator().manual_seed(0)
+    high = torch.full((2, 10), 1 - 1e-6, requires_grad=True)
+    keep = gumbel_keep(high, generator=generator)
+    assert torch.equal(keep.detach(), torch.ones(2, 10))  # the count is free (not top-k): the ratio loss sets it
+    keep.sum().backward()
+    assert high.grad is not None and torch.all(high.grad != 0)  # the soft sample's gradient
+    low = torch.full((1, 6), 1e-6)
+    low[0, 4] = 2e-6
+    assert gumbel_keep(low, generator=generator).tolist() == [[0, 0, 0, 0, 1, 0]]  # never empty: the best kept
+    mixed = gumbel_keep(torch.full((1, 4000), 0.3), generator=generator)
+    assert set(mixed.unique().tolist()) <= {0.0, 1.0} and abs(mixed.mean().item() - 0.3) < 0.03  # P(keep) = s
+
+
+def test_min_max_and_the_sparse_dense_mix_on_four_patches(paper):
+    # four 2-d patches; the anchors' dots / d are written under each
+    patches = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]]])
+    sparse, dense, image_global = torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 4.0]]), torch.tensor([[1.0, 1.0]])
+    s_st = view_scores(patches, sparse)  # [1, 0, 1, -1] -> [1, 1/2, 1, 0]
+    s_dt = view_scores(patches, dense)  # [0, 2, 2, 0] -> [0, 1, 1, 0]
+    s_im = view_scores(patches, image_global, per_image=True)  # [1/2, 1/2, 1, -1/2] -> [2/3, 2/3, 1, 0]
+    torch.testing.assert_close(s_st, torch.tensor([[[1.0, 0.5, 1.0, 0.0]]]))
+    torch.testing.assert_close(s_dt, torch.tensor([[[0.0, 1.0, 1.0, 0.0]]]))
+    torch.testing.assert_close(s_im, torch.tensor([[[2 / 3, 2 / 3, 1.0, 0.0]]]))
+    prior = torch.tensor([[0.5, 0.25, 1.0, 0.0]])
+    # s_s = 0.4 s_p + 0.6 (s_st + s_im) / 2;  s_d = 0.4 s_p + 0.6 (s_dt + s_im) / 2
+    torch.testing.assert_close(consensus(prior, s_st, s_im), torch.tensor([[[0.7, 0.45, 1.0, 0.0]]]))
+    torch.testing.assert_close(consensus(prior, s_dt, s_im), torch.tensor([[[0.4, 0.6, 1.0, 0.0]]]))
+    assert torch.equal(min_max(torch.full((1, 4), 3.0)), torch.zeros(1, 4))  # a constant row gives 0
+    # the model wires E_st, E_dt, E_im = text, dense text and image global embeddings (class tokens)
+    image = ImageFeatures(cls=image_global, patches=patches, grid_hw=(2, 2))
+    text = TextFeatures(eot=sparse, tokens=sparse[:, None], mask=torch.ones(1, 1, dtype=torch.bool))
+    dense_text = TextFeatures(eot=dense, tokens=dense[:, None], mask=torch.ones(1, 1, dtype=torch.bool))
+    paper.prior_scores = lambda _: prior  # planted prior (an instance attribute shadows the method)
+    try:
+        s_s, s_d = paper.paper_scores(image, text, dense_text)
+    finally:
+        del paper.prior_scores
+    torch.testing.assert_close(s_s, torch.tensor([[[0.7, 0.45, 1.0, 0.0]]]))
+    torch.testing.assert_close(s_d, torch.tensor([[[0.4, 0.6, 1.0, 0.0]]]))
+    with torch.no_grad():
+        real = paper.prior_scores(features(paper, CAPTIONS[:1])[0])
+    assert real.shape == (2, N_PATCHES) and bool(((real > 0) & (real < 1)).all())
+
+
+def test_resynthesis_equals_the_aggregation_on_the_kept_patches(paper):
+    aggr = paper.cross_net.aggr_net
+    patches = torch.randn(2, N_PATCHES, EMBED, generator=torch.Generator().manual_seed(4))
+    keep = torch.tensor([[[1.0, 0, 1, 1], [0, 1, 0, 0]], [[1.0, 1, 1, 1], [0, 0, 1, 1]]])
+    with torch.no_grad():
+        got = aggregate_kept(aggr, patches, keep)  # [2, 2, N_c, C]
+        for b in range(2):
+            for m in range(2):
+                expected, _ = aggr(patches[b][keep[b, m].bool()][None])
+                torch.testing.assert_close(got[b, m], expected[0], atol=1e-5, rtol=1e-5)
+    # a straight-through decision reaches the score through a dropped patch too
+    soft = torch.tensor([[[0.9, 0.2, 0.8, 0.3]]], requires_grad=True)
+    decisions = (soft > 0.5).float() + (soft - soft.detach())
+    aggregate_kept(aggr, patches[:1], decisions).sum().backward()
+    assert soft.grad[0, 0, 1] != 0 and soft.grad[0, 0, 3] != 0
+
+
+def test_paper_scores_are_the_late_interaction_of_the_joint_tokens(paper):
+    image, text = features(paper, CAPTIONS)
+    _, dense = features(paper, list(reversed(CAPTIONS)))
+    with torch.no_grad():
+        out = paper.pair_outputs(image, text, dense)
+        s_s, s_d = paper.paper_scores(image, text, dense)
+        assert torch.equal(out.keep_sparse, top_k_mask(s_s, 2)) and torch.equal(out.keep_dense, top_k_mask(s_d, 2))
+        aggr = paper.cross_net.aggr_net
+        for i in range(2):
+            for j in range(len(CAPTIONS)):
+                tokens = sum(aggr(image.patches[i][keep[i, j].bool()][None])[0][0]
+                             for keep in (out.keep_sparse, out.keep_dense))
+                words = text.tokens[j][text.mask[j]]
+                torch.testing.assert_close(out.scores[i, j], late_interaction_score(words, tokens),
+                                           atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(paper.similarity_with_dense(image, text, dense), out.scores)
+        # without a dense caption: the caption is its own dense text, and that is ``similarity``
+        torch.testing.assert_close(paper.similarity(image, text), paper.similarity_with_dense(image, text))
+
+
+def test_dense_caption_per_image(loaded, paper):
+    for method in (loaded.method, paper):
+        image, text = features(method, CAPTIONS)
+        _, dense = features(method, ["the mat", "a red dog"])
+        with torch.no_grad():
+            got = method.similarity_with_dense(image, text, dense, dense_for="image")
+            for i in range(2):
+                expected = method.similarity_with_dense(image[i], text, dense[[i] * len(CAPTIONS)])
+                torch.testing.assert_close(got[i], expected[0], atol=1e-5, rtol=1e-5)
+        with pytest.raises(ValueError, match="one dense caption per image"):
+            method.similarity_with_dense(image, text, dense[:1], dense_for="image")
+
+
+# ---- (6) losses and gradients ------------------------------------------------------------------------
+
+
+def test_loss_terms_equal_a_hand_computation():
+    scores = torch.tensor([[0.9, 0.5, 0.8], [0.3, 0.6, 0.65], [0.2, 0.1, 0.4]])
+    # image -> wrong text, hardest per row: 0.2 + 0.8 - 0.9 = 0.1; 0.2 + 0.65 - 0.6 = 0.25; row 2: 0
+    # text -> wrong image, hardest per column: col 0: 0; 0.2 + 0.5 - 0.6 = 0.1; 0.2 + 0.8 - 0.4 = 0.6
+    keep_sparse = torch.tensor([1.0, 1, 0, 0]).repeat(3, 3, 1)  # 0.5
+    keep_dense = torch.tensor([1.0, 0, 0, 0]).repeat(3, 3, 1)  # 0.25
+    keep_sparse[0, 0] = keep_dense[0, 0] = 1.0  # pair (0, 0): ratio 1
+    keep_sparse[2, 1] = torch.tensor([0.0, 0, 1, 0])  # pair (2, 1): 0.5 * 0.25 + 0.5 * 0.75 = 0.5
+    keep_dense[2, 1] = torch.tensor([1.0, 1, 0, 1])
+    # others: 0.5 * 0.5 + 0.5 * 0.25 = 0.375; mean over the 9 pairs of (r - 0.5)^2, times 2
+    terms = seps_loss_terms(scores, keep_sparse, keep_dense, target=0.5)
+    assert math.isclose(terms["hinge"].item(), 0.35 + 0.7, abs_tol=1e-6)
+    assert math.isclose(terms["ratio"].item(), 2 * (0.5 ** 2 + 0 + 7 * 0.125 ** 2) / 9, abs_tol=1e-7)
+
+
+def _silent_parameters(model, terms):
+    model.zero_grad()
+    sum(terms.values()).backward()
+    return [name for name, p in model.named_parameters()
+            if p.requires_grad and (p.grad is None or not torch.any(p.grad != 0))]
+
+
+@pytest.mark.parametrize("scoring", ["paper", "official"])
+def test_gradients_reach_every_learnable_parameter(files, scoring):
+    model = tiny_model(scoring=scoring)
+    model.set_vocab_file(files["vocab"])
+    model.train()
+    batch = TrainingBatch(pixels=pixels(3, seed=7), captions=CAPTIONS, dense_captions=["the mat", "a dog", "red"])
+    terms = model.losses(batch)
+    assert all(t.ndim == 0 and torch.isfinite(t) for t in terms.values())
+    assert _silent_parameters(model, terms) == []
+    frozen = sorted(name for name, p in model.named_parameters() if not p.requires_grad)
+    assert frozen and all(name.startswith(POOLER_PREFIXES) for name in frozen)  # only the unused poolers
+    assert tuple(model.parameters_without_gradient) == POOLER_PREFIXES
+    if scoring == "paper":
+        # the hinge alone trains the prior MLP: its straight-through selection feeds the re-synthesis
+        terms = model.losses(batch)
+        model.zero_grad()
+        terms["hinge"].backward()
+        assert all(torch.any(p.grad != 0) for p in model.cross_net.score_net.parameters())
+        assert terms["ratio"].requires_grad
+    model.eval()
+
+
+def test_losses_without_dense_captions_warn(files):
+    model = tiny_model()
+    model.set_vocab_file(files["vocab"])
+    batch = TrainingBatch(pixels=pixels(2), captions=CAPTIONS[:2])
+    with pytest.warns(UserWarning, match="own dense caption"):
+        terms = model.losses(batch)
+    with torch.no_grad():
+        image, text = model.encode_image(batch.pixels), model.encode_text(model.tokenize(CAPTIONS[:2]).ids)
+        scores = 2 * model.similarity(image, text)
+    torch.testing.assert_close(terms["hinge"], seps_loss_terms(scores, *([torch.ones(1)] * 2), 0.5)["hinge"])
+
+
+# ---- (7) examples and the official layout round trip -------------------------------------------------
+
+
+def test_example_vocabulary_covers_the_example_batch():
+    model = SepsMethod.example("tiny")
+    batch = example_batch(model.preprocess.image_size, batch_size=4)
+    ids = model.tokenize(batch.captions + batch.dense_captions).ids
+    assert model.tokenizer.unk_token_id not in ids.tolist()[0] and not (ids == model.tokenizer.unk_token_id).any()
+    assert model.preprocess.image_size == 64 and model.embed_dim == 32 and model.refiner["n_out"] == 3
+
+
+def test_round_trip_in_the_official_layout(tmp_path):
+    model = SepsMethod.example("tiny", seed=3).eval()
+    path = save_released(model, tmp_path / "model_best.pth")
+    raw = read_checkpoint(path, allow_pickle=True)
+    assert "img_enc.visual_encoder.encoder.layer.1.attention.attention.query.weight" in raw.tensors
+    assert not any(key.startswith("cross_net.score_net.") for key in raw.tensors)
+    assert isinstance(raw.extras["opt"], argparse.Namespace) and raw.extras["opt"].sparse_ratio == 0.5
+    assert {"epoch", "best_rsum", "Eiters"} <= set(raw.extras)
+    loaded = explorer.load(path, device="cpu", allow_pickle=True, options=model.release_load_options())
+    assert loaded.key_report.ok and loaded.method.scoring == "official"
+    other = loaded.method
+    image, text = features(model, CAPTIONS)
+    _, dense = features(model, list(reversed(CAPTIONS)))
+    with torch.no_grad():
+        for a, b in ((model.similarity_with_dense(image, text, dense), other.similarity_with_dense(image, text, dense)),
+                     (model.kept_masks(image[0], text, dense)[1], other.kept_masks(image[0], text, dense)[1])):
+            assert torch.equal(a, b)
+        features_b = features(other, CAPTIONS)
+        torch.testing.assert_close(model.similarity(image, text), other.similarity(*features_b))
+    # an official file has no prior MLP: the paper scoring refuses it, clearly
+    with pytest.raises(CheckpointError, match=r"scoring='paper' needs the learned patch prior"):
+        explorer.load(path, device="cpu", allow_pickle=True, options={"scoring": "paper"})
+    with pytest.raises(CheckpointError, match="scoring must be one of"):
+        explorer.load(path, device="cpu", allow_pickle=True, options={"scoring": "both"})
+
+
+def test_paper_variant_round_trips_and_keeps_its_scoring(tmp_path, paper):
+    path = save_released(paper, tmp_path / "paper.pth")
+    loaded = explorer.load(path, device="cpu", allow_pickle=True, options=paper.release_load_options())
+    assert loaded.key_report.ok and loaded.method.scoring == "paper"
+    assert any("scoring = paper" in note for note in loaded.key_report.notes)
+    image, text = features(paper, CAPTIONS)
+    with torch.no_grad():
+        assert torch.equal(paper.similarity(image, text), loaded.method.similarity(image, text))
+    with pytest.raises(CheckpointError, match="prior MLP"):
+        explorer.load(path, device="cpu", allow_pickle=True, options={"scoring": "official"})
+    ours = save_method(paper, tmp_path / "paper.safetensors")
+    assert load_method(ours)[0].scoring == "paper"
+    with pytest.raises(CheckpointError, match="scoring='paper'"):
+        load_method(save_method(tiny_model(), tmp_path / "official.safetensors"), overrides={"scoring": "paper"})
+
+
+# ---- (8) maps ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["official", "paper"])
+def test_native_maps(loaded, paper, variant):
+    method = loaded.method if variant == "official" else paper
+    assert method.map_kinds == ("generic", "kept-sparse", "kept-dense", "word-max", "selection-score")
+    image, text = features(method, CAPTIONS, n_images=1)
+    _, dense = features(method, ["the mat sits on a red dog"])
+    rows, cols = image.grid_hw
+    with torch.no_grad():
+        maps = {kind: method.sentence_maps(image, text, kind) for kind in method.map_kinds}
+        for kind, grid in maps.items():
+            assert grid.shape == (len(CAPTIONS), rows, cols), kind
+        for kind in ("kept-sparse", "kept-dense"):
+            assert set(maps[kind].unique().tolist()) == {0.0, 1.0}
+            assert torch.equal(maps[kind].sum((1, 2)), torch.full((3,), math.ceil(N_PATCHES * 0.5)))
+        assert torch.equal(maps["kept-dense"], maps["kept-sparse"])  # the sentence is its own dense caption
+        assert torch.equal(method.sentence_maps(image, text, "kept-patches"), maps["kept-sparse"])
+        sparse, dense_mask = method.kept_masks(image, text, dense)  # one dense caption for all sentences
+        assert torch.equal(sparse, maps["kept-sparse"]) and dense_mask.shape == (3, rows, cols)
+        assert torch.equal(method.dense_maps(image, text, dense, "kept-dense"), dense_mask)
+        assert torch.equal(dense_mask[0], dense_mask[1])  # same dense caption, same dense selection
+        # word-max: max over the word tokens ([CLS], [SEP] left out) of the leaky-ReLU cosine with each patch
+        for j in range(len(CAPTIONS)):
+            words = text.tokens[j][text.mask[j]][1:-1]
+            cosine = torch.nn.functional.normalize(words, dim=-1) @ torch.nn.functional.normalize(
+                image.patches[0], dim=-1).T
+            expected = torch.where(cosine > 0, cosine, 0.1 * cosine).max(dim=0).values.reshape(rows, cols)
+            torch.testing.assert_close(maps["word-max"][j], expected)
+        assert method.word_maps(image, text, 0).shape == (int(text.mask[0].sum()) - 2, rows, cols)
+    with pytest.raises(ValueError, match="no map kind"):
+        method.sentence_maps(image, text, "attention")

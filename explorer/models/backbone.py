@@ -91,6 +91,37 @@ class ClipBackbone(nn.Module):
         projected = self.project_image(self.image_tokens(pixels))
         return ImageFeatures(cls=projected[:, 0], patches=projected[:, 1:], grid_hw=self.grid_hw)
 
+    def image_attention(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Self-attention weights of the last vision block: [B, heads, 1 + P, 1 + P], rows sum to 1.
+
+        Token 0 is the class token, then the patches row-major. The earlier blocks run as in
+        the forward; the last block's queries and keys are computed here from its own
+        ``attn.in_proj_weight/bias`` on ``ln_1`` of its input, and
+        ``softmax(q k^T / sqrt(head width))`` is taken per head (in float32). Nothing in the
+        forward is changed or hooked.
+        """
+        visual = self.visual
+        x = visual._embeds(pixels.to(self.dtype))
+        blocks = visual.transformer.resblocks
+        batch_first = getattr(visual.transformer, "batch_first", True)
+        if not batch_first:
+            x = x.transpose(0, 1)
+        for block in blocks[:-1]:
+            x = block(x)
+        if not batch_first:
+            x = x.transpose(0, 1)
+        last = blocks[-1]
+        h = last.ln_1(x)
+        width, heads = h.shape[-1], last.attn.num_heads
+        weight = last.attn.in_proj_weight[: 2 * width]
+        bias = None if last.attn.in_proj_bias is None else last.attn.in_proj_bias[: 2 * width]
+        q, k = torch.nn.functional.linear(h, weight, bias).float().chunk(2, dim=-1)
+        n, length = h.shape[0], h.shape[1]
+        q = q.reshape(n, length, heads, width // heads).transpose(1, 2)
+        k = k.reshape(n, length, heads, width // heads).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(width // heads)
+        return scores.softmax(dim=-1)
+
     # ---- text tower --------------------------------------------------------------------------
 
     def text_tokens(self, ids: torch.Tensor) -> torch.Tensor:
@@ -108,7 +139,9 @@ class ClipBackbone(nn.Module):
         # EOT has the largest id in CLIP's vocabulary, so argmax finds it (as OpenAI CLIP does).
         eot_index = ids.argmax(dim=-1)
         eot = projected[torch.arange(ids.shape[0], device=ids.device), eot_index]
-        return TextFeatures(eot=eot, tokens=projected, mask=ids != 0)
+        # Real tokens are SOT .. EOT. Not ``ids != 0``: id 0 is a real BPE token ("!").
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return TextFeatures(eot=eot, tokens=projected, mask=positions[None, :] <= eot_index[:, None])
 
     @property
     def dtype(self) -> torch.dtype:

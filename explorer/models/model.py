@@ -110,8 +110,9 @@ class Model:
     def similarity(self, images, texts) -> torch.Tensor:
         """[n_images, n_texts] scores in the method's own mode (cosine for the global mode)."""
         image = images if isinstance(images, ImageFeatures) else self.encode_image(images)
-        text = texts if isinstance(texts, TextFeatures) else self.encode_text(texts)
-        return self.method.similarity(image, text).float().cpu()
+        if isinstance(texts, TextFeatures):
+            return self.method.similarity(image, texts).float().cpu()
+        return self.method.score_captions(image, list(texts)).float().cpu()
 
     @torch.inference_mode()
     def sentence_maps(self, image, sentences: Sequence[str], kind: str = GENERIC_MAP) -> SentenceMaps:

@@ -46,7 +46,7 @@ def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
 
 def _import_all() -> None:
     # Importing the modules runs their @register decorators.
-    from . import clip, finelip, flair, goal, seps  # noqa: F401
+    from . import caft, clip, finelip, flair, goal, mulclip, seps  # noqa: F401
 
 
 def keys_with_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> bool:

@@ -100,6 +100,12 @@ class Method:
         """[n_images, n_texts]. Default: cosine of the global embeddings."""
         return cosine_matrix(image.cls, text.eot)
 
+    def score_captions(self, image: ImageFeatures, captions: list[str]) -> torch.Tensor:
+        """[n_images, n_captions] scores of raw captions. Methods whose text side is more than one token
+        sequence (CAFT's chunks) override this; everyone else tokenizes and calls ``similarity``."""
+        device = image.cls.device
+        return self.similarity(image, self.encode_text(self.tokenize(list(captions)).ids.to(device)))
+
     def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
         """[M, rows, cols] maps over the patch grid of one image, one per sentence."""
         if kind == GENERIC_MAP:

@@ -7,31 +7,59 @@ the open_clip text keys at the top level, ``visual.*`` without
 exactly what CLIP calls ``visual.proj`` and ``text_projection``, so they are
 renamed onto those on load and back on save), the attention pooling
 ``visual_proj.{attn,ln_q,ln_k,ln_v}.*``, ``logit_scale`` and ``logit_bias``.
-Training files are wrapped as ``{'state_dict': ...}`` with ``module.``.
+Training files are wrapped as ``{'epoch', 'name', 'state_dict': ...}`` with
+``module.`` (open_clip's trainer); ``released_file_object`` writes that.
 
 The pooling is ``MultiheadAttention(d, 8 heads, add_zero_attn=True)`` on
-LayerNorm'd query (the caption's global embedding), keys and values (the
-projected patch tokens); the text-conditioned image embedding is compared
-with the caption by cosine (times ``exp(logit_scale)`` plus ``logit_bias``
-inside the sigmoid loss).
+LayerNorm'd query (the caption's global embedding t), keys and values (the
+projected patch tokens); the text-conditioned image embedding
+``v_tc(I, T) = AttnPool(t, patches, patches)`` is compared with the caption
+by cosine. The zero-attention slot (a key and value of zeros after the
+projections, so its logit is exactly 0) lets a caption attend to nothing.
+
+Training (``losses``), FLAIR's two sigmoid losses (SigLIP form,
+-log sigmoid(y_ij (exp(logit_scale) s_ij + logit_bias)), y = +1 for a pair
+of the same image, -1 otherwise), sharing the one learnable scale and bias
+a FLAIR checkpoint holds:
+
+- "text-conditioned" (FLAIR's L_tcs): s_ij = cos(v_tc(I_i, T_j), t_j);
+- "multi-positive" (FLAIR's L_mps, the global term): s_ij = cos(v_cls(I_i), t_j).
+
+Which texts: ``loss_texts="captions"`` (default) uses each image's long
+caption (cut at 77 tokens), so the positives are the diagonal;
+``loss_texts="sub-captions"`` uses ``batch.sentences`` (FLAIR trains on K
+sub-captions per image, each 1-3 merged sentences; the merging is the data
+loader's job), every sub-caption of image i being a positive of image i.
+Scale and bias start at SigLIP's values, exp(scale) = 10 and bias = -10.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from ..batch import TrainingBatch
 from ..checkpoints import KeyReport, RawCheckpoint
 from ..features import ImageFeatures, TextFeatures
+from ..losses import sigmoid_loss
 from . import keys_with_prefix, register
-from .base import cosine_matrix
+from .base import GENERIC_MAP
+from ..positional import SHORT_CONTEXT
 from .clip import ClipFamily
 
 POOL_PREFIX = "visual_proj."
 RENAMES = {"image_post.proj": "visual.proj", "text_post.proj": "text_projection"}
 DEFAULT_POOL_HEADS = 8
+ATTENTION_MAP = "attention-pool"
+_HEAD_KIND = re.compile(re.escape(ATTENTION_MAP) + r"/head-(\d+)")
+LOSS_TEXTS = ("captions", "sub-captions")
+INIT_LOGIT_SCALE = math.log(10.0)  # SigLIP's initialisation, also FLAIR's
+INIT_LOGIT_BIAS = -10.0
 
 
 class TextConditionedPool(nn.Module):
@@ -53,21 +81,36 @@ class TextConditionedPool(nn.Module):
 
 @register
 class FlairMethod(ClipFamily):
+    """FLAIR: each caption pools the patches it attends to; scores compare that pooling with the caption."""
+
     name = "flair"
     title = "FLAIR"
     detect_priority = 20
     default_quick_gelu = False  # FLAIR is trained from scratch with open_clip's GELU
+    default_context = SHORT_CONTEXT  # open_clip's 77 tokens
+    native_map_kinds = (ATTENTION_MAP,)  # per-head kinds are added per instance (``map_kinds``)
+    new_module_prefixes = ("visual_proj.",)
 
-    def __init__(self, arch, pool_heads: int = DEFAULT_POOL_HEADS):
-        super().__init__(arch, pool_heads=pool_heads)
+    def __init__(self, arch, pool_heads: int = DEFAULT_POOL_HEADS, loss_texts: str = "captions"):
+        if loss_texts not in LOSS_TEXTS:
+            raise ValueError(f"FLAIR loss_texts must be one of {LOSS_TEXTS}, not {loss_texts!r}")
+        super().__init__(arch, pool_heads=pool_heads, loss_texts=loss_texts)
+        self.loss_texts = loss_texts
         self.visual_proj = TextConditionedPool(arch.embed_dim, pool_heads)
-        self.logit_bias = nn.Parameter(torch.tensor(-10.0))
+        with torch.no_grad():
+            self.logit_scale.fill_(INIT_LOGIT_SCALE)
+        self.logit_bias = nn.Parameter(torch.tensor(INIT_LOGIT_BIAS))
 
     @classmethod
     def detect(cls, tensors, raw):
         if keys_with_prefix(tensors, POOL_PREFIX) and "image_post.proj" in tensors:
             return "flair"
         return None
+
+    @classmethod
+    def extra_config_from(cls, tensors):
+        # The tensors cannot tell the head count; listing the options lets a manifest override them.
+        return {"pool_heads": DEFAULT_POOL_HEADS, "loss_texts": "captions"}
 
     @classmethod
     def to_backbone_layout(cls, raw: RawCheckpoint, fmt: str, report: KeyReport):
@@ -84,15 +127,92 @@ class FlairMethod(ClipFamily):
 
         return infer_clip_architecture(tensors, quick_gelu=False)
 
+    def released_state_dict(self) -> dict:
+        """FLAIR's names: ``image_post.proj`` / ``text_post.proj`` instead of ``visual.proj`` / ``text_projection``."""
+        return released_flair_keys(self.state_dict())
+
+    def released_file_object(self):
+        """What open_clip's trainer saves: {'epoch', 'name', 'state_dict': {'module.' + key: tensor}}."""
+        state = {"module." + key: value for key, value in self.released_state_dict().items()}
+        return {"epoch": 1, "name": f"flair-{self.arch.name}", "state_dict": state}
+
+    # ---- scores --------------------------------------------------------------------------------
+
+    @property
+    def pool_heads(self) -> int:
+        return self.visual_proj.attn.num_heads
+
     def conditioned_image(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
         """[n_images, n_texts, d]: each image pooled by each caption."""
         queries = text.eot[None].expand(len(image), -1, -1)
         pooled, _ = self.visual_proj(queries, image.patches)
         return pooled
 
+    def conditioned_scores(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
+        """[n_images, n_texts]: cos(AttnPool(t_j, patches_i), t_j)."""
+        pooled = F.normalize(self.conditioned_image(image, text).float(), dim=-1)
+        return (pooled * F.normalize(text.eot.float(), dim=-1)[None]).sum(dim=-1)
+
     def similarity(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
-        pooled = self.conditioned_image(image, text)
-        return torch.stack([cosine_matrix(pooled[i], text.eot).diagonal() for i in range(len(image))])
+        return self.conditioned_scores(image, text)
+
+    # ---- training ------------------------------------------------------------------------------
+
+    def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
+        """FLAIR's text-conditioned sigmoid loss plus its global (multi-positive) sigmoid loss."""
+        if self.loss_texts == "sub-captions":
+            batch.require("sentences", method="FLAIR with loss_texts='sub-captions'")
+            texts = [sentence for sentences in batch.sentences for sentence in sentences]
+            owner = torch.tensor([i for i, sentences in enumerate(batch.sentences) for _ in sentences])
+        else:
+            texts, owner = list(batch.captions), torch.arange(len(batch.captions))
+        image = self.encode_image(batch.pixels)
+        text = self.encode_captions(texts)
+        positives = torch.arange(len(image))[:, None] == owner[None, :]  # [n_images, n_texts]
+        positives = positives.to(text.eot.device)
+        global_scores = F.normalize(image.cls.float(), dim=-1) @ F.normalize(text.eot.float(), dim=-1).T
+        return {
+            "text-conditioned": sigmoid_loss(self.conditioned_scores(image, text), self.logit_scale,
+                                             self.logit_bias, positives),
+            "multi-positive": sigmoid_loss(global_scores, self.logit_scale, self.logit_bias, positives),
+        }
+
+    # ---- maps ----------------------------------------------------------------------------------
+
+    @property
+    def map_kinds(self) -> tuple[str, ...]:
+        heads = tuple(f"{ATTENTION_MAP}/head-{k}" for k in range(self.pool_heads))
+        return (GENERIC_MAP, *self.native_map_kinds, *heads)
+
+    def attention_weights(self, image: ImageFeatures, text: TextFeatures, average_heads: bool = True):
+        """The pooling weights of each sentence over one image: [M, P + 1] (head-averaged) or
+        [heads, M, P + 1]; the last column is the zero-attention slot."""
+        if len(image) != 1:
+            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+        _, weights = self.visual_proj(text.eot[None], image.patches, average_heads=average_heads)
+        return weights[0]
+
+    def zero_slot_weight(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
+        """[M] head-averaged attention mass each sentence puts on the zero slot (1 = attends to nothing)."""
+        return self.attention_weights(image, text)[:, -1]
+
+    def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
+        """Native kinds:
+
+        - "attention-pool": the head-averaged pooling attention of each sentence over the patches,
+          with the zero slot dropped and NOT renormalised: a map sums to 1 - ``zero_slot_weight``,
+          so a sentence that attends to nothing draws a flat, near-zero map.
+        - "attention-pool/head-k": the same for head k alone (the head maps average to the first).
+        """
+        match = _HEAD_KIND.fullmatch(kind)
+        if kind == ATTENTION_MAP:
+            weights = self.attention_weights(image, text)  # [M, P + 1]
+        elif match and int(match.group(1)) < self.pool_heads:
+            weights = self.attention_weights(image, text, average_heads=False)[int(match.group(1))]
+        else:
+            return super().sentence_maps(image, text, kind)
+        rows, cols = image.grid_hw
+        return weights[:, :-1].reshape(len(text), rows, cols)
 
 
 def released_flair_keys(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,20 @@
+"""Data: the synthetic long-caption world, its on-disk layout, and readers for DOCCI and Urban1k.
+
+- ``synthetic``: ``generate_scene`` / ``generate_scenes``, seeded scenes with known truth
+  (``vocabulary`` its words, ``drawing`` its pixels, ``captions`` its text, ``scene`` the records).
+- ``store``: ``write_dataset`` / ``read_dataset``, the synthetic world on disk.
+- ``formats``: DOCCI and Urban1k readers and exporters, ``LongCaptionRecord``, ``read_records``.
+"""
+
+from __future__ import annotations
+
+from .errors import DatasetError
+from .formats import (LongCaptionRecord, detect_layout, export_docci, export_urban1k, read_docci, read_records,
+                      read_urban1k, synthetic_records)
+from .scene import Background, HardNegative, Scene, SceneObject, Sentence
+from .store import read_dataset, write_dataset
+from .synthetic import generate_scene, generate_scenes
+
+__all__ = ["Background", "DatasetError", "HardNegative", "LongCaptionRecord", "Scene", "SceneObject", "Sentence",
+           "detect_layout", "export_docci", "export_urban1k", "generate_scene", "generate_scenes", "read_dataset",
+           "read_docci", "read_records", "read_urban1k", "synthetic_records", "write_dataset"]

@@ -1,0 +1,173 @@
+"""How well per-sentence maps, scores and region choices agree with the truth.
+
+- ``mask_iou`` / ``mean_iou``: intersection over union of a predicted mask
+  (e.g. the Otsu mask of a sentence map, ``explorer.masks``) with the
+  ground-truth mask of the sentence's object; mean over sentences.
+  Two empty masks agree perfectly: IoU 1 (nothing to find, nothing found).
+- ``pointing_game``: a map points where it peaks; a hit when the peak lies in
+  the truth (Zhang et al., "Top-down neural attention by excitation
+  backprop"). When the maximum is reached at several pixels, all of them must
+  lie inside, so a flat map hits only if the truth covers the whole image.
+  ``tolerance`` (pixels) grows the truth by a disk first, as the original
+  protocol does with 15 px.
+- ``hard_negative_accuracy``: the score of the true caption beats the score of
+  its hard negative(s) strictly (a tie is a miss).
+- ``flism_region_accuracy``: for each sentence, FLISM picks one region; the
+  right region is the one overlapping the sentence's object box best (box
+  IoU). Regions tied for the best overlap are all right. Sentences whose box
+  overlaps no region have no right answer and are left out (counted in the
+  result).
+
+Masks and maps are numpy arrays or tensors; masks and maps that are compared
+must have the same shape (upsample a grid map to the image first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+def mask_iou(predicted, truth) -> float:
+    """IoU of two boolean masks of the same shape (1.0 when both are empty)."""
+    p, t = _as_bool(predicted), _as_bool(truth)
+    _same_shape(p, t, "predicted mask", "truth mask")
+    union = np.logical_or(p, t).sum()
+    if union == 0:
+        return 1.0
+    return float(np.logical_and(p, t).sum() / union)
+
+
+def mean_iou(predicted, truth) -> float:
+    """Mean over sentences of ``mask_iou``: stacks [M, H, W] of predicted and true masks."""
+    p, t = _as_bool(predicted), _as_bool(truth)
+    _same_shape(p, t, "predicted masks", "truth masks")
+    if p.ndim < 3 or len(p) == 0:
+        raise ValueError(f"expected stacks of masks [M, H, W], got shape {p.shape}")
+    return float(np.mean([mask_iou(a, b) for a, b in zip(p, t)]))
+
+
+def pointing_hits(maps, truth, tolerance: int = 0) -> np.ndarray:
+    """[M] bool: whether each map's peak lies in its true mask (stacks [M, H, W])."""
+    values = _as_float(maps)
+    masks = _as_bool(truth)
+    if values.ndim == 2:
+        values, masks = values[None], masks[None]
+    _same_shape(values, masks, "maps", "truth masks")
+    if np.isnan(values).any():
+        raise ValueError("a map holds NaN; the pointing game needs a peak")
+    if tolerance > 0:
+        from skimage.morphology import dilation, disk
+
+        footprint = disk(int(tolerance))
+        masks = np.stack([dilation(mask, footprint) for mask in masks])
+    hits = np.empty(len(values), dtype=bool)
+    for i, (one, mask) in enumerate(zip(values, masks)):
+        peak = one == one.max()
+        hits[i] = bool(mask[peak].all())
+    return hits
+
+
+def pointing_game(maps, truth, tolerance: int = 0) -> float:
+    """Share of maps whose peak lies in the true mask."""
+    return float(pointing_hits(maps, truth, tolerance).mean())
+
+
+def hard_negative_accuracy(true_scores, negative_scores) -> float:
+    """Share of items whose true caption outscores every hard negative.
+
+    ``true_scores`` [N]; ``negative_scores`` [N] (one negative each) or [N, K] (K each).
+    """
+    positive = _as_float(true_scores).reshape(-1)
+    negative = _as_float(negative_scores)
+    if negative.ndim == 1:
+        negative = negative[:, None]
+    if negative.ndim != 2 or negative.shape[0] != positive.shape[0] or negative.shape[1] == 0:
+        raise ValueError(f"negative scores must be [N] or [N, K] with N = {positive.shape[0]}, "
+                         f"got shape {negative.shape}")
+    if positive.size == 0:
+        raise ValueError("no items to score")
+    return float((positive[:, None] > negative).all(axis=1).mean())
+
+
+def box_iou(a, b) -> np.ndarray:
+    """[N, R] IoU of boxes (x0, y0, x1, y1) in the same units; empty boxes overlap nothing."""
+    a, b = _boxes(a), _boxes(b)
+    x0 = np.maximum(a[:, None, 0], b[None, :, 0])
+    y0 = np.maximum(a[:, None, 1], b[None, :, 1])
+    x1 = np.minimum(a[:, None, 2], b[None, :, 2])
+    y1 = np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+@dataclass
+class RegionAccuracy:
+    accuracy: float  # hits / scored (NaN when no sentence could be scored)
+    hits: int
+    scored: int  # sentences whose box overlaps some region
+    skipped: int  # sentences whose box overlaps no region (no right answer)
+    targets: np.ndarray  # [M] index of the best-overlapping region, -1 where none
+
+
+def flism_region_accuracy(predicted_regions, sentence_boxes, region_boxes) -> RegionAccuracy:
+    """Sentence-to-region accuracy: the region chosen for each sentence vs the one its object box overlaps most.
+
+    ``predicted_regions`` [M] region index chosen per sentence (FLISM: each sentence's best
+    region); ``sentence_boxes`` [M, 4] the object box each sentence describes;
+    ``region_boxes`` [R, 4] the proposals. Boxes in the same units.
+    """
+    chosen = np.asarray(predicted_regions, dtype=np.int64).reshape(-1)
+    overlap = box_iou(sentence_boxes, region_boxes)  # [M, R]
+    if overlap.shape[0] != chosen.shape[0]:
+        raise ValueError(f"{chosen.shape[0]} predicted regions for {overlap.shape[0]} sentence boxes")
+    if overlap.shape[1] == 0:
+        raise ValueError("no region boxes")
+    if ((chosen < 0) | (chosen >= overlap.shape[1])).any():
+        raise ValueError(f"predicted regions must index 0..{overlap.shape[1] - 1}")
+    best = overlap.max(axis=1)
+    scorable = best > 0
+    targets = np.where(scorable, overlap.argmax(axis=1), -1)
+    hit = scorable & (overlap[np.arange(len(chosen)), chosen] == best)
+    scored = int(scorable.sum())
+    return RegionAccuracy(accuracy=float(hit.sum() / scored) if scored else float("nan"), hits=int(hit.sum()),
+                          scored=scored, skipped=int((~scorable).sum()), targets=targets)
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+
+
+def _as_float(values) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().float().cpu().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def _as_bool(values) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values)
+    if array.dtype != bool:
+        if not np.isin(array, (0, 1)).all():
+            raise ValueError("a mask must be boolean (or hold only 0 and 1)")
+        array = array.astype(bool)
+    return array
+
+
+def _boxes(values) -> np.ndarray:
+    boxes = _as_float(values)
+    if boxes.ndim == 1:
+        boxes = boxes[None]
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise ValueError(f"boxes must be [N, 4] (x0, y0, x1, y1), got shape {boxes.shape}")
+    return boxes
+
+
+def _same_shape(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} {a.shape} and {name_b} {b.shape} differ in shape")

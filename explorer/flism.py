@@ -1,0 +1,190 @@
+"""FLISM: Fast Local Image-Sentence Matching (FAST-GOAL, papers/fast-goal.txt, Sec. III-A).
+
+Given an image and the sentences of its long caption, FLISM proposes local
+regions, embeds every region crop and every sentence with CLIP, lets every
+sentence take its most similar region, and keeps the single most similar
+(sentence, region) pair as the local training pair (I_l, T_l).
+
+Region proposals (in this order):
+- detector boxes (the paper uses YOLOS). The detector is pluggable: any
+  callable ``detector(image) -> list[Region]``; the default (None) proposes
+  no detector boxes, so nothing is downloaded;
+- the four quadrants of the image (w/2 x h/2 each);
+- one centre box formed by the quadrants' midpoints:
+  (w/4, h/4, 3w/4, 3h/4).
+
+Similarities are cosines of L2-normalised CLIP embeddings (the class-token
+embedding of each crop, the EOT embedding of each sentence). Ties go to the
+first maximum (lowest sentence index, then lowest region index).
+
+Everything here is a plain function (no UI code): ``spatial_regions`` and
+``match_similarity`` are pure; ``flism`` wires them to a loaded model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+if TYPE_CHECKING:  # the public model wrapper; only named in annotations
+    from .models.model import Model
+
+Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in pixels, x1 > x0, y1 > y0
+SOURCES = ("detector", "quadrant", "centre")
+QUADRANT_LABELS = ("top-left", "top-right", "bottom-left", "bottom-right")
+
+
+@dataclass(frozen=True)
+class Region:
+    box: Box  # (x0, y0, x1, y1) in pixels of the image the regions were proposed on
+    source: str  # "detector", "quadrant" or "centre"
+    label: str = ""  # detector class name (and score), or the quadrant's name
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"a region's source is one of {SOURCES}, not {self.source!r}")
+
+    @property
+    def width(self) -> float:
+        return self.box[2] - self.box[0]
+
+    @property
+    def height(self) -> float:
+        return self.box[3] - self.box[1]
+
+    def unit_box(self, image_width: float, image_height: float) -> Box:
+        """The box in [0, 1] coordinates of the whole image (what ``TrainingBatch.local_boxes`` holds)."""
+        x0, y0, x1, y1 = self.box
+        return (x0 / image_width, y0 / image_height, x1 / image_width, y1 / image_height)
+
+
+class Detector(Protocol):
+    """An object detector: boxes (with labels) for one RGB picture. Its regions' source is "detector"."""
+
+    def __call__(self, image: Image.Image) -> list[Region]: ...
+
+
+@dataclass
+class FlismResult:
+    similarity: torch.Tensor  # [M, R] cosine of sentence i with region j
+    best_region: torch.Tensor  # [M] long: the region each sentence takes (argmax of its row)
+    best_pair: tuple[int, int]  # (sentence_index, region_index) of the highest similarity overall
+    regions: list[Region] | None = None  # the R regions, when FLISM proposed them
+    sentences: list[str] | None = None  # the M sentences, when given as text
+
+    @property
+    def best_score(self) -> float:
+        i, j = self.best_pair
+        return float(self.similarity[i, j])
+
+    @property
+    def pair_region(self) -> Region | None:
+        return None if self.regions is None else self.regions[self.best_pair[1]]
+
+    @property
+    def pair_sentence(self) -> str | None:
+        return None if self.sentences is None else self.sentences[self.best_pair[0]]
+
+
+# ---- proposals ----------------------------------------------------------------------------------
+
+
+def spatial_regions(width: float, height: float) -> list[Region]:
+    """The four quadrants (top-left, top-right, bottom-left, bottom-right), then the centre box."""
+    if width <= 0 or height <= 0:
+        raise ValueError(f"an image has a positive size, not {width} x {height}")
+    w2, h2 = width / 2, height / 2
+    corners = ((0.0, 0.0), (w2, 0.0), (0.0, h2), (w2, h2))
+    regions = [Region((x, y, x + w2, y + h2), "quadrant", name) for (x, y), name in zip(corners, QUADRANT_LABELS)]
+    # The quadrants' midpoints are (w/4, h/4), (3w/4, h/4), (w/4, 3h/4), (3w/4, 3h/4): they span this box.
+    regions.append(Region((width / 4, height / 4, 3 * width / 4, 3 * height / 4), "centre", "centre"))
+    return regions
+
+
+def clip_box(box: Sequence[float], width: float, height: float) -> Box | None:
+    """The box inside the image, or None if nothing of it is left."""
+    x0, y0, x1, y1 = (float(v) for v in box)
+    x0, x1 = max(0.0, min(x0, x1)), min(float(width), max(x0, x1))
+    y0, y1 = max(0.0, min(y0, y1)), min(float(height), max(y0, y1))
+    if x1 <= x0 or y1 <= y0:
+        return None
+    return (x0, y0, x1, y1)
+
+
+def region_proposals(image: Image.Image, detector: Detector | None = None) -> list[Region]:
+    """Detector boxes (kept inside the image, labelled source="detector"), then the 5 spatial regions."""
+    width, height = image.size
+    regions: list[Region] = []
+    for found in (detector(image) if detector is not None else []):
+        box = clip_box(found.box, width, height)
+        if box is not None:  # a box wholly outside the picture proposes nothing
+            regions.append(replace(found, box=box, source="detector"))
+    return regions + spatial_regions(width, height)
+
+
+def pixel_box(box: Box, width: int, height: int) -> tuple[int, int, int, int]:
+    """Whole pixels covering the box (floor the start, ceil the end), at least one pixel wide and high."""
+    x0, y0 = max(0, math.floor(box[0])), max(0, math.floor(box[1]))
+    x1, y1 = min(width, math.ceil(box[2])), min(height, math.ceil(box[3]))
+    x1, y1 = max(x1, min(width, x0 + 1)), max(y1, min(height, y0 + 1))
+    return (x0, y0, x1, y1)
+
+
+def crop_regions(image: Image.Image, regions: Sequence[Region]) -> list[Image.Image]:
+    width, height = image.size
+    return [image.crop(pixel_box(region.box, width, height)) for region in regions]
+
+
+# ---- matching -----------------------------------------------------------------------------------
+
+
+def match_similarity(similarity: torch.Tensor) -> FlismResult:
+    """Every sentence (row) takes its best region (column); the single highest entry is the pair."""
+    if similarity.ndim != 2 or 0 in similarity.shape:
+        raise ValueError(f"FLISM matches M sentences x R regions (both > 0), got shape {tuple(similarity.shape)}")
+    similarity = similarity.detach().float().cpu()
+    best_region = similarity.argmax(dim=1)
+    flat = int(similarity.flatten().argmax())
+    n_regions = similarity.shape[1]
+    return FlismResult(similarity=similarity, best_region=best_region,
+                       best_pair=(flat // n_regions, flat % n_regions))
+
+
+def match_sentences(region_embeddings: torch.Tensor, sentence_embeddings: torch.Tensor) -> FlismResult:
+    """``region_embeddings`` [R, d], ``sentence_embeddings`` [M, d] -> cosine [M, R] and the matches."""
+    sentences = F.normalize(sentence_embeddings.detach().float(), dim=-1)
+    regions = F.normalize(region_embeddings.detach().float(), dim=-1)
+    return match_similarity(sentences @ regions.T)
+
+
+def flism(model: "Model", image, sentences: Sequence[str], detector: Detector | None = None,
+          fit: str = "crop") -> FlismResult:
+    """Propose regions on ``image``, embed their crops and the sentences with ``model``, and match.
+
+    ``model`` is the public ``explorer.Model`` (anything with ``encode_image(list of PIL)`` and
+    ``encode_text(list of str)`` returning explorer features). Each crop is preprocessed as the
+    model's own inputs are (``fit="crop"``: resize the short side, centre crop, as CLIP's
+    preprocessing does in the official pipeline; ``"squash"`` keeps the whole crop).
+    """
+    from .images import load_image
+
+    sentences = list(sentences)  # indices in the result are indices into this list: nothing is dropped
+    if not any(s and s.strip() for s in sentences):
+        raise ValueError("FLISM needs at least one sentence to match.")
+    picture = image if isinstance(image, Image.Image) and image.mode == "RGB" else load_image(image).image
+    regions = region_proposals(picture, detector)
+    crops = crop_regions(picture, regions)
+    region_embeddings = model.encode_image(crops, fit=fit).cls
+    sentence_embeddings = model.encode_text(sentences).eot
+    result = match_sentences(region_embeddings, sentence_embeddings)
+    result.regions, result.sentences = regions, sentences
+    return result
+
+
+__all__ = ["Box", "Detector", "FlismResult", "Region", "clip_box", "crop_regions", "flism", "match_sentences",
+           "match_similarity", "pixel_box", "region_proposals", "spatial_regions"]

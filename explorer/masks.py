@@ -1,0 +1,66 @@
+"""Binary masks from maps by Otsu's threshold (Otsu, 1979).
+
+A per-sentence map becomes a mask the way CAFT and MulCLIP draw them: the
+threshold that best separates the map's values into two classes (maximal
+between-class variance, ``skimage.filters.threshold_otsu``), and the mask is
+the pixels strictly above it.
+
+Edge cases, decided here once:
+- a flat map (every finite value equal) has no two classes: the mask is empty
+  and the threshold is that value. A map that says nothing selects nothing.
+- non-finite pixels (NaN, +-inf) take no part in the threshold and are never
+  in the mask; a map with no finite pixel is an error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from skimage.filters import threshold_otsu
+
+
+def otsu_mask(values, nbins: int = 256) -> tuple[np.ndarray, float]:
+    """(mask, threshold) of one map: ``mask = map > threshold``, bool, same shape as the map.
+
+    Otsu picks the split of a ``nbins``-bin histogram of the finite values; the
+    returned threshold is the middle of the gap between the highest value below the
+    split and the lowest value above it, so ``map > threshold`` is exactly that split.
+    (skimage returns the centre of the last background bin, which would put the upper
+    half of that bin into the mask.)
+    """
+    array = _as_array(values)
+    finite = np.isfinite(array)
+    if not finite.any():
+        raise ValueError("the map has no finite value to threshold")
+    inside = array[finite]
+    low, high = float(inside.min()), float(inside.max())
+    if low == high:  # flat map: one class only
+        return np.zeros(array.shape, dtype=bool), low
+    counts, edges = np.histogram(inside, bins=nbins, range=(low, high))
+    centers = (edges[:-1] + edges[1:]) / 2
+    split = int(np.searchsorted(centers, threshold_otsu(hist=(counts, centers))))  # last background bin
+    bins = np.clip(np.searchsorted(edges, inside, side="right") - 1, 0, nbins - 1)  # as np.histogram bins them
+    above = bins > split
+    threshold = (float(inside[~above].max()) + float(inside[above].min())) / 2
+    mask = np.zeros(array.shape, dtype=bool)
+    mask[finite] = above
+    return mask, threshold
+
+
+def otsu_masks(maps, nbins: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """One Otsu mask per map of a stack [M, H, W]: masks [M, H, W] bool and thresholds [M]."""
+    array = _as_array(maps)
+    if array.ndim != 3:
+        raise ValueError(f"expected a stack of maps [M, H, W], got shape {array.shape}")
+    results = [otsu_mask(one, nbins) for one in array]
+    masks = np.stack([mask for mask, _ in results]) if results else np.zeros(array.shape, dtype=bool)
+    return masks, np.array([threshold for _, threshold in results], dtype=np.float64)
+
+
+def _as_array(values) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().float().cpu().numpy()
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim < 1 or array.size == 0:
+        raise ValueError(f"a map needs at least one value, got shape {array.shape}")
+    return array

@@ -1,0 +1,380 @@
+"""One training loop for every method.
+
+    model, report = init_from("finelip", "longclip-B.pt")
+    result = train(model, samples, TrainConfig(epochs=3, batch_size=64), "checkpoints/finelip-synth", init=report)
+    explorer.load(result.manifest)
+
+A method supplies ``losses(batch)`` (named, already weighted terms) and
+``parameter_groups()``; the loop minimises the sum of the terms with
+
+- AdamW, per-group learning rates (``lr_backbone``, ``lr_new``), no weight
+  decay on biases, norms, embeddings and temperatures (optimizer.py);
+- linear warm-up, then cosine decay (schedule.py), stepped per optimizer step;
+- gradient accumulation: ``accumulate`` micro-batches per optimizer step, each
+  micro-batch's loss weighted by its share of the window's samples, so for a
+  loss that is a mean over samples the step equals one on the concatenated
+  batch (contrastive losses see the negatives of their own micro-batch only);
+- gradient clipping on the total norm (the norm before clipping is logged);
+- mixed precision on CUDA: autocast in bf16 (or fp16 with a GradScaler) over
+  fp32 weights; plain fp32 on CPU;
+- checkpoints written atomically every ``checkpoint_every`` steps and at the
+  end, each also published to the zoo as ``<out>/<name>.json`` (checkpointing.py);
+- exact resume from the newest checkpoint: weights, optimizer, scheduler,
+  grad scaler, step, RNG states, and the data order (batches are fixed by the
+  epoch number, so the resumed run sees the batches the uninterrupted one
+  would have);
+- ``metrics.jsonl`` and ``run.jsonl`` (metrics_log.py), a tqdm bar, seeds recorded.
+
+The run is seeded with ``seed`` (Python, numpy, torch) when it starts fresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ExplorerError
+from ..models.model import resolve_device
+from .checkpointing import (capture_rng, latest_checkpoint, load_checkpoint, manifest_name, restore_rng,
+                            save_checkpoint, write_manifest, WEIGHTS_FILE)
+from .metrics_log import METRICS_FILE, RUN_LOG_FILE, JsonlLog
+from .optimizer import build_adamw, group_lrs
+from .samples import BatchSource, SampleLoader
+from .schedule import WarmupCosine, build_scheduler
+from .warm_start import InitReport
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Fields that may change when a run is resumed; any other change would make it another run.
+RESUMABLE_CHANGES = frozenset({"device", "precision", "checkpoint_every", "keep_checkpoints", "log_every",
+                               "workers", "command"})
+
+
+class TrainingError(ExplorerError):
+    """A run cannot start, continue or finish (with what to do about it)."""
+
+
+@dataclass
+class TrainConfig:
+    epochs: int | None = 1  # passes over the data; ignored when max_steps is set
+    max_steps: int | None = None  # optimizer steps in all (the schedule's length)
+    batch_size: int = 32  # samples per micro-batch when the dataset is a sequence of samples
+    lr_backbone: float = 1e-5  # the CLIP towers the method starts from
+    lr_new: float = 1e-4  # modules the method adds (method.new_module_prefixes)
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0  # or a share of the run (not both)
+    min_lr_ratio: float = 0.0  # the cosine ends at this share of each base rate
+    accumulate: int = 1  # micro-batches per optimizer step
+    clip_grad_norm: float | None = 1.0  # None or 0: no clipping
+    precision: str = "auto"  # auto (bf16 on CUDA if supported, else fp16; fp32 on CPU), fp32, bf16, fp16
+    device: str = "auto"  # auto picks CUDA when available
+    seed: int = 0
+    checkpoint_every: int = 0  # optimizer steps between checkpoints; 0: only at the end
+    keep_checkpoints: int = 1  # resumable checkpoints kept on disk
+    log_every: int = 1
+    shuffle: bool = True
+    workers: int = 0  # data worker processes (SampleLoader)
+    name: str | None = None  # the zoo name; default: the out folder's name
+    command: str = ""  # what launched the run, for the manifest's "source"
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
+        if self.accumulate < 1 or self.batch_size < 1 or self.log_every < 1:
+            raise ValueError("accumulate, batch_size and log_every must be at least 1")
+        if self.max_steps is None and (self.epochs is None or self.epochs < 1):
+            raise ValueError("give epochs >= 1 or max_steps")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.warmup_steps and self.warmup_ratio:
+            raise ValueError("give warmup_steps or warmup_ratio, not both")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        self.betas = tuple(self.betas)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    manifest: Path  # <out>/<name>.json: explorer.load(result.manifest)
+    weights: Path  # <out>/model.safetensors
+    metrics_path: Path
+    run_log_path: Path
+    steps: int  # optimizer steps done, in all
+    total_steps: int
+    resumed_from: int | None  # the step this call started from, when it resumed
+    last: dict  # the last metrics row
+    history: list[dict] = field(default_factory=list)  # every metrics row of this call
+    device: str = "cpu"
+    precision: str = "fp32"
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_precision(precision: str, device: torch.device, notes: list[str]) -> str:
+    if device.type != "cuda":
+        if precision in AMP_DTYPES:
+            notes.append(f"{precision} asked for on {device.type}: training in fp32")
+        return "fp32"
+    if precision == "auto":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return precision
+
+
+def as_batch_source(dataset, method, config: TrainConfig) -> BatchSource:
+    """A ``BatchSource`` as it is, or a sequence of samples wrapped in a ``SampleLoader`` for ``method``."""
+    if isinstance(dataset, BatchSource):
+        return dataset
+    if isinstance(dataset, Sequence) or (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        return SampleLoader(dataset, method.preprocess, config.batch_size, shuffle=config.shuffle, seed=config.seed,
+                            workers=config.workers)
+    raise TypeError(f"train() takes a BatchSource or a sequence of samples, not {type(dataset).__name__}")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def train(method, dataset, config: TrainConfig | None, out_dir: str | Path, *, init: InitReport | None = None,
+          resume: bool = False, progress: bool = True, on_metrics: Callable[[dict], None] | None = None) -> TrainResult:
+    """Train ``method`` on ``dataset`` and publish the result as a zoo entry in ``out_dir``.
+
+    ``dataset``: a ``BatchSource`` or a sequence of samples (samples.py). ``config``: None for
+    the defaults of ``TrainConfig``. ``init``: the ``InitReport`` of ``init_from`` (recorded
+    with the run). ``resume``: continue the run in ``out_dir`` from its newest checkpoint (an
+    error when there is none; and a run folder with a checkpoint is never restarted without
+    ``resume``). ``on_metrics(row)`` is called with each logged metrics row, after any
+    checkpoint due at that step; an exception from it stops the run, which then resumes
+    from its last checkpoint. The model is left on the run's device, in the mode it came in.
+    """
+    was_training = method.training
+    try:
+        run = _Run(method, dataset, config or TrainConfig(), Path(out_dir).expanduser(), init, resume)
+    except BaseException:
+        method.train(was_training)
+        raise
+    bar = _progress_bar(progress, run.total, run.step, method)
+    try:
+        run.loop(bar, on_metrics)
+    finally:
+        bar.close()
+        method.train(was_training)
+    return run.result()
+
+
+class _Run:
+    """The state of one call of ``train``: model, optimizer, schedule, counters, logs."""
+
+    def __init__(self, method, dataset, config: TrainConfig, out_dir: Path, init: InitReport | None, resume: bool):
+        self.method, self.config, self.out_dir = method, config, out_dir
+        self.notes: list[str] = []
+        self.device = resolve_device(config.device)
+        self.precision = resolve_precision(config.precision, self.device, self.notes)
+        self.source = as_batch_source(dataset, method, config)
+        self.steps_per_epoch = len(self.source) // config.accumulate
+        if self.steps_per_epoch < 1:
+            raise TrainingError(f"an epoch has {len(self.source)} batch(es), fewer than accumulate="
+                                f"{config.accumulate}: no optimizer step would run; use more data, smaller batches "
+                                "or less accumulation.")
+        self.total = config.max_steps or config.epochs * self.steps_per_epoch
+        warmup = config.warmup_steps or int(round(config.warmup_ratio * self.total))
+        schedule = WarmupCosine(self.total, min(warmup, self.total), config.min_lr_ratio)
+        self.name = manifest_name(out_dir, config.name)
+
+        folder = latest_checkpoint(out_dir) if out_dir.exists() else None
+        if folder is not None and not resume:
+            raise TrainingError(f"{out_dir} already holds a run (checkpoint {folder.name}); resume it "
+                                "(resume=True, --resume) or choose another output folder.")
+        if folder is None and resume:
+            raise TrainingError(f"Nothing to resume: {out_dir} holds no checkpoint.")
+
+        method.to(self.device)
+        method.train()
+        saved = None
+        if folder is not None:
+            saved = load_checkpoint(folder, method)
+            _check_same_run(saved.state.get("config", {}), config, folder)
+        else:
+            seed_everything(config.seed)
+        self.optimizer = build_adamw(method, {"backbone": config.lr_backbone, "new": config.lr_new},
+                                     config.weight_decay, betas=config.betas, eps=config.eps)
+        self.scheduler = build_scheduler(self.optimizer, schedule)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        self.amp = (torch.autocast(device_type=self.device.type, dtype=AMP_DTYPES[self.precision])
+                    if self.precision in AMP_DTYPES else contextlib.nullcontext())
+        self.parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.metrics, self.run_log = JsonlLog(out_dir / METRICS_FILE), JsonlLog(out_dir / RUN_LOG_FILE)
+        self.step, self.samples, self.elapsed_before = 0, 0, 0.0
+        self.resumed_from = None
+        if saved is not None:
+            self.optimizer.load_state_dict(saved.state["optimizer"])
+            self.scheduler.load_state_dict(saved.state["scheduler"])
+            if saved.state.get("scaler"):
+                self.scaler.load_state_dict(saved.state["scaler"])
+            restore_rng(saved.state["rng"])
+            self.step = self.resumed_from = saved.step
+            self.samples = int(saved.state.get("samples", 0))
+            self.elapsed_before = float(saved.state.get("elapsed_s", 0.0))
+            dropped = self.metrics.truncate_after_step(self.step)
+            if dropped:
+                self.notes.append(f"dropped {dropped} metrics row(s) logged after the checkpoint at step {self.step}")
+        # where the weights started: this call's init, else what the resumed run recorded
+        self.init_source = init.source if init is not None else (saved.state.get("init_source") if saved else None)
+        self.command = config.command or "explorer.training.train (Python)"
+        self.history: list[dict] = []
+        self.t_start = time.perf_counter()
+        self.run_log.write({
+            "event": "resume" if saved else "start", "step": self.step, "total_steps": self.total,
+            "time": time.time(), "method": method.name, "config": config.to_dict(), "seed": config.seed,
+            "device": str(self.device), "precision": self.precision, "steps_per_epoch": self.steps_per_epoch,
+            "batches_per_epoch": len(self.source), "warmup_steps": schedule.warmup_steps, "command": self.command,
+            "notes": self.notes, "init": None if init is None else init.to_dict(),
+        })
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t_start
+
+    def loop(self, bar, on_metrics) -> None:
+        config, start = self.config, self.step
+        while self.step < self.total:
+            epoch = self.step // self.steps_per_epoch
+            batches = iter(self.source.batches(epoch, (self.step % self.steps_per_epoch) * config.accumulate))
+            try:
+                for _ in range(self.step % self.steps_per_epoch, self.steps_per_epoch):
+                    row = self.update(_take(batches, config.accumulate, epoch), epoch)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{row['loss']:.4f}", refresh=False)
+                    logged = self.step % config.log_every == 0 or self.step == self.total
+                    if logged:
+                        self.metrics.write(row)
+                    if self.step < self.total and config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                        self.checkpoint(finished=False)
+                    if logged and on_metrics is not None:
+                        on_metrics(row)
+                    if self.step == self.total:
+                        break
+            finally:
+                close = getattr(batches, "close", None)
+                if close is not None:
+                    close()
+        if self.step > start or not (self.out_dir / WEIGHTS_FILE).exists():
+            self.checkpoint(finished=True)
+
+    def update(self, window: list, epoch: int) -> dict:
+        """One optimizer step from the accumulated micro-batches; returns its metrics row."""
+        t0 = time.perf_counter()
+        lrs = group_lrs(self.optimizer)  # the rates this step runs at
+        n = sum(len(batch) for batch in window)
+        self.optimizer.zero_grad(set_to_none=True)
+        terms: dict[str, float] = {}
+        for batch in window:
+            share = len(batch) / n
+            with self.amp:
+                parts = self.method.losses(batch.to(self.device))
+            if not parts:
+                raise TrainingError(f"{self.method.title}.losses returned no terms")
+            self.scaler.scale(sum(parts.values()) * share).backward()
+            for key, value in parts.items():
+                terms[key] = terms.get(key, 0.0) + float(value.detach()) * share
+        loss = sum(terms.values())
+        if not math.isfinite(loss):  # before the update, so the weights stay as they were
+            raise TrainingError(f"the loss became {loss} at step {self.step + 1} (terms {terms}); "
+                                + ("try bf16 or fp32, " if self.precision == "fp16" else "")
+                                + "lower the learning rate, or resume from the last checkpoint.")
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.config.clip_grad_norm or math.inf))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        with warnings.catch_warnings():
+            # fp16: the scaler skips an update whose gradients overflowed; the schedule still advances
+            # (its length is counted in steps taken), which torch warns about.
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
+            self.scheduler.step()
+        self.step += 1
+        self.samples += n
+        seconds = time.perf_counter() - t0
+        row = {"step": self.step, "epoch": epoch, "loss": loss, **{f"loss/{k}": v for k, v in terms.items()},
+               **{f"lr/{group}": lr for group, lr in lrs.items()}, "grad_norm": grad_norm, "samples": self.samples,
+               "samples_per_s": n / seconds if seconds > 0 else math.inf, "elapsed_s": self.elapsed()}
+        if self.scaler.is_enabled():
+            row["grad_scale"] = float(self.scaler.get_scale())  # it drops when an update was skipped
+        self.history.append(row)
+        return row
+
+    def checkpoint(self, finished: bool) -> None:
+        state = {"step": self.step, "samples": self.samples, "elapsed_s": self.elapsed(),
+                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "scaler": self.scaler.state_dict(), "rng": capture_rng(), "config": self.config.to_dict(),
+                 "total_steps": self.total, "steps_per_epoch": self.steps_per_epoch, "init_source": self.init_source}
+        metadata = {"training": {"step": self.step, "total_steps": self.total, "seed": self.config.seed,
+                                 "command": self.command, "init": self.init_source, "finished": finished}}
+        save_checkpoint(self.out_dir, self.method, state, metadata, keep_last=self.config.keep_checkpoints)
+        write_manifest(self.out_dir, self.name, self.method, source=f"trained by explorer: {self.command}",
+                       notes=_manifest_notes(self.step, self.total, self.config, self.init_source, finished))
+        self.run_log.write({"event": "finish" if finished else "checkpoint", "step": self.step, "time": time.time()})
+
+    def result(self) -> TrainResult:
+        return TrainResult(out_dir=self.out_dir, manifest=self.out_dir / f"{self.name}.json",
+                           weights=self.out_dir / WEIGHTS_FILE, metrics_path=self.metrics.path,
+                           run_log_path=self.run_log.path, steps=self.step, total_steps=self.total,
+                           resumed_from=self.resumed_from, last=self.history[-1] if self.history else {},
+                           history=self.history, device=str(self.device), precision=self.precision,
+                           notes=self.notes)
+
+
+def _take(batches, count: int, epoch: int) -> list:
+    window = []
+    for _ in range(count):
+        try:
+            window.append(next(batches))
+        except StopIteration:
+            raise TrainingError(f"the data source ended early in epoch {epoch}: it gave fewer batches than "
+                                "its len() promised") from None
+    return window
+
+
+def _check_same_run(saved: dict, config: TrainConfig, folder: Path) -> None:
+    now = config.to_dict()
+    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and k in saved
+                     and _plain(saved[k]) != _plain(now[k]))
+    if changed:
+        details = ", ".join(f"{k}: {saved[k]!r} -> {now[k]!r}" for k in changed)
+        raise TrainingError(f"{folder} was trained with other settings ({details}); a resumed run keeps its "
+                            "settings. Start a new run (another output folder, init from this one) to change them.")
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _manifest_notes(step: int, total: int, config: TrainConfig, init_source: str | None, finished: bool) -> str:
+    start = f"from {init_source}" if init_source else "from scratch"
+    state = "finished" if finished else "in progress"
+    return f"{state}: step {step} of {total}, {start}, seed {config.seed}; see run.jsonl and metrics.jsonl"
+
+
+def _progress_bar(progress: bool, total: int, initial: int, method):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not progress, unit="step", desc=f"train {method.name}",
+                dynamic_ncols=True)
+
+
+__all__ = ["TrainConfig", "TrainResult", "TrainingError", "as_batch_source", "resolve_precision", "seed_everything",
+           "train"]
