@@ -54,6 +54,31 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(run=_run_models_check)
 
+    train = commands.add_parser("train", help="train a method on a data folder; the result joins the zoo")
+    from .training.launch import add_train_arguments
+
+    add_train_arguments(train)
+    train.set_defaults(run=_run_train)
+
+    data = commands.add_parser("data", help="synthetic world and dataset layouts").add_subparsers(title="data")
+    synth = data.add_parser("synth", help="write the synthetic long-caption world (seeded) to a folder")
+    synth.add_argument("out", type=Path)
+    synth.add_argument("--n", type=int, default=1000, help="number of scenes (split 80/10/10)")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--size", type=int, default=224, help="image size in pixels")
+    synth.add_argument("--samples", action="store_true", help="also write samples.jsonl for `explorer train`")
+    synth.add_argument("--overwrite", action="store_true")
+    synth.set_defaults(run=_run_data_synth)
+
+    zoo = commands.add_parser("zoo", help="the demo zoo").add_subparsers(title="zoo")
+    demo = zoo.add_parser("build-demo", help="retrain checkpoints/demo/ from scratch on the synthetic world")
+    demo.add_argument("--out", type=Path, help="default: the repository's checkpoints/demo")
+    demo.add_argument("--work", type=Path, help="data and run folders (default: ~/.cache/explorer/demo-build)")
+    demo.add_argument("--scenes", type=int, default=6000)
+    demo.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (e.g. 0.1 for a quick try)")
+    demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")
+    demo.set_defaults(run=_run_build_demo)
+
     maps = commands.add_parser("maps", help="per-sentence maps of a caption over an image, as a figure")
     maps.add_argument("image")
     text = maps.add_mutually_exclusive_group(required=True)
@@ -131,6 +156,34 @@ def _run_models_check(args) -> int:
                           "report": result.report.to_dict()}, indent=2))
     else:
         print(result.summary())
+    return 0
+
+
+def _run_train(args) -> int:
+    from .training.launch import run_train_command
+
+    return run_train_command(args)
+
+
+def _run_data_synth(args) -> int:
+    from .data import write_dataset
+
+    counts = write_dataset(args.out, n_scenes=args.n, seed=args.seed, image_size=args.size, overwrite=args.overwrite)
+    print(f"wrote {counts} scenes at {args.size} px to {args.out} (seed {args.seed}); layout: {args.out}/layout.md")
+    if args.samples:
+        from .demo_zoo import write_samples
+
+        path = write_samples(args.out, split="train")
+        print(f"wrote {path} for `explorer train --data {args.out}`")
+    return 0
+
+
+def _run_build_demo(args) -> int:
+    from .demo_zoo import DEMO_ROOT, WORK_ROOT, build_demo
+
+    written = build_demo(out=args.out or DEMO_ROOT, work=args.work or WORK_ROOT, n_scenes=args.scenes,
+                         scale=args.scale, only=args.only)
+    print(f"demo zoo: {len(written)} model(s) written")
     return 0
 
 

@@ -90,7 +90,7 @@ def test_encode_text_shapes_and_mask(tiny):
     features = tiny.encode_text(texts)
     batch = tiny.tokenize(texts)
     assert isinstance(features, TextFeatures)
-    d, k = TINY_ARCH.embed_dim, tiny.context_length
+    d, k = TINY_ARCH.embed_dim, max(batch.n_tokens)  # padding past the last EOT is dropped (causal mask)
     assert features.eot.shape == (3, d)
     assert features.tokens.shape == (3, k, d)
     assert features.mask.shape == (3, k) and features.mask.dtype == torch.bool

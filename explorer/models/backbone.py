@@ -135,9 +135,12 @@ class ClipBackbone(nn.Module):
         return tokens @ self.text_projection
 
     def encode_text(self, ids: torch.Tensor) -> TextFeatures:
-        projected = self.project_text(self.text_tokens(ids))
         # EOT has the largest id in CLIP's vocabulary, so argmax finds it (as OpenAI CLIP does).
         eot_index = ids.argmax(dim=-1)
+        # The mask is causal, so padding after the last EOT changes nothing before it: drop it.
+        # A 20-token caption in a 248-token context then costs 20 positions, not 248.
+        ids = ids[:, : int(eot_index.max()) + 1]
+        projected = self.project_text(self.text_tokens(ids))
         eot = projected[torch.arange(ids.shape[0], device=ids.device), eot_index]
         # Real tokens are SOT .. EOT. Not ``ids != 0``: id 0 is a real BPE token ("!").
         positions = torch.arange(ids.shape[1], device=ids.device)

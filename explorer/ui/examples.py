@@ -1,4 +1,6 @@
-"""Example pictures for the Grounding tab: real photos that scikit-image ships (no download)."""
+"""Example pictures for the Grounding tab: held-out scenes of the synthetic world (the demo
+models were trained on that world, so their maps mean something there), then real photos that
+scikit-image ships (no download)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,27 @@ def cache_dir() -> Path:
     return path
 
 
-def example_images() -> list[tuple[Path, str]]:
-    """(path, caption) pairs, writing the photos to the cache the first time."""
-    from skimage import data
+SYNTHETIC_EXAMPLES = 4
+
+
+def synthetic_examples() -> list[tuple[Path, str]]:
+    """Test-split scenes (never trained on) with their long captions, rendered once into the cache."""
+    from ..data import generate_scenes
 
     pairs = []
+    for scene in generate_scenes(SYNTHETIC_EXAMPLES, seed=0, image_size=224, split="test"):
+        path = cache_dir() / f"synthetic-{scene.id}.png"
+        if not path.exists():
+            scene.image.save(path)
+        pairs.append((path, scene.long_caption))
+    return pairs
+
+
+def example_images() -> list[tuple[Path, str]]:
+    """(path, caption) pairs, writing the pictures to the cache the first time."""
+    from skimage import data
+
+    pairs = synthetic_examples()
     for name, caption in PHOTOS.items():
         path = cache_dir() / f"{name}.png"
         if not path.exists():

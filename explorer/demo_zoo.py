@@ -1,0 +1,247 @@
+"""The demo zoo: every method trained by this project on its own synthetic world.
+
+``explorer zoo build-demo`` reproduces ``checkpoints/demo/`` from nothing:
+
+1. write the synthetic long-caption world (seeded) to a work folder;
+2. train a base CLIP from scratch on the SHORT captions at 77 tokens (the analogue of OpenAI CLIP);
+3. fine-tune each method from that base with its own losses on the LONG captions, as the papers do
+   (Long-CLIP's stretch to 248 comes from ``init_from``); GOAL's local pairs are mined with FLISM
+   using the base CLIP, as FAST-GOAL mines them with CLIP; SEPS (ViT + BERT, no CLIP backbone)
+   trains from scratch with a word vocabulary of the world written beside it;
+4. store each result as fp16 safetensors (<= 25 MB) with a manifest that records the seed, the
+   steps and the command.
+
+Everything is small enough for a 2-core CPU (about an hour for all); ``--scale`` shortens it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+DEMO_SEED = 0
+IMAGE_SIZE = 64
+DEMO_ROOT = Path(__file__).resolve().parents[1] / "checkpoints" / "demo"
+WORK_ROOT = Path.home() / ".cache" / "explorer" / "demo-build"
+COMMAND = "explorer zoo build-demo"
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One model of the demo zoo and how it is trained."""
+
+    name: str
+    method: str
+    steps: int
+    init: str | None = "clip-base"  # the demo model it starts from; None: from scratch
+    captions: str = "long"  # which caption it trains on: "long" or "short"
+    lr_backbone: float = 1e-4
+    lr_new: float = 1e-3
+    batch_size: int = 32
+    extra: dict = field(default_factory=dict)
+
+
+RUNS = (
+    DemoRun("clip-base", "clip", steps=900, init=None, captions="short", lr_backbone=5e-4, lr_new=5e-4),
+    DemoRun("longclip", "longclip", steps=200),
+    DemoRun("finelip", "finelip", steps=200),
+    DemoRun("mulclip", "mulclip", steps=200),
+    DemoRun("goal", "goal", steps=200),
+    DemoRun("flair", "flair", steps=200),
+    DemoRun("caft", "caft", steps=200),
+    DemoRun("seps", "seps", steps=600, init=None, lr_backbone=5e-4, lr_new=1e-3),
+)
+
+SOURCES = {
+    "clip": "trained from scratch on the synthetic world's short captions, context 77",
+    "seps": "trained from scratch (ViT + BERT) on the synthetic world's sparse and dense captions",
+}
+
+
+def demo_architecture():
+    """Small enough to train on a CPU, big enough to ground: 64 px, 8 px patches (8 x 8 grid)."""
+    from .models.architecture import ClipArchitecture
+
+    return ClipArchitecture(embed_dim=128, image_size=IMAGE_SIZE, patch_size=8, vision_width=128, vision_layers=3,
+                            vision_heads=2, vision_mlp_ratio=4.0, context_length=77, vocab_size=49408,
+                            text_width=128, text_layers=2, text_heads=2, text_mlp_ratio=4.0, quick_gelu=True)
+
+
+def write_world(work: Path, n_scenes: int, log: Callable[[str], None]) -> Path:
+    from .data import write_dataset
+
+    data = work / "data"
+    if (data / "scenes.jsonl").exists():
+        log(f"world: reusing {data}")
+        return data
+    start = time.perf_counter()
+    counts = write_dataset(data, n_scenes=n_scenes, seed=DEMO_SEED, image_size=IMAGE_SIZE,
+                           split_fractions={"train": 0.9, "val": 0.02, "test": 0.08})
+    log(f"world: {counts} scenes at {IMAGE_SIZE} px in {time.perf_counter() - start:.0f} s -> {data}")
+    return data
+
+
+def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None) -> list:
+    from .training.samples import TrainingSample
+
+    samples = []
+    for scene in scenes:
+        sentences = [s.text for s in scene.sentences]
+        pair = (local_pairs or {}).get(scene.id)
+        samples.append(TrainingSample(
+            image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
+            short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
+            local_box=pair[0] if pair else None, local_sentence=pair[1] if pair else None))
+    return samples
+
+
+def write_samples(data: Path, split: str = "train") -> Path:
+    """``samples.jsonl`` beside a synthetic dataset, so ``explorer train --data`` reads it directly."""
+    from .data import read_dataset
+    from .training.samples import SAMPLES_FILE
+
+    data = Path(data)
+    lines = []
+    for scene in read_dataset(data, split=split):
+        lines.append(json.dumps({"image": f"images/{scene.id}.png", "caption": scene.long_caption,
+                                 "short_caption": scene.short_caption,
+                                 "sentences": [s.text for s in scene.sentences],
+                                 "dense_caption": scene.dense_caption}))
+    path = data / SAMPLES_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def mine_local_pairs(model, scenes, log: Callable[[str], None]) -> dict:
+    """FLISM with ``model`` on every scene: {scene id: (box in [0, 1], sentence)} of the best pair."""
+    from .flism import flism
+
+    start, pairs = time.perf_counter(), {}
+    for scene in scenes:
+        result = flism(model, scene.image, [s.text for s in scene.sentences])
+        region = result.pair_region
+        pairs[scene.id] = (tuple(float(v) for v in region.unit_box(scene.image.width, scene.image.height)),
+                           result.pair_sentence)
+    log(f"FLISM local pairs for {len(pairs)} scenes in {time.perf_counter() - start:.0f} s")
+    return pairs
+
+
+def world_vocabulary(scenes) -> list[str]:
+    """A BERT word vocabulary that covers every word of the world's captions (for SEPS)."""
+    words = set()
+    for scene in scenes:
+        for text in (scene.long_caption, scene.dense_caption, scene.short_caption,
+                     *(n.caption for n in scene.hard_negatives)):
+            words.update(re.findall(r"[a-z]+|[0-9]|[^\sa-z0-9]", text.lower()))
+    return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
+
+
+def build_model(run: DemoRun, out: Path, vocab_file: Path | None):
+    """The model a run starts from."""
+    from .training.warm_start import init_from
+
+    if run.init is not None:
+        model, report = init_from(run.method, out / f"{run.init}.safetensors", seed=DEMO_SEED, **run.extra)
+        return model, report
+    if run.method == "clip":
+        import torch
+
+        from .models.methods.clip import ClipMethod
+
+        torch.manual_seed(DEMO_SEED)
+        return ClipMethod(demo_architecture()), None
+    if run.method == "seps":
+        import torch
+
+        from .models.methods.seps import SepsMethod
+
+        torch.manual_seed(DEMO_SEED)
+        vocab = vocab_file.read_text().split()
+        return SepsMethod(
+            vision={"width": 128, "layers": 3, "heads": 2, "mlp": 512, "patch_size": 8, "image_size": IMAGE_SIZE},
+            text={"width": 128, "layers": 2, "heads": 2, "mlp": 512, "vocab_size": len(vocab), "max_positions": 256,
+                  "type_vocab_size": 2},
+            embed_dim=128, vocab_file=str(vocab_file)), None
+    raise ValueError(f"no from-scratch recipe for {run.method}")
+
+
+def publish(model, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None) -> Path:
+    """fp16 weights + manifest in the demo zoo."""
+    import torch
+
+    from .models.loading import save_method
+    from .models.zoo import Manifest
+    from .training.checkpointing import architecture_name
+
+    weights = out / f"{run.name}.safetensors"
+    half = model.to(torch.float16)
+    save_method(half, weights, {"seed": DEMO_SEED, "steps": steps_done, "command": COMMAND})
+    model.to(torch.float32)
+    source = SOURCES.get(run.name.split("-")[0], f"fine-tuned from demo clip-base with {model.title}'s losses "
+                                                  "on the synthetic world's long captions")
+    manifest = Manifest(
+        name=f"demo-{run.name}", method=model.name, weights=weights.name, architecture=architecture_name(model),
+        context_length=model.context_length, source=f"{source}; `{COMMAND}` (seed {DEMO_SEED})",
+        format=f"explorer ({model.name})", options=dict(options or {}),
+        notes=f"{steps_done} steps, batch {run.batch_size}, {seconds / 60:.1f} min on CPU; "
+              f"lr backbone {run.lr_backbone:g}, new modules {run.lr_new:g}")
+    manifest.write(out / f"{run.name}.json")
+    return weights
+
+
+def build_demo(out: Path = DEMO_ROOT, work: Path = WORK_ROOT, n_scenes: int = 6000, scale: float = 1.0,
+               only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print) -> list[Path]:
+    """Train the demo zoo; returns the weight files written."""
+    from .data import read_dataset
+    from .models.model import Model
+    from .training.loop import TrainConfig, train
+
+    out, work = Path(out), Path(work)
+    out.mkdir(parents=True, exist_ok=True)
+    data = write_world(work, n_scenes, log)
+    scenes = read_dataset(data, split="train")
+    vocab_file = out / "seps-vocab.txt"
+    if not vocab_file.exists():
+        vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
+    written, local_pairs = [], None
+    for run in RUNS:
+        if only and run.name not in only:
+            continue
+        steps = max(10, int(run.steps * scale))
+        model, report = build_model(run, out, vocab_file)
+        if run.method == "goal":
+            if local_pairs is None:
+                base = Model(build_model(replace(run, init=None, method="clip"), out, None)[0], device="cpu") \
+                    if not (out / "clip-base.safetensors").exists() else _load(out / "clip-base.safetensors")
+                local_pairs = mine_local_pairs(base, scenes, log)
+        samples = training_samples(scenes, run.captions, local_pairs if run.method == "goal" else None)
+        config = TrainConfig(max_steps=steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
+                             lr_new=run.lr_new, warmup_ratio=0.05, weight_decay=0.1, seed=DEMO_SEED,
+                             checkpoint_every=max(50, steps // 4), precision="auto", name=f"demo-{run.name}",
+                             command=f"{COMMAND} (run {run.name})")
+        start = time.perf_counter()
+        run_dir = work / "runs" / run.name
+        resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
+        result = train(model, samples, config, run_dir, init=report, resume=resume, progress=progress)
+        seconds = time.perf_counter() - start
+        options = {"vocab_file": vocab_file.name} if run.method == "seps" else None
+        written.append(publish(model, run, out, result.steps, seconds, options))
+        last = result.last or {}
+        log(f"{run.name}: {result.steps} steps in {seconds / 60:.1f} min, last loss {last.get('loss', float('nan')):.4f}")
+    (out / "BUILD.txt").write_text(json.dumps({"command": COMMAND, "seed": DEMO_SEED, "n_scenes": n_scenes,
+                                               "scale": scale, "image_size": IMAGE_SIZE}, indent=2) + "\n")
+    return written
+
+
+def _load(path: Path):
+    from .models.loading import load_method
+    from .models.model import Model
+
+    method, report, _ = load_method(path)
+    return Model(method, name=path.stem, report=report, device="cpu")

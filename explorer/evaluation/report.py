@@ -1,0 +1,168 @@
+"""Benchmark results as Markdown: a table, and the README section that holds it.
+
+    from explorer.evaluation.report import results_markdown, update_readme
+    update_readme("README.md", results_markdown(results))
+
+``results_table(results)`` takes what ``explorer.evaluation.benchmark.evaluate_zoo`` returns
+(or one ``evaluate_model`` result, or a list of them) and writes one row per model, then one
+per baseline; values are percentages with one decimal, "—" where a metric does not apply.
+``update_readme`` replaces the text between ``<!-- eval-table:start -->`` and
+``<!-- eval-table:end -->`` and nothing else; a README without the markers gets the section
+appended at its end. The file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+DASH = "—"
+HEADINGS = "## Evaluation"
+
+# (header, metric key) in column order, after model / method / ctx
+COLUMNS = (
+    ("long T2I R@1", "long_t2i_R@1"), ("long T2I R@5", "long_t2i_R@5"),
+    ("long I2T R@1", "long_i2t_R@1"), ("long I2T R@5", "long_i2t_R@5"),
+    ("short T2I R@1", "short_t2i_R@1"), ("hard-neg acc", "hard_negative_acc"),
+    ("mIoU generic", "miou_generic"), ("mIoU native (kind)", "miou_native"),
+    ("pointing generic", "pointing_generic"), ("pointing native", "pointing_native"),
+    ("FLISM acc", "flism_acc"),
+)
+BASELINE_NAMES = {"centre-box": "baseline: centre box", "uniform": "baseline: uniform map", "chance": "chance"}
+
+
+def results_table(results) -> str:
+    """A Markdown table: one row per model (failed models say so), then the baselines."""
+    models, baselines, errors = _parts(results)
+    header = ["model", "method", "ctx", *(title for title, _ in COLUMNS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * len(COLUMNS)) + "|"]
+    for model in models:
+        name = model.get("name") or "?"
+        if model.get("trained") is False:
+            name += " (untrained)"
+        metrics = model.get("metrics", {})
+        cells = [_escape(name), _escape(model.get("method") or DASH), str(model.get("context_length") or DASH)]
+        for _, key in COLUMNS:
+            value = _percent(metrics.get(key))
+            if key == "miou_native" and value != DASH and model.get("native_kind"):
+                value += f" ({_escape(model['native_kind'])})"
+            cells.append(value)
+        lines.append("| " + " | ".join(cells) + " |")
+    for name, message in errors.items():
+        cells = [_escape(name), DASH, DASH] + [DASH] * len(COLUMNS)
+        cells[1] = _escape(f"failed: {message}")
+        lines.append("| " + " | ".join(cells) + " |")
+    for key, baseline in baselines.items():
+        metrics = baseline.get("metrics", {})
+        cells = [_escape(BASELINE_NAMES.get(key, f"baseline: {key}")), DASH, DASH]
+        cells += [_percent(metrics.get(column)) for _, column in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def results_markdown(results) -> str:
+    """The table with a line saying what it was computed on, and a legend: what the README section holds."""
+    dataset = results.get("dataset", {}) if isinstance(results, dict) else {}
+    settings = results.get("settings", {}) if isinstance(results, dict) else {}
+    parts = []
+    if dataset:
+        parts.append(
+            f"Synthetic world, `{dataset.get('split', '?')}` split (dataset seed {dataset.get('seed', '?')}, "
+            f"{dataset.get('image_size', '?')} px): retrieval and hard negatives on "
+            f"{dataset.get('retrieval_scenes', '?')} scenes, grounding and FLISM on the first "
+            f"{dataset.get('grounding_scenes', '?')} ({dataset.get('object_sentences', '?')} object sentences)"
+            + (f"; seed {settings['seed']}." if "seed" in settings else "."))
+    parts.append(results_table(results).rstrip("\n"))
+    parts.append(
+        "Percentages. Retrieval: images vs long (or short) captions, ties count against the model. "
+        "Hard-neg acc: the long caption outscores all of its one-attribute-changed negatives. mIoU: Otsu mask "
+        "of each object sentence's map vs the object's mask; pointing: the map's peak lies in the object. "
+        "Native: the first of subcaption-alpha, attention-pool, late-interaction, word-max the method offers. "
+        "FLISM acc: each object sentence's region (4 quadrants + centre) is the one its box overlaps most. "
+        "Written by `explorer eval`.")
+    return "\n\n".join(parts) + "\n"
+
+
+def update_readme(readme_path, table: str, marker: str = "eval-table", heading: str = HEADINGS) -> bool:
+    """Put ``table`` between ``<!-- {marker}:start -->`` and ``<!-- {marker}:end -->`` in the file.
+
+    Only the text between the markers changes. Without the markers, ``heading`` and the marked
+    section are appended at the end (a missing file is created). Markers that are unpaired,
+    repeated or out of order are an error (nothing is written). Returns whether the file changed.
+    """
+    path = Path(readme_path)
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = b""
+    text = raw.decode("utf-8")
+    newline = "\r\n" if "\r\n" in text else "\n"
+    body = newline + newline.join(table.strip("\n").splitlines()) + newline
+    starts, ends = text.count(start), text.count(end)
+    if starts == 0 and ends == 0:
+        if not text or text.endswith(newline * 2):
+            lead = ""
+        else:
+            lead = newline if text.endswith(newline) else newline * 2
+        section = (heading + newline * 2 if heading else "") + start + body + end + newline
+        updated = text + lead + section
+    elif starts == 1 and ends == 1 and text.index(start) < text.index(end):
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        updated = head + start + body + end + tail
+    else:
+        raise ValueError(f"{path}: expected one {start} before one {end}, found {starts} start and {ends} end "
+                         "marker(s); fix them by hand")
+    if updated == text:
+        return False
+    _write_atomically(path, updated.encode("utf-8"))
+    return True
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o644  # mkstemp's file is 0600; a new README is readable like any other
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _parts(results) -> tuple[list[dict], dict, dict]:
+    if isinstance(results, list):
+        return results, {}, {}
+    if "metrics" in results:  # one evaluate_model result
+        return [results], {}, {}
+    return list(results.get("models", [])), dict(results.get("baselines", {})), dict(results.get("errors", {}))
+
+
+def _percent(value) -> str:
+    if value is None:
+        return DASH
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return DASH
+    if number != number:  # NaN
+        return DASH
+    return f"{100 * number:.1f}"
+
+
+def _escape(text) -> str:
+    return re.sub(r"\s+", " ", str(text)).replace("|", "\\|")
+
+
+__all__ = ["COLUMNS", "results_markdown", "results_table", "update_readme"]
