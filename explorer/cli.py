@@ -93,6 +93,26 @@ def _parser() -> argparse.ArgumentParser:
     maps.add_argument("--device", default="auto")
     maps.add_argument("--allow-pickle", action="store_true")
     maps.set_defaults(run=_run_maps)
+
+    evaluate = commands.add_parser("eval", help="benchmark the zoo's models on the synthetic world; write JSON "
+                                                "(and the README table)")
+    evaluate.add_argument("--zoo", help="zoo folder of manifests, or 'demo' for checkpoints/demo (default: "
+                                        "--checkpoints, else the repo's checkpoints/)")
+    evaluate.add_argument("--data", type=Path, help="dataset folder written by `explorer data synth` (default: the "
+                                                    "demo world, regenerated from its seed if absent)")
+    evaluate.add_argument("--split", default="test", choices=("train", "val", "test"))
+    evaluate.add_argument("--limit", type=int, help="scenes for retrieval and hard negatives (default 300)")
+    evaluate.add_argument("--grounding-limit", type=int, default=100,
+                          help="the first scenes used for grounding and FLISM (default 100)")
+    evaluate.add_argument("--model", action="append", dest="models", metavar="NAME",
+                          help="evaluate only this zoo model (repeat for several; default: all)")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--device", default="auto")
+    evaluate.add_argument("--out", type=Path, default=Path("results.json"), help="results JSON (default results.json)")
+    evaluate.add_argument("--readme", type=Path, help="also write the table between <!-- eval-table:start --> and "
+                                                      "<!-- eval-table:end --> of this file")
+    evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    evaluate.set_defaults(run=_run_eval)
     return parser
 
 
@@ -218,6 +238,30 @@ def _run_maps(args) -> int:
     for note in result.notes:
         print(f"note: {note}")
     print(f"wrote {out} ({len(result.maps)} maps)")
+    return 0
+
+
+def _run_eval(args) -> int:
+    from .evaluation.benchmark import evaluate_zoo, write_results
+    from .evaluation.report import results_markdown, results_table, update_readme
+
+    from .demo_zoo import DEMO_ROOT, WORK_ROOT, write_world
+
+    zoo = DEMO_ROOT if args.zoo == "demo" else (args.zoo or args.checkpoints)
+    data = args.data or write_world(WORK_ROOT, print)
+    results = evaluate_zoo(zoo, data, split=args.split, limit=args.limit,
+                           seed=args.seed, progress=not args.no_progress, models=args.models,
+                           grounding_limit=args.grounding_limit, device=args.device)
+    write_results(results, args.out)
+    for name, message in results["errors"].items():
+        print(f"warning: {name}: {message}", file=sys.stderr)
+    if not results["models"]:
+        raise ExplorerError(f"no model was evaluated (zoo: {results['zoo']}); results written to {args.out}")
+    print(results_table(results), end="")
+    print(f"wrote {args.out}")
+    if args.readme:
+        changed = update_readme(args.readme, results_markdown(results))
+        print(f"{'updated' if changed else 'unchanged'}: {args.readme}")
     return 0
 
 

@@ -71,7 +71,10 @@ def demo_architecture():
                             text_width=128, text_layers=2, text_heads=2, text_mlp_ratio=4.0, quick_gelu=True)
 
 
-def write_world(work: Path, n_scenes: int, log: Callable[[str], None]) -> Path:
+DEMO_SCENES = 6000
+
+
+def write_world(work: Path, log: Callable[[str], None], n_scenes: int = DEMO_SCENES) -> Path:
     from .data import write_dataset
 
     data = work / "data"
@@ -195,7 +198,7 @@ def publish(model, run: DemoRun, out: Path, steps_done: int, seconds: float, opt
     return weights
 
 
-def build_demo(out: Path = DEMO_ROOT, work: Path = WORK_ROOT, n_scenes: int = 6000, scale: float = 1.0,
+def build_demo(out: Path = DEMO_ROOT, work: Path = WORK_ROOT, n_scenes: int = DEMO_SCENES, scale: float = 1.0,
                only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print) -> list[Path]:
     """Train the demo zoo; returns the weight files written."""
     from .data import read_dataset
@@ -204,7 +207,7 @@ def build_demo(out: Path = DEMO_ROOT, work: Path = WORK_ROOT, n_scenes: int = 60
 
     out, work = Path(out), Path(work)
     out.mkdir(parents=True, exist_ok=True)
-    data = write_world(work, n_scenes, log)
+    data = write_world(work, log, n_scenes)
     scenes = read_dataset(data, split="train")
     vocab_file = out / "seps-vocab.txt"
     if not vocab_file.exists():

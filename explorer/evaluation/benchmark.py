@@ -457,7 +457,8 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
         finally:
             model = None
             zoo.cache = ModelCache(1)  # drop the loaded model before the next one loads
-        result["name"] = name
+        manifest = zoo.get(name)
+        result.update({"name": name, "architecture": manifest.architecture, "source": manifest.source})
         results["models"].append(result)
     return results
 
@@ -465,8 +466,7 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
 def write_results(results: dict, path) -> Path:
     """Write ``results`` as JSON (NaN and infinities as null), atomically; returns the path."""
     path = Path(path)
-    if path.parent != Path(""):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(_json_safe(results), indent=2, allow_nan=False) + "\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
