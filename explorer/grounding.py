@@ -67,18 +67,28 @@ def prepare_image(source, working_side: int = WORKING_SIDE):
 
 
 def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: MapCache | None = None,
-           working_side: int = WORKING_SIDE) -> GroundingResult:
-    """Split the caption, and draw one map per sentence of the chosen kind."""
+           working_side: int = WORKING_SIDE, dense_caption: str | None = None) -> GroundingResult:
+    """Split the caption, and draw one map per sentence of the chosen kind.
+
+    ``dense_caption`` goes to methods that read one (SEPS); when they get none, the long
+    caption stands in for it, and the notes say so.
+    """
     analysis = analyse_caption(caption)
     picture, notes = prepare_image(image, working_side)
     sentences = [s.text for s in analysis.sentences]
     if kind not in model.map_kinds:
         raise ValueError(f"{model.name} offers the maps {', '.join(model.map_kinds)}, not {kind!r}.")
 
-    def compute() -> SentenceMaps:
-        return model.sentence_maps(picture, sentences, kind=kind)
+    dense = None
+    if model.uses_dense_caption:
+        dense = (dense_caption or "").strip() or caption
+        if not (dense_caption or "").strip():
+            notes.append(f"{model.title} reads a dense caption; none was given, so the long caption stands in for it")
 
-    key = (model.name, id(model), image_digest(picture), tuple(sentences), kind)
+    def compute() -> SentenceMaps:
+        return model.sentence_maps(picture, sentences, kind=kind, dense_caption=dense)
+
+    key = (model.name, id(model), image_digest(picture), tuple(sentences), kind, dense)
     maps = cache.get(key, compute) if cache is not None else compute()
     if len(sentences) == 1:
         notes.append("one sentence: one map (split the caption with . ! ? to compare sentences)")

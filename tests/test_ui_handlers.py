@@ -89,3 +89,20 @@ def test_models_table_lists_the_builtin(zoo):
 
 def test_models_check_reports_a_bad_path():
     assert "No weights file" in models_tab.check_file("/nonexistent/model.pt", False)
+
+
+def test_seps_says_when_the_long_caption_stands_in_for_the_dense_one():
+    from explorer.grounding import ground
+    from explorer.models.methods.seps import SepsMethod
+    from explorer.models.model import Model
+
+    model = Model(SepsMethod.example("tiny"), name="seps-tiny", device="cpu")
+    picture = Image.new("RGB", (50, 40), (20, 20, 200))
+    caption = "A red cube sits on the left. A blue ball sits at the top."
+    cache = MapCache()
+    without = ground(model, picture, caption, kind="kept-dense", cache=cache)
+    assert any("stands in" in note for note in without.notes)
+    given = ground(model, picture, caption, kind="kept-dense", cache=cache, dense_caption="A red cube. A blue ball.")
+    assert not any("stands in" in note for note in given.notes)
+    assert cache.misses == 2  # the dense caption is part of what the maps depend on
+    assert given.maps.maps.shape == (2, 40, 50)

@@ -81,6 +81,10 @@ class Model:
     def map_kinds(self) -> tuple[str, ...]:
         return self.method.map_kinds
 
+    @property
+    def uses_dense_caption(self) -> bool:
+        return self.method.uses_dense_caption
+
     def __repr__(self) -> str:
         return f"Model({self.name!r}, method={self.method_name}, context={self.context_length}, device={self.device})"
 
@@ -115,8 +119,13 @@ class Model:
         return self.method.score_captions(image, list(texts)).float().cpu()
 
     @torch.inference_mode()
-    def sentence_maps(self, image, sentences: Sequence[str], kind: str = GENERIC_MAP) -> SentenceMaps:
-        """One map per sentence, over the whole image, at the image's resolution."""
+    def sentence_maps(self, image, sentences: Sequence[str], kind: str = GENERIC_MAP,
+                      dense_caption: str | None = None) -> SentenceMaps:
+        """One map per sentence, over the whole image, at the image's resolution.
+
+        ``dense_caption`` is read by methods that use one (``uses_dense_caption``, e.g. SEPS);
+        without it they use each sentence as its own dense text.
+        """
         sentences = [s for s in sentences]
         if not sentences or not any(s.strip() for s in sentences):
             raise CaptionError("There is no sentence to draw a map for: the caption is empty.")
@@ -125,7 +134,11 @@ class Model:
         # 'squash' so the map covers every pixel of the picture, not only a centre crop.
         image_features = self.encode_image([picture], fit="squash")
         text_features = self._encode_tokens(tokens)
-        grid = self.method.sentence_maps(image_features, text_features, kind).float()
+        if dense_caption and self.method.uses_dense_caption:
+            dense = self._encode_tokens(self.tokenize([dense_caption]))
+            grid = self.method.dense_caption_maps(image_features, text_features, dense, kind).float()
+        else:
+            grid = self.method.sentence_maps(image_features, text_features, kind).float()
         width, height = picture.size
         full = F.interpolate(grid[None], size=(height, width), mode="bilinear", align_corners=False)[0]
         return SentenceMaps(maps=full.cpu().numpy(), kind=kind, grid=grid.cpu().numpy(),

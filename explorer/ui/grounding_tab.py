@@ -85,12 +85,12 @@ def status_text(result: GroundingResult) -> str:
     return "\n".join(lines)
 
 
-def draw_maps(zoo: Zoo, cache: MapCache, image_path, text, name, kind, cmap, opacity):
+def draw_maps(zoo: Zoo, cache: MapCache, image_path, text, name, kind, cmap, opacity, dense_caption=""):
     """The "Draw maps" button: (result, gallery, status, sentence table). Failures become a message."""
     if not image_path:
         return None, [], "**Cannot do that:** pick or upload an image first.", gr.update()
     try:
-        result = ground(zoo.load(name), image_path, text, kind=kind, cache=cache)
+        result = ground(zoo.load(name), image_path, text, kind=kind, cache=cache, dense_caption=dense_caption)
     except Exception as error:  # noqa: BLE001 - the page shows it; nothing else changes
         return None, [], explain(error), gr.update()
     return result, render_gallery(result, cmap, opacity), status_text(result), sentence_rows(result.analysis)
@@ -110,9 +110,23 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
     return choices
 
 
+# The model the page opens on: a trained demo model with a native grounding map, if there is one.
+PREFERRED_DEFAULTS = ("demo-mulclip", "demo-caft", "demo-flair", "demo-finelip", "demo-longclip")
+
+
+def default_model(zoo: Zoo) -> str | None:
+    manifests = zoo.manifests()
+    names = [m.name for m in manifests]
+    for name in PREFERRED_DEFAULTS:
+        if name in names:
+            return name
+    trained = [m.name for m in manifests if m.trained]
+    return (trained or names or [None])[0]
+
+
 def build(zoo: Zoo, cache: MapCache) -> None:
     choices = model_choices(zoo)
-    default = choices[0][1] if choices else None
+    default = default_model(zoo)
     examples = example_images()
     with gr.Row():
         with gr.Column(scale=1):
@@ -126,6 +140,8 @@ def build(zoo: Zoo, cache: MapCache) -> None:
             budget_view = gr.HighlightedText(label="Token budget", elem_id="token-budget", show_legend=True,
                                              combine_adjacent=True)
             budget_note = gr.Markdown(elem_id="token-summary")
+            with gr.Accordion("Dense caption (read by SEPS; the long caption stands in when empty)", open=False):
+                dense_caption = gr.Textbox(label="Dense caption", lines=3, elem_id="grounding-dense")
             with gr.Row():
                 model = gr.Dropdown(choices, value=default, label="Model", elem_id="grounding-model")
                 kind = gr.Dropdown([GENERIC_MAP], value=GENERIC_MAP, label="Map", elem_id="grounding-kind")
@@ -169,7 +185,8 @@ def build(zoo: Zoo, cache: MapCache) -> None:
     caption.change(on_caption, inputs=caption, outputs=[budget_view, budget_note, table])
     model.change(on_model, inputs=model, outputs=[kind, model_note])
     image.change(on_image, inputs=image, outputs=[preview, status])
-    run.click(lambda *values: draw_maps(zoo, cache, *values), inputs=[image, caption, model, kind, cmap, opacity],
+    run.click(lambda *values: draw_maps(zoo, cache, *values),
+              inputs=[image, caption, model, kind, cmap, opacity, dense_caption],
               outputs=[state, gallery, status, table])
     for control in (cmap, opacity):
         control.change(render_gallery, inputs=[state, cmap, opacity], outputs=gallery)

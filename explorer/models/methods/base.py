@@ -112,6 +112,15 @@ class Method:
             return generic_maps(image, text)
         raise ValueError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
 
+    # Methods that read a second, dense caption beside the sentences (SEPS) say so; the UI then
+    # offers a box for it, and says when the caption itself stands in for it.
+    uses_dense_caption: ClassVar[bool] = False
+
+    def dense_caption_maps(self, image: ImageFeatures, text: TextFeatures, dense: TextFeatures,
+                           kind: str = GENERIC_MAP) -> torch.Tensor:
+        """``sentence_maps`` given a dense caption (one row for all sentences); default: it is not used."""
+        return self.sentence_maps(image, text, kind)
+
     def losses(self, batch: "TrainingBatch") -> dict[str, torch.Tensor]:
         """Named loss terms, each already weighted: the training loop minimises their sum."""
         raise NotImplementedError(f"{self.title} has no training losses yet")

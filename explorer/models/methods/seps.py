@@ -1088,6 +1088,15 @@ class SepsMethod(nn.Module, Method):
         words = self.word_tokens(text, index)
         return token_similarity(words, image.patches[0]).reshape(len(words), *image.grid_hw)
 
+    uses_dense_caption = True
+
+    def dense_caption_maps(self, image: ImageFeatures, text: TextFeatures, dense: TextFeatures,
+                           kind: str = GENERIC_MAP) -> torch.Tensor:
+        """The Method hook: native kinds read the dense caption; the generic map does not."""
+        if kind == GENERIC_MAP:
+            return self.sentence_maps(image, text, kind)
+        return self.dense_maps(image, text, dense, kind)
+
     def dense_maps(self, image: ImageFeatures, text: TextFeatures, dense_text: TextFeatures | None = None,
                    kind: str = KEPT_DENSE_MAP) -> torch.Tensor:
         """[M, rows, cols] native maps of one image with dense captions (one per sentence, or one for all).
