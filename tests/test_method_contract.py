@@ -94,3 +94,15 @@ def test_the_public_model_draws_every_kind(method):
     for kind in model.map_kinds:
         out = model.sentence_maps(picture, SENTENCES[:2], kind=kind)
         assert out.maps.shape == (2, 40, 50) and out.kind == kind
+
+
+def test_batches_of_features_concatenate_without_losing_method_fields(method):
+    from explorer.models.features import concat_features
+
+    pixels = images(method, 3)
+    with torch.no_grad():
+        whole = method.encode_image(pixels)
+        joined = concat_features([method.encode_image(pixels[:2]), method.encode_image(pixels[2:])])
+        text = method.encode_text(method.tokenize(SENTENCES).ids)
+        assert type(joined) is type(whole)
+        torch.testing.assert_close(method.similarity(joined, text), method.similarity(whole, text))

@@ -161,16 +161,13 @@ def native_kind(model) -> str | None:
 
 
 def encode_images(model, images: Sequence, batch: int = DEFAULT_IMAGE_BATCH, progress: bool = False):
-    """``model.encode_image`` over ``images`` in batches, concatenated into one ImageFeatures."""
-    from ..models.features import ImageFeatures
+    """``model.encode_image`` over ``images`` in batches, concatenated (method-specific fields kept)."""
+    from ..models.features import concat_features
 
     parts = []
     for start in _progress(range(0, len(images), batch), progress, "encode images", unit="batch"):
         parts.append(model.encode_image(list(images[start:start + batch])))
-    if len(parts) == 1:
-        return parts[0]
-    return ImageFeatures(cls=torch.cat([p.cls for p in parts]), patches=torch.cat([p.patches for p in parts]),
-                         grid_hw=parts[0].grid_hw)
+    return concat_features(parts)
 
 
 def score_captions(model, image_features, captions: Sequence[str], chunk: int = DEFAULT_CAPTION_CHUNK) -> torch.Tensor:

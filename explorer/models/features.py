@@ -49,3 +49,25 @@ class TextFeatures:
 def _as_batch_index(index):
     # An int would drop the batch dimension; features always keep it.
     return slice(index, index + 1) if isinstance(index, int) else index
+
+
+def concat_features(parts: list):
+    """One features object from batches of the same kind, along the batch dimension.
+
+    Generic over the dataclass fields, so a method's own features (CAFT's fine tokens, GOAL's
+    attention rows) survive batching: tensors and tuples of tensors are concatenated, anything
+    else (the grid size) is taken from the first part.
+    """
+    from dataclasses import fields
+
+    if not parts:
+        raise ValueError("nothing to concatenate")
+    first = parts[0]
+    values = {}
+    for f in fields(first):
+        items = [getattr(p, f.name) for p in parts]
+        if torch.is_tensor(items[0]):
+            values[f.name] = torch.cat(items, dim=0)
+        elif isinstance(items[0], tuple) and items[0] and torch.is_tensor(items[0][0]):
+            values[f.name] = tuple(torch.cat(group, dim=0) for group in zip(*items))
+    return replace(first, **values)

@@ -111,7 +111,7 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
 
 
 # The model the page opens on: a trained demo model with a native grounding map, if there is one.
-PREFERRED_DEFAULTS = ("demo-mulclip", "demo-caft", "demo-flair", "demo-finelip", "demo-longclip")
+PREFERRED_DEFAULTS = ("demo-caft", "demo-flair", "demo-finelip", "demo-longclip", "demo-mulclip")
 
 
 def default_model(zoo: Zoo) -> str | None:
