@@ -124,9 +124,19 @@ def default_model(zoo: Zoo) -> str | None:
     return (trained or names or [None])[0]
 
 
+def initial_kinds(zoo: Zoo, name: str | None) -> list[str]:
+    """The map kinds a model's method offers, known without loading it (native ones first)."""
+    try:
+        cls = get_method(zoo.get(name).method)
+    except ExplorerError:
+        return [GENERIC_MAP]
+    return [*cls.native_map_kinds, GENERIC_MAP]
+
+
 def build(zoo: Zoo, cache: MapCache) -> None:
     choices = model_choices(zoo)
     default = default_model(zoo)
+    kinds = initial_kinds(zoo, default) if default else [GENERIC_MAP]
     examples = example_images()
     with gr.Row():
         with gr.Column(scale=1):
@@ -144,7 +154,7 @@ def build(zoo: Zoo, cache: MapCache) -> None:
                 dense_caption = gr.Textbox(label="Dense caption", lines=3, elem_id="grounding-dense")
             with gr.Row():
                 model = gr.Dropdown(choices, value=default, label="Model", elem_id="grounding-model")
-                kind = gr.Dropdown([GENERIC_MAP], value=GENERIC_MAP, label="Map", elem_id="grounding-kind")
+                kind = gr.Dropdown(kinds, value=kinds[0], label="Map", elem_id="grounding-kind")
             model_note = gr.Markdown(lambda: model_summary(zoo, default), elem_id="model-note")
             with gr.Row():
                 cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map")
@@ -168,7 +178,8 @@ def build(zoo: Zoo, cache: MapCache) -> None:
     def on_model(name):
         try:
             kinds = list(zoo.load(name).map_kinds)
-            return gr.update(choices=kinds, value=kinds[0]), model_summary(zoo, name)
+            native = [k for k in kinds if k != GENERIC_MAP]
+            return gr.update(choices=kinds, value=(native or kinds)[0]), model_summary(zoo, name)
         except Exception as error:  # noqa: BLE001
             return gr.update(choices=[GENERIC_MAP], value=GENERIC_MAP), explain(error)
 
