@@ -9,9 +9,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .errors import ExplorerError
+
+if TYPE_CHECKING:  # the real imports are lazy (below)
+    from .models.model import Model
 
 _LAZY = {  # imported on first use, so `import explorer.data` does not pull in torch and open_clip
     "ImageFeatures": "explorer.models.features",
