@@ -7,7 +7,7 @@ that needs the raw scale (e.g. pooling before normalising) loses it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -22,11 +22,10 @@ class ImageFeatures:
         return self.cls.shape[0]
 
     def __getitem__(self, index) -> "ImageFeatures":
-        index = _as_batch_index(index)
-        return replace(self, cls=self.cls[index], patches=self.patches[index])
+        return _select(self, index)
 
     def to(self, *args, **kwargs) -> "ImageFeatures":
-        return replace(self, cls=self.cls.to(*args, **kwargs), patches=self.patches.to(*args, **kwargs))
+        return _move(self, *args, **kwargs)
 
 
 @dataclass
@@ -39,27 +38,55 @@ class TextFeatures:
         return self.eot.shape[0]
 
     def __getitem__(self, index) -> "TextFeatures":
-        index = _as_batch_index(index)
-        return replace(self, eot=self.eot[index], tokens=self.tokens[index], mask=self.mask[index])
+        return _select(self, index)
 
     def to(self, *args, **kwargs) -> "TextFeatures":
-        return replace(self, eot=self.eot.to(*args, **kwargs), tokens=self.tokens.to(*args, **kwargs))
+        return _move(self, *args, **kwargs)
+
+    def eot_positions(self) -> torch.Tensor:
+        """[B] index of each caption's EOT: its last real token (padding only ever follows EOT)."""
+        positions = torch.arange(self.mask.shape[1], device=self.mask.device)
+        return torch.where(self.mask, positions, -1).max(dim=1).values
+
+    def word_mask(self) -> torch.Tensor:
+        """[B, K] True at the word tokens: after SOT, before EOT."""
+        positions = torch.arange(self.mask.shape[1], device=self.mask.device)
+        return (positions[None, :] > 0) & (positions[None, :] < self.eot_positions()[:, None])
 
 
-def _as_batch_index(index):
+# Generic over the dataclass fields, so a method's own features (CAFT's fine tokens, GOAL's attention
+# rows) index, move and concatenate like the base ones without writing it again.
+
+
+def _map_tensors(features, fn):
+    """``features`` with ``fn`` applied to every tensor field and every tuple-of-tensors field."""
+    values = {}
+    for f in fields(features):
+        value = getattr(features, f.name)
+        if torch.is_tensor(value):
+            values[f.name] = fn(value)
+        elif isinstance(value, tuple) and value and all(torch.is_tensor(t) for t in value):
+            values[f.name] = tuple(fn(t) for t in value)
+    return replace(features, **values)
+
+
+def _select(features, index):
     # An int would drop the batch dimension; features always keep it.
-    return slice(index, index + 1) if isinstance(index, int) else index
+    index = slice(index, index + 1) if isinstance(index, int) else index
+    return _map_tensors(features, lambda t: t[index])
+
+
+def _move(features, *args, **kwargs):
+    # Only floating tensors follow a dtype or device change; masks stay as they are.
+    return _map_tensors(features, lambda t: t.to(*args, **kwargs) if t.is_floating_point() else t)
 
 
 def concat_features(parts: list):
     """One features object from batches of the same kind, along the batch dimension.
 
-    Generic over the dataclass fields, so a method's own features (CAFT's fine tokens, GOAL's
-    attention rows) survive batching: tensors and tuples of tensors are concatenated, anything
-    else (the grid size) is taken from the first part.
+    Tensors and tuples of tensors are concatenated, anything else (the grid size) is taken from
+    the first part.
     """
-    from dataclasses import fields
-
     if not parts:
         raise ValueError("nothing to concatenate")
     first = parts[0]

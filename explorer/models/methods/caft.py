@@ -114,7 +114,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
@@ -153,10 +153,6 @@ _PAIR_BUDGET = 1 << 16  # (image, query) pairs per AttnPool call when scoring
 # ---- features that carry the hierarchy ---------------------------------------------------------
 
 
-def _batch_index(index):
-    return slice(index, index + 1) if isinstance(index, int) else index
-
-
 @dataclass
 class CaftImageFeatures(ImageFeatures):
     """``cls`` = v_coarse, ``patches`` = projected patch tokens, plus the fine level and the groupings."""
@@ -168,15 +164,6 @@ class CaftImageFeatures(ImageFeatures):
     def fine_assignment(self) -> torch.Tensor:
         return self.assignments[0]
 
-    def __getitem__(self, index) -> "CaftImageFeatures":
-        index = _batch_index(index)
-        return replace(self, cls=self.cls[index], patches=self.patches[index], fine=self.fine[index],
-                       assignments=tuple(a[index] for a in self.assignments))
-
-    def to(self, *args, **kwargs) -> "CaftImageFeatures":
-        return replace(self, cls=self.cls.to(*args, **kwargs), patches=self.patches.to(*args, **kwargs),
-                       fine=self.fine.to(*args, **kwargs),
-                       assignments=tuple(a.to(*args, **kwargs) for a in self.assignments))
 
 
 @dataclass
@@ -184,15 +171,6 @@ class CaftTextFeatures(TextFeatures):
     """``eot`` = whole-caption embedding of each row as a one-chunk caption, ``sub`` = its t_sub."""
 
     sub: torch.Tensor | None = None  # [B, d] sub-caption embedding (the AttnPool query)
-
-    def __getitem__(self, index) -> "CaftTextFeatures":
-        index = _batch_index(index)
-        return replace(self, eot=self.eot[index], tokens=self.tokens[index], mask=self.mask[index],
-                       sub=self.sub[index])
-
-    def to(self, *args, **kwargs) -> "CaftTextFeatures":
-        return replace(self, eot=self.eot.to(*args, **kwargs), tokens=self.tokens.to(*args, **kwargs),
-                       sub=self.sub.to(*args, **kwargs))
 
 
 # ---- modules ------------------------------------------------------------------------------------

@@ -62,19 +62,13 @@ class FineLipCrossNet(nn.Module):
 
 
 def eot_positions(text: TextFeatures) -> torch.Tensor:
-    """[B] index of each caption's EOT: its last real token (padding only ever follows EOT).
-
-    Taken from the last True of the mask rather than ``mask.sum() - 1``, so a real token that
-    happens to have id 0 inside the caption cannot shift it.
-    """
-    positions = torch.arange(text.mask.shape[1], device=text.mask.device)
-    return torch.where(text.mask, positions, -1).max(dim=1).values
+    """[B] index of each caption's EOT (``TextFeatures.eot_positions``)."""
+    return text.eot_positions()
 
 
 def word_mask(text: TextFeatures) -> torch.Tensor:
-    """[B, K] True at the word tokens: after SOT, before EOT."""
-    positions = torch.arange(text.mask.shape[1], device=text.mask.device)
-    return (positions[None, :] > 0) & (positions[None, :] < eot_positions(text)[:, None])
+    """[B, K] True at the word tokens: after SOT, before EOT (``TextFeatures.word_mask``)."""
+    return text.word_mask()
 
 
 @register

@@ -70,7 +70,7 @@ embeddings (small: heads x P and 5 x d per image).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
@@ -105,23 +105,6 @@ class GoalImageFeatures(ImageFeatures):
 
     cls_attention: torch.Tensor | None = None  # [B, heads, P] last block: class token's attention on patches
     region_embeddings: torch.Tensor | None = None  # [B, 5, d] box-pooled quadrants + centre (projected)
-
-    def __getitem__(self, index) -> "GoalImageFeatures":
-        index = slice(index, index + 1) if isinstance(index, int) else index
-        return replace(self, cls=self.cls[index], patches=self.patches[index],
-                       cls_attention=_pick(self.cls_attention, index),
-                       region_embeddings=_pick(self.region_embeddings, index))
-
-    def to(self, *args, **kwargs) -> "GoalImageFeatures":
-        def move(t):
-            return None if t is None else t.to(*args, **kwargs)
-
-        return replace(self, cls=self.cls.to(*args, **kwargs), patches=self.patches.to(*args, **kwargs),
-                       cls_attention=move(self.cls_attention), region_embeddings=move(self.region_embeddings))
-
-
-def _pick(tensor, index):
-    return None if tensor is None else tensor[index]
 
 
 # ---- geometry: boxes -> patches (Algorithm 1 of the paper's supplement) -------------------------

@@ -163,9 +163,7 @@ class Calibration(nn.Module):
 
 def word_mask(text: TextFeatures) -> torch.Tensor:
     """[B, K] True at the word tokens (strictly between SOT and EOT); SOT alone for a caption with no word."""
-    lengths = text.mask.sum(dim=1)  # SOT + words + EOT
-    positions = torch.arange(text.mask.shape[1], device=text.mask.device)
-    words = (positions[None, :] >= 1) & (positions[None, :] < (lengths - 1)[:, None])
+    words = text.word_mask()
     empty = ~words.any(dim=1)
     words[:, 0] |= empty
     return words
