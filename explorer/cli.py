@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from .errors import ExplorerError
+from .render import COLORMAPS
+from .views.settings import MASK_MODES, PCA_FITS, PCA_SOURCES, SCALES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,20 +81,20 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")
     demo.set_defaults(run=_run_build_demo)
 
-    maps = commands.add_parser("maps", help="per-sentence maps of a caption over an image, as a figure")
-    maps.add_argument("image")
-    text = maps.add_mutually_exclusive_group(required=True)
-    text.add_argument("--caption")
-    text.add_argument("--caption-file", type=Path)
-    maps.add_argument("--model", default=None, help="zoo name, manifest .json or weights file")
-    maps.add_argument("--kind", default="generic", help="map kind (see the model's map kinds)")
-    maps.add_argument("--out", type=Path, default=Path("maps.png"), help=".png (300 dpi), .pdf or .svg")
-    maps.add_argument("--cmap", default="turbo")
-    maps.add_argument("--opacity", type=float, default=0.55)
-    maps.add_argument("--save-maps", type=Path, help="also write the raw maps as .npy [M, H, W]")
-    maps.add_argument("--device", default="auto")
-    maps.add_argument("--allow-pickle", action="store_true")
-    maps.set_defaults(run=_run_maps)
+    figure = commands.add_parser("figure", help="a grounding view as a paper figure (PDF, SVG, PNG at 300 dpi), "
+                                                 "with its settings saved beside it").add_subparsers(title="views")
+    for view, text in FIGURE_VIEWS.items():
+        _add_figure_arguments(figure.add_parser(view, help=text), view)
+    replay = figure.add_parser("replay", help="write a figure again from its saved settings JSON")
+    replay.add_argument("settings", type=Path, help="the .json written beside a figure (by the CLI or the app)")
+    replay.add_argument("--out", type=Path, help="default: the settings file's name without .json")
+    replay.add_argument("--width", type=float, default=7.0, help="figure width in inches (default 7)")
+    replay.add_argument("--dpi", type=int, default=300)
+    replay.add_argument("--device", default="auto")
+    replay.add_argument("--allow-pickle", action="store_true")
+    replay.set_defaults(run=_run_figure_replay)
+    # The first command of the project, kept: the same as `explorer figure maps`.
+    _add_figure_arguments(commands.add_parser("maps", help="same as `explorer figure maps`"), "maps")
 
     evaluate = commands.add_parser("eval", help="benchmark the zoo's models on the synthetic world; write JSON "
                                                 "(and the README table)")
@@ -207,37 +209,130 @@ def _run_build_demo(args) -> int:
     return 0
 
 
-def _run_maps(args) -> int:
+FIGURE_VIEWS = {
+    "maps": "per-sentence maps of a caption over an image, with Otsu masks, for up to 4 models",
+    "regions": "FLISM regions (detector, quadrants, centre) and the sentence x region similarity",
+    "pca": "top 3 principal components of the patch features as RGB, for images x models",
+}
+
+
+def _add_figure_arguments(parser: argparse.ArgumentParser, view: str) -> None:
+    parser.add_argument("image", nargs="?", help="the picture (may come from --settings instead)")
+    text = parser.add_mutually_exclusive_group()
+    text.add_argument("--caption")
+    text.add_argument("--caption-file", type=Path)
+    parser.add_argument("--settings", type=Path, help="start from a saved settings JSON; flags given here win")
+    parser.add_argument("--model", action="append", dest="models", metavar="MODEL",
+                        help="zoo name, manifest .json or weights file; repeat to compare (at most 4)")
+    parser.add_argument("--out", type=Path, default=Path(f"{view}.png"), help=".png (300 dpi), .pdf or .svg")
+    parser.add_argument("--width", type=float, default=7.0, help="figure width in inches (default 7)")
+    parser.add_argument("--dpi", type=int, default=300)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--allow-pickle", action="store_true")
+    if view == "maps":
+        parser.add_argument("--kind", help="map kind: native (each model's own; default), generic, or a named kind")
+        parser.add_argument("--dense-caption", help="for methods that read one (SEPS)")
+        parser.add_argument("--cmap", choices=COLORMAPS)
+        parser.add_argument("--opacity", type=float)
+        parser.add_argument("--mask", choices=MASK_MODES, help="how the Otsu mask is drawn (default contour)")
+        parser.add_argument("--threshold", type=float, help="manual threshold, a fraction of each map's range "
+                                                            "(default: Otsu's)")
+        parser.add_argument("--scale", choices=SCALES, help="colour range per map (default), per model, or shared")
+        parser.add_argument("--page", type=int, help="which page of sentences (from 1)")
+        parser.add_argument("--per-page", type=int, help="sentences per page (default 8)")
+        parser.add_argument("--truth", help="a label mask: value k marks sentence k (255: every sentence)")
+        parser.add_argument("--save-maps", type=Path, help="also write the raw maps as .npz ([M, H, W] per model)")
+    if view == "regions":
+        parser.add_argument("--detector", help="local YOLOS directory (default: $EXPLORER_DETECTOR, else "
+                                               "Felzenszwalb segments from scikit-image)")
+    if view == "pca":
+        parser.add_argument("--images", nargs="*", help="more pictures beside IMAGE")
+        parser.add_argument("--source", dest="pca_source", choices=PCA_SOURCES)
+        parser.add_argument("--fit", dest="pca_fit", choices=PCA_FITS,
+                            help="one PCA for everything on the figure (joint, default) or one per panel")
+    parser.set_defaults(run=_run_figure, view=view)
+
+
+def _figure_settings(args):
+    """Settings from --settings (if any), then the flags given on the command line."""
+    from .views.settings import ViewSettings
+
+    data = {}
+    if args.settings:
+        base = ViewSettings.load(args.settings)
+        if base.view != args.view:
+            raise ExplorerError(f"{args.settings} holds a {base.view!r} figure, not {args.view!r}")
+        data = {k: v for k, v in vars(base).items()}
+    data["view"] = args.view
+    caption = args.caption if args.caption is not None else (
+        _read_text(args.caption_file) if args.caption_file else None)
+    flags = {"image": args.image, "caption": caption, "models": args.models}
+    for name in ("kind", "dense_caption", "cmap", "opacity", "mask", "threshold", "scale", "per_page", "truth",
+                 "detector", "images", "pca_source", "pca_fit"):
+        flags[name] = getattr(args, name, None)
+    if getattr(args, "page", None) is not None:
+        flags["page"] = args.page - 1
+    data.update({k: v for k, v in flags.items() if v is not None})
+    if data.get("image"):
+        data["image"] = str(Path(data["image"]).resolve())
+    if not data.get("image"):
+        raise ExplorerError("give the picture: explorer figure VIEW IMAGE ... (or --settings FILE)")
+    if args.view != "pca" and not (data.get("caption") or "").strip():
+        raise ExplorerError("give a caption: --caption TEXT or --caption-file FILE")
+    return ViewSettings.from_dict(data)
+
+
+def _model_loader(args, zoo):
+    """Zoo names load from the zoo; paths (manifest or weights) load directly. Cached per run."""
     import explorer
 
-    from .figures import sentence_maps_figure
-    from .grounding import ground
+    loaded = {}
 
-    caption = args.caption if args.caption is not None else _read_text(args.caption_file)
+    def load(name: str):
+        if name not in loaded:
+            if Path(name).exists():
+                loaded[name] = explorer.load(name, device=args.device, allow_pickle=args.allow_pickle)
+            else:
+                loaded[name] = zoo.load(name)
+        return loaded[name]
+
+    return load
+
+
+def _run_figure(args) -> int:
+    return _write_figure(args, _figure_settings(args), args.out)
+
+
+def _run_figure_replay(args) -> int:
+    from .views.settings import ViewSettings
+
+    settings = ViewSettings.load(args.settings)
+    out = args.out or args.settings.with_suffix("")
+    if out.suffix.lower() not in (".png", ".pdf", ".svg"):
+        out = out.with_suffix(".png")
+    return _write_figure(args, settings, out)
+
+
+def _write_figure(args, settings, out: Path) -> int:
+    from .figures import check_format
+    from .views.pipeline import compute_view, write_figure
+
+    check_format(out)
     zoo = _zoo(args)
-    if args.model is None:
-        names = [m.name for m in zoo.manifests()]
-        if not names:
+    if not settings.models:
+        default = zoo.default_name()
+        if default is None:
             raise ExplorerError(f"no models in {zoo.root}; pass --model")
-        model = zoo.load(names[0])
-    elif Path(args.model).exists():
-        model = explorer.load(args.model, device=args.device, allow_pickle=args.allow_pickle)
-    else:
-        model = zoo.load(args.model)
-    result = ground(model, args.image, caption, kind=args.kind)
-    out = sentence_maps_figure(result.image, result.maps, args.out, cmap=args.cmap, opacity=args.opacity,
-                               title=f"{model.name} ({result.maps.kind})")
-    settings = {"command": "maps", "image": str(Path(args.image).resolve()), "caption": caption,
-                "model": args.model or model.name, "kind": args.kind, "cmap": args.cmap, "opacity": args.opacity,
-                "sentences": result.maps.sentences}
-    out.with_suffix(out.suffix + ".json").write_text(json.dumps(settings, indent=2) + "\n")
-    if args.save_maps:
+        settings.models = [default]
+    view = compute_view(_model_loader(args, zoo), settings)
+    figure, settings_file = write_figure(view, settings, out, width=args.width, dpi=args.dpi)
+    if getattr(args, "save_maps", None):
         import numpy as np
 
-        np.save(args.save_maps, result.maps.maps)
-    for note in result.notes:
+        np.savez_compressed(args.save_maps, **{m.name: m.maps for m in view.models})
+    for note in view.notes:
         print(f"note: {note}")
-    print(f"wrote {out} ({len(result.maps)} maps)")
+    print(f"wrote {figure} and {settings_file}")
     return 0
 
 

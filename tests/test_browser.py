@@ -1,8 +1,9 @@
 """A real browser against the running app: Debian's Chromium driven by Playwright.
 
-Loads the page, runs the Grounding view on a photo and a three-sentence
-caption, checks that three maps rendered, and saves a screenshot to
-artifacts/ (CI keeps it). Skipped only when no Chromium is installed;
+Loads the page, runs the sentence maps on a photo and a three-sentence
+caption, compares two demo models and exports the figure as PDF, draws the
+FLISM regions and PCA views, and saves screenshots to artifacts/ (CI keeps
+them). Skipped only when no Chromium is installed;
 .ci/run installs it, so CI always runs this.
 """
 
@@ -81,17 +82,57 @@ def upload(page, path) -> None:
 
 
 def test_grounding_draws_one_map_per_sentence(page, photo):
+    from playwright.sync_api import expect
+
     page.get_by_role("tab", name="Grounding").click()
     upload(page, photo)
     page.locator("#grounding-caption textarea").fill(CAPTION)
     page.locator("#grounding-run").click()
-    maps = page.locator("#grounding-maps img")
-    maps.nth(2).wait_for(timeout=60_000)
-    assert maps.count() == 3
-    status = page.locator("#grounding-status").inner_text()
-    assert "3 sentence(s)" in status
+    expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)
+    page.locator("#maps-grid img").wait_for(timeout=30_000)
+    expect(page.locator("#maps-scores")).to_contain_text("whiskers")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "grounding.png"), full_page=True)
+
+
+def choose_models(page, names) -> None:
+    """Set the multiselect model box to exactly ``names``."""
+    box = page.locator("#grounding-model")
+    clear = box.locator(".remove-all")
+    if clear.count():
+        clear.click()
+    field = box.locator("input")
+    for name in names:
+        field.click()
+        field.fill(name)
+        page.get_by_role("option", name=name).first.click()
+    page.keyboard.press("Escape")
+
+
+def test_compare_two_models_then_export_a_pdf(page, photo):
+    from playwright.sync_api import expect
+
+    choose_models(page, ["demo-caft", "demo-flair"])
+    page.locator("#grounding-caption textarea").fill(CAPTION)
+    page.locator("#grounding-run").click()
+    status = page.locator("#grounding-status")
+    expect(status).to_contain_text("demo-flair", timeout=60_000)
+    expect(status).to_contain_text("demo-caft")
+    scores = page.locator("#maps-scores")  # a row per (model, sentence)
+    expect(scores).to_contain_text("demo-flair", timeout=10_000)
+    expect(scores).to_contain_text("demo-caft")
+    expect(scores).to_contain_text("background is a blurred")
+    page.locator("#maps-export-format").get_by_text("pdf").click()
+    page.locator("#maps-export").click()
+    expect(page.locator("#maps-export-note")).to_contain_text("maps.pdf", timeout=60_000)
+    links = page.locator("#maps-export-files a")
+    expect(links).to_have_count(2, timeout=10_000)
+    hrefs = [links.nth(i).get_attribute("href") for i in range(2)]
+    pdf = next(h for h in hrefs if h.endswith("maps.pdf"))
+    settings = next(h for h in hrefs if h.endswith("maps.pdf.json"))
+    assert page.request.get(pdf).body().startswith(b"%PDF")
+    assert page.request.get(settings).json()["models"] == ["demo-caft", "demo-flair"]
+    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
 
 
 def test_token_budget_updates_live(page):
@@ -111,6 +152,21 @@ def test_empty_caption_gives_a_message_and_the_app_keeps_serving(page):
     page.locator("#grounding-status").get_by_text("2 sentence(s)").wait_for(timeout=60_000)
 
 
+def test_regions_and_pca_views_draw(page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="FLISM regions").click()
+    page.locator("#regions-run").click()
+    expect(page.locator("#regions-status")).to_contain_text("best pair", timeout=60_000)
+    page.locator("#regions-grid img").wait_for(timeout=30_000)
+    page.get_by_role("tab", name="PCA maps").click()
+    page.locator("#pca-run").click()
+    expect(page.locator("#pca-status")).to_contain_text("picture(s)", timeout=60_000)
+    page.locator("#pca-grid img").wait_for(timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "pca.png"), full_page=True)
+    page.get_by_role("tab", name="Sentence maps").click()
+
+
 def test_models_tab_lists_the_zoo(page):
     page.get_by_role("tab", name="Models").click()
     from playwright.sync_api import expect
@@ -128,9 +184,9 @@ def test_corrupt_upload_gets_a_message_then_a_good_one_works(page, photo, tmp_pa
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
     upload(page, broken)
-    expect(page.locator("#grounding-status")).to_contain_text("not an image", timeout=20_000)
+    expect(page.locator("#image-note")).to_contain_text("not an image", timeout=20_000)
     upload(page, photo)
-    expect(page.locator("#grounding-status")).to_contain_text("ready", timeout=20_000)
+    expect(page.locator("#image-note")).to_contain_text("ready", timeout=20_000)
 
 
 def test_the_page_reaches_nothing_outside_the_app(page):

@@ -108,6 +108,28 @@ class Model:
     def _encode_tokens(self, batch: TokenBatch) -> TextFeatures:
         return self.method.encode_text(batch.ids.to(self.device))
 
+    PATCH_SOURCES = ("features", "attention")
+
+    @torch.inference_mode()
+    def patch_features(self, image, source: str = "features") -> tuple[np.ndarray, tuple[int, int]]:
+        """Per-patch vectors of one picture, for PCA maps: ([P, D] float32, (rows, cols)).
+
+        ``"features"``: the projected patch tokens; ``"attention"``: each patch's row of the last
+        layer's head-averaged self-attention over the patches (D = P). The whole picture is seen
+        (``fit="squash"``), as for the sentence maps.
+        """
+        if source not in self.PATCH_SOURCES:
+            raise ValueError(f"patch source is one of {self.PATCH_SOURCES}, not {source!r}")
+        pixels = self.method.preprocess([_as_pil(image)], fit="squash").to(self.device, PRECISIONS[self.precision])
+        features = self.method.encode_image(pixels)
+        grid = tuple(int(v) for v in features.grid_hw)
+        if source == "features":
+            return features.patches[0].float().cpu().numpy(), grid
+        attention = self.method.patch_self_attention(pixels)
+        if attention is None:
+            raise ValueError(f"{self.title} does not expose its image encoder's attention; use the patch features")
+        return attention[0].float().cpu().numpy(), grid
+
     # ---- scores and maps -----------------------------------------------------------------------
 
     @torch.inference_mode()

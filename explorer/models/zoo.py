@@ -159,8 +159,12 @@ class ZooEntry:
         return self.manifest is not None and not self.status.startswith("error")
 
 
+# Trained demo models with a native grounding map, in the order the views prefer them.
+PREFERRED_DEFAULTS = ("demo-caft", "demo-flair", "demo-finelip", "demo-longclip", "demo-mulclip")
+
+
 class Zoo:
-    def __init__(self, root: str | Path | None = None, cache_size: int = 2, device: str = "auto",
+    def __init__(self, root: str | Path | None = None, cache_size: int = 4, device: str = "auto",
                  precision: str = "fp32"):
         self.root = Path(root) if root is not None else default_root()
         self.cache = ModelCache(cache_size)
@@ -207,6 +211,15 @@ class Zoo:
                 return manifest
         raise ManifestError(f"No model named {name!r} in {self.root}; known: "
                             f"{', '.join(m.name for m in self.manifests()) or 'none'}.")
+
+    def default_name(self) -> str | None:
+        """The model views open on: a trained demo model with a native grounding map, if there is one."""
+        names = [m.name for m in self.manifests()]
+        for name in PREFERRED_DEFAULTS:
+            if name in names:
+                return name
+        trained = [m.name for m in self.manifests() if m.trained]
+        return (trained or names or [None])[0]
 
     def load(self, name: str) -> Model:
         manifest = self.get(name)

@@ -14,6 +14,7 @@ import gradio as gr  # noqa: E402
 from ..grounding import MapCache  # noqa: E402
 from ..models.zoo import Zoo  # noqa: E402
 from . import grounding_tab, models_tab  # noqa: E402
+from .view_common import EXPORT_ROOT  # noqa: E402
 
 TITLE = "explorer: what long-text CLIP models see"
 
@@ -22,7 +23,8 @@ def page_options() -> dict:
     """Launch options that shape the page. System fonts: the default theme would fetch Google Fonts."""
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
-    return {"theme": theme, "footer_links": ["api", "settings"]}
+    # Exported figures are written outside the working directory; the page may download them.
+    return {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(EXPORT_ROOT)]}
 
 
 def build_app(zoo: Zoo | None = None) -> gr.Blocks:

@@ -4,6 +4,7 @@ scikit-image ships (no download)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PIL import Image
@@ -26,18 +27,32 @@ def cache_dir() -> Path:
     return path
 
 
+def truth_dir() -> Path:
+    """Where the example scenes' ground truth is kept, keyed by picture content (``explorer.truth``)."""
+    path = cache_dir() / "truth"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 SYNTHETIC_EXAMPLES = 4
 
 
 def synthetic_examples() -> list[tuple[Path, str]]:
-    """Test-split scenes (never trained on) with their long captions, rendered once into the cache."""
+    """Test-split scenes (never trained on) with their long captions, rendered once into the cache,
+    their ground truth alongside (so the Grounding tab can score maps drawn on them)."""
     from ..data import generate_scenes
+    from ..truth import save_scene_truth, truth_path
 
     pairs = []
     for scene in generate_scenes(SYNTHETIC_EXAMPLES, seed=0, image_size=224, split="test"):
         path = cache_dir() / f"synthetic-{scene.id}.png"
         if not path.exists():
             scene.image.save(path)
+        if not truth_path(scene.image, truth_dir()).exists():
+            try:
+                save_scene_truth(scene, truth_dir())
+            except OSError as error:  # the example still works, only without scores
+                logging.getLogger("explorer.ui").warning("could not store the truth of %s: %s", scene.id, error)
         pairs.append((path, scene.long_caption))
     return pairs
 

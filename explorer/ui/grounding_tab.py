@@ -1,21 +1,24 @@
-"""Grounding tab: an image, a long caption, one map per sentence.
+"""Grounding tab: a picture, a long caption and up to 4 models, seen three ways.
 
-The token budget updates as you type (no model involved). "Draw maps" runs
-the model once; colour map and opacity changes re-render the cached maps.
+The left column holds the inputs; the token budget updates as you type (no model involved).
+The right column has one tab per view (sentence maps, FLISM regions, PCA maps), each in its
+own module; they share the inputs and the model-result cache.
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
-from ..grounding import GroundingResult, MapCache, ground, prepare_image
+from ..grounding import MapCache, prepare_image
 from ..errors import ExplorerError
 from ..models.methods import get_method
 from ..models.methods.base import GENERIC_MAP
 from ..models.zoo import Zoo
-from ..render import COLORMAPS, overlay
 from ..text import CONTEXTS, CaptionAnalysis, analyse_caption
+from ..views.settings import MAX_MODELS, NATIVE
+from . import maps_view, pca_view, regions_view
 from .common import explain
+from .view_common import Inputs, as_list
 from .examples import example_images
 
 SENTENCE_COLUMNS = ["#", "sentence", "tokens", "kept by CLIP (77)", "kept by Long-CLIP (248)"]
@@ -61,14 +64,6 @@ def update_budget(caption: str):
     return budget_spans(analysis), budget_summary(analysis), sentence_rows(analysis)
 
 
-def render_gallery(result: GroundingResult | None, cmap: str, opacity: float) -> list:
-    if result is None:
-        return []
-    maps = result.maps
-    return [(overlay(result.image, values, cmap=cmap, opacity=opacity), f"{i + 1}. {sentence}")
-            for i, (sentence, values) in enumerate(zip(maps.sentences, maps.maps))]
-
-
 def model_summary(zoo: Zoo, name: str | None) -> str:
     if name is None:
         return "No model in the zoo: add one in the Models tab."
@@ -77,23 +72,6 @@ def model_summary(zoo: Zoo, name: str | None) -> str:
     if not manifest.trained:
         text += " · **UNTRAINED (random weights): maps are meaningless**"
     return text
-
-
-def status_text(result: GroundingResult) -> str:
-    lines = [f"**{result.model_name}** · {result.maps.kind} map · {len(result.maps)} sentence(s)"]
-    lines += [f"- {note}" for note in result.notes]
-    return "\n".join(lines)
-
-
-def draw_maps(zoo: Zoo, cache: MapCache, image_path, text, name, kind, cmap, opacity, dense_caption=""):
-    """The "Draw maps" button: (result, gallery, status, sentence table). Failures become a message."""
-    if not image_path:
-        return None, [], "**Cannot do that:** pick or upload an image first.", gr.update()
-    try:
-        result = ground(zoo.load(name), image_path, text, kind=kind, cache=cache, dense_caption=dense_caption)
-    except Exception as error:  # noqa: BLE001 - the page shows it; nothing else changes
-        return None, [], explain(error), gr.update()
-    return result, render_gallery(result, cmap, opacity), status_text(result), sentence_rows(result.analysis)
 
 
 def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
@@ -110,33 +88,32 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
     return choices
 
 
-# The model the page opens on: a trained demo model with a native grounding map, if there is one.
-PREFERRED_DEFAULTS = ("demo-caft", "demo-flair", "demo-finelip", "demo-longclip", "demo-mulclip")
-
-
 def default_model(zoo: Zoo) -> str | None:
-    manifests = zoo.manifests()
-    names = [m.name for m in manifests]
-    for name in PREFERRED_DEFAULTS:
-        if name in names:
-            return name
-    trained = [m.name for m in manifests if m.trained]
-    return (trained or names or [None])[0]
+    return zoo.default_name()
 
 
-def initial_kinds(zoo: Zoo, name: str | None) -> list[str]:
-    """The map kinds a model's method offers, known without loading it (native ones first)."""
-    try:
-        cls = get_method(zoo.get(name).method)
-    except ExplorerError:
-        return [GENERIC_MAP]
-    return [*cls.native_map_kinds, GENERIC_MAP]
+def kind_choices(zoo: Zoo, names) -> list[str]:
+    """"native" (each model's own first map), "generic", then every named kind of the chosen models."""
+    kinds = [NATIVE, GENERIC_MAP]
+    for name in as_list(names):
+        try:
+            native = get_method(zoo.get(name).method).native_map_kinds
+        except ExplorerError:
+            continue
+        kinds += [k for k in native if k not in kinds]
+    return kinds
+
+
+def models_summary(zoo: Zoo, names) -> str:
+    names = as_list(names)
+    if not names:
+        return "Pick up to 4 models to compare."
+    return "\n".join(f"- **{name}**: {model_summary(zoo, name)}" for name in names)
 
 
 def build(zoo: Zoo, cache: MapCache) -> None:
     choices = model_choices(zoo)
     default = default_model(zoo)
-    kinds = initial_kinds(zoo, default) if default else [GENERIC_MAP]
     examples = example_images()
     with gr.Row():
         with gr.Column(scale=1):
@@ -144,30 +121,42 @@ def build(zoo: Zoo, cache: MapCache) -> None:
             # checks (corrupt files, 16-bit, decompression bombs) could say what is wrong.
             image = gr.File(label="Image file (PNG, JPEG, WebP, TIFF...)", type="filepath", file_count="single",
                             elem_id="grounding-image", height=90)
-            preview = gr.Image(label="Image", interactive=False, elem_id="grounding-preview", height=300)
+            preview = gr.Image(label="Image", interactive=False, elem_id="grounding-preview", height=260)
+            picture_note = gr.Markdown(elem_id="image-note")
             caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption",
                                  value=examples[0][1] if examples else "")
             budget_view = gr.HighlightedText(label="Token budget", elem_id="token-budget", show_legend=True,
                                              combine_adjacent=True)
             budget_note = gr.Markdown(elem_id="token-summary")
+            table = gr.Dataframe(headers=SENTENCE_COLUMNS, interactive=False, wrap=True, elem_id="sentence-table",
+                                 max_height=260)
+            models = gr.Dropdown(choices, value=[default] if default else [], multiselect=True,
+                                 max_choices=MAX_MODELS, label=f"Models (up to {MAX_MODELS}, compared row by row)",
+                                 elem_id="grounding-model")
+            kinds = kind_choices(zoo, [default] if default else [])
+            kind = gr.Dropdown(kinds, value=NATIVE, label="Map kind (native: each model's own)",
+                               elem_id="grounding-kind")
+            model_note = gr.Markdown(lambda: models_summary(zoo, [default] if default else []), elem_id="model-note")
             with gr.Accordion("Dense caption (read by SEPS; the long caption stands in when empty)", open=False):
                 dense_caption = gr.Textbox(label="Dense caption", lines=3, elem_id="grounding-dense")
-            with gr.Row():
-                model = gr.Dropdown(choices, value=default, label="Model", elem_id="grounding-model")
-                kind = gr.Dropdown(kinds, value=kinds[0], label="Map", elem_id="grounding-kind")
-            model_note = gr.Markdown(lambda: model_summary(zoo, default), elem_id="model-note")
-            with gr.Row():
-                cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map")
-                opacity = gr.Slider(0.0, 1.0, value=0.55, step=0.05, label="Opacity")
-            run = gr.Button("Draw maps", variant="primary", elem_id="grounding-run")
+            with gr.Accordion("Ground truth (optional): a label mask for mIoU and pointing game", open=False):
+                gr.Markdown("A single-channel PNG the size of the picture: pixel value *k* marks sentence *k* "
+                            "(1-based), 0 nothing; a plain 0/255 mask applies to every sentence. The synthetic "
+                            "examples carry their own truth.")
+                truth = gr.File(label="Label mask (PNG)", type="filepath", file_count="single",
+                                elem_id="grounding-truth", height=90)
             if examples:
                 gr.Examples([[str(p), c] for p, c in examples], inputs=[image, caption], label="Examples")
         with gr.Column(scale=2):
-            status = gr.Markdown("Pick an image and a caption, then **Draw maps**.", elem_id="grounding-status")
-            table = gr.Dataframe(headers=SENTENCE_COLUMNS, interactive=False, wrap=True, elem_id="sentence-table")
-            gallery = gr.Gallery(label="One map per sentence", columns=3, height="auto", elem_id="grounding-maps",
-                                 object_fit="contain")
-    state = gr.State(None)
+            inputs = Inputs(image=image, caption=caption, models=models, kind=kind, dense_caption=dense_caption,
+                            truth=truth)
+            with gr.Tabs():
+                with gr.Tab("Sentence maps", id="maps"):
+                    maps_view.build(inputs, zoo, cache)
+                with gr.Tab("FLISM regions", id="regions"):
+                    regions_view.build(inputs, zoo, cache)
+                with gr.Tab("PCA maps", id="pca"):
+                    pca_view.build(inputs, zoo, cache)
 
     def on_caption(text):
         try:
@@ -175,17 +164,12 @@ def build(zoo: Zoo, cache: MapCache) -> None:
         except Exception as error:  # noqa: BLE001
             return [], explain(error), []
 
-    def on_model(name):
-        try:
-            kinds = list(zoo.load(name).map_kinds)
-            native = [k for k in kinds if k != GENERIC_MAP]
-            return gr.update(choices=kinds, value=(native or kinds)[0]), model_summary(zoo, name)
-        except Exception as error:  # noqa: BLE001
-            return gr.update(choices=[GENERIC_MAP], value=GENERIC_MAP), explain(error)
+    def on_models(names):
+        return gr.update(choices=kind_choices(zoo, names)), models_summary(zoo, names)
 
     def on_image(path):
         if not path:
-            return None, "Pick an image and a caption, then **Draw maps**."
+            return None, ""
         try:
             picture, notes = prepare_image(path)
         except Exception as error:  # noqa: BLE001
@@ -194,10 +178,5 @@ def build(zoo: Zoo, cache: MapCache) -> None:
         return picture, "\n".join(lines)
 
     caption.change(on_caption, inputs=caption, outputs=[budget_view, budget_note, table])
-    model.change(on_model, inputs=model, outputs=[kind, model_note])
-    image.change(on_image, inputs=image, outputs=[preview, status])
-    run.click(lambda *values: draw_maps(zoo, cache, *values),
-              inputs=[image, caption, model, kind, cmap, opacity, dense_caption],
-              outputs=[state, gallery, status, table])
-    for control in (cmap, opacity):
-        control.change(render_gallery, inputs=[state, cmap, opacity], outputs=gallery)
+    models.change(on_models, inputs=models, outputs=[kind, model_note])
+    image.change(on_image, inputs=image, outputs=[preview, picture_note])

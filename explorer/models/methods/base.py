@@ -116,6 +116,14 @@ class Method:
     # offers a box for it, and says when the caption itself stands in for it.
     uses_dense_caption: ClassVar[bool] = False
 
+    def patch_self_attention(self, pixels: torch.Tensor) -> torch.Tensor | None:
+        """Head-averaged last-layer self-attention among the patches, [B, P, P] (row i: where patch i
+        looks), or None when the image encoder does not expose it. CLIP-backbone methods have it."""
+        attention = getattr(self, "image_attention", None)
+        if attention is None:
+            return None
+        return attention(pixels).mean(dim=1)[:, 1:, 1:]  # drop the class token's row and column
+
     def dense_caption_maps(self, image: ImageFeatures, text: TextFeatures, dense: TextFeatures,
                            kind: str = GENERIC_MAP) -> torch.Tensor:
         """``sentence_maps`` given a dense caption (one row for all sentences); default: it is not used."""

@@ -1,0 +1,114 @@
+"""Sentence maps on the page: a row per model, Otsu masks, scores against ground truth, export.
+
+"Draw maps" runs the models (cached per model, picture, sentences and kind). Every other
+control re-renders the stored result: colour map, opacity, mask style, threshold, colour
+scale and page never run a model.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ..grounding import MapCache
+from ..models.zoo import Zoo
+from ..render import COLORMAPS
+from ..views.maps import MapsView, compute_maps, render_maps
+from ..views.panels import compose
+from ..views.settings import MASK_MODES, SCALES, ViewSettings
+from .common import explain
+from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row, export_view
+
+SCORE_COLUMNS = ["model", "#", "sentence", "threshold", "mask %", "tokens cut", "IoU", "pointing"]
+
+
+def display_settings(cmap, opacity, mask, otsu, threshold, scale, page, per_page) -> dict:
+    return {"cmap": cmap, "opacity": float(opacity), "mask": mask,
+            "threshold": None if otsu else float(threshold), "scale": scale,
+            "page": max(0, int(page or 1) - 1), "per_page": int(per_page or 8)}
+
+
+def score_rows(view: MapsView, settings: ViewSettings) -> list[list]:
+    rows = []
+    for row in view.scores(settings.threshold):
+        iou, hit = row.get("IoU"), row.get("pointing")
+        rows.append([row["model"], row["#"], row["sentence"], round(row["threshold"], 4), round(row["mask %"], 1),
+                     row["tokens cut"] or "", "" if iou is None else round(iou, 3),
+                     "" if hit is None else ("hit" if hit else "miss")])
+    return rows
+
+
+def status_text(view: MapsView, settings: ViewSettings) -> str:
+    names = ", ".join(f"**{m.name}** ({m.kind})" for m in view.models)
+    pages = view.pages(settings.per_page)
+    lines = [f"{names} · {len(view.sentences)} sentence(s)" + (f" · {pages} pages" if pages > 1 else "")]
+    threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of each map's range"
+    lines.append(f"Mask threshold: {threshold} (each map's value is in the table).")
+    if view.truth is not None:
+        summary = "; ".join(f"{s['model']}: mIoU {s['miou']:.3f}, pointing {100 * s['pointing']:.0f}%"
+                            for s in view.summary(settings.threshold) if s["miou"] is not None)
+        lines.append(f"Ground truth from {view.truth.source} ({view.summary(settings.threshold)[0]['n']} sentence(s)): "
+                     f"{summary}")
+    lines += [f"- {note}" for note in view.notes]
+    return "\n".join(lines)
+
+
+def draw(load, cache: MapCache, *values):
+    """The "Draw maps" button: (view, settings, picture, status, scores, page slider). Failures: a message."""
+    common, display = values[:6], values[6:]
+    try:
+        settings = ViewSettings(**base_settings("maps", *common), **display_settings(*display))
+        view = compute_maps(load, settings, cache)
+        settings.page = min(settings.page, view.pages(settings.per_page) - 1)
+        picture = compose(render_maps(view, settings, PREVIEW_SIDE))
+    except Exception as error:  # noqa: BLE001 - the page shows it; nothing else changes
+        return None, None, None, explain(error), [], gr.update()
+    pages = view.pages(settings.per_page)
+    slider = gr.update(maximum=max(2, pages), value=settings.page + 1, visible=pages > 1)  # Gradio needs min < max
+    return view, settings, picture, status_text(view, settings), score_rows(view, settings), slider
+
+
+def rerender(view: MapsView | None, settings: ViewSettings | None, *display):
+    """Any display control: (settings, picture, status, scores) from the stored maps; no model runs."""
+    if view is None or settings is None:
+        return settings, gr.update(), gr.update(), gr.update()
+    try:
+        values = {**vars(settings), **display_settings(*display)}
+        updated = ViewSettings(**values)
+        updated.page = min(updated.page, view.pages(updated.per_page) - 1)
+        picture = compose(render_maps(view, updated, PREVIEW_SIDE))
+    except Exception as error:  # noqa: BLE001
+        return settings, gr.update(), explain(error), gr.update()
+    return updated, picture, status_text(view, updated), score_rows(view, updated)
+
+
+def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
+    with gr.Row():
+        cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map", elem_id="maps-cmap")
+        opacity = gr.Slider(0.0, 1.0, value=0.55, step=0.05, label="Opacity", elem_id="maps-opacity")
+        scale = gr.Radio(list(SCALES), value="map", label="Colour scale (per map, per model, shared)",
+                         elem_id="maps-scale")
+    with gr.Row():
+        mask = gr.Radio(list(MASK_MODES), value="contour", label="Mask", elem_id="maps-mask")
+        otsu = gr.Checkbox(value=True, label="Otsu threshold", elem_id="maps-otsu")
+        threshold = gr.Slider(0.0, 1.0, value=0.5, step=0.01, label="Manual threshold (fraction of each map's range)",
+                              elem_id="maps-threshold")
+    with gr.Row():
+        per_page = gr.Slider(1, 12, value=8, step=1, label="Sentences per page", elem_id="maps-per-page")
+        page = gr.Slider(1, 2, value=1, step=1, label="Page", visible=False, elem_id="maps-page")
+    run = gr.Button("Draw maps", variant="primary", elem_id="grounding-run")
+    status = gr.Markdown("Pick an image, a caption and up to 4 models, then **Draw maps**.", elem_id="grounding-status")
+    picture = gr.Image(label="Maps (a row per model)", interactive=False, elem_id="maps-grid", format="png",
+                       show_label=True)
+    scores = gr.Dataframe(headers=SCORE_COLUMNS, interactive=False, wrap=True, elem_id="maps-scores",
+                          max_height=320)
+    fmt, width, export, files, note = export_row("maps")
+    view_state, settings_state = gr.State(None), gr.State(None)
+
+    display = [cmap, opacity, mask, otsu, threshold, scale, page, per_page]
+    run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + display,
+              outputs=[view_state, settings_state, picture, status, scores, page])
+    for control in display:
+        event = control.release if isinstance(control, gr.Slider) else control.change
+        event(rerender, inputs=[view_state, settings_state, *display],
+              outputs=[settings_state, picture, status, scores])
+    export.click(export_view, inputs=[view_state, settings_state, fmt, width], outputs=[files, note])

@@ -1,0 +1,70 @@
+"""PCA maps on the page: models x pictures, fitted jointly or per picture, export.
+
+"Draw PCA" reads the patch vectors (cached per model, picture and source); switching between
+a joint and a per-picture fit only refits the PCA on those vectors.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ..grounding import MapCache
+from ..models.zoo import Zoo
+from ..views.panels import compose
+from ..views.pca_view import PcaView, compute_pca, render_pca
+from ..views.settings import PCA_FITS, PCA_SOURCES, ViewSettings
+from .common import explain
+from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row, export_view
+
+MAX_EXTRA_IMAGES = 3
+
+
+def status_text(view: PcaView, settings: ViewSettings) -> str:
+    fit = "one PCA for every panel (colours mean the same everywhere)" if settings.pca_fit == "joint" \
+        else "one PCA per panel (colours are not comparable across panels)"
+    lines = [f"{len(view.names)} model(s) x {len(view.pictures)} picture(s) · {fit}."]
+    lines += [f"- {note}" for note in view.notes]
+    return "\n".join(lines)
+
+
+def draw(load, cache: MapCache, *values):
+    common, extra, source, fit = values[:6], values[6], values[7], values[8]
+    try:
+        extra = [str(p) for p in (extra or [])][:MAX_EXTRA_IMAGES]
+        settings = ViewSettings(**base_settings("pca", *common), images=extra, pca_source=source, pca_fit=fit)
+        view = compute_pca(load, settings, cache)
+        picture = compose(render_pca(view, settings, PREVIEW_SIDE))
+    except Exception as error:  # noqa: BLE001
+        return None, None, None, explain(error)
+    return view, settings, picture, status_text(view, settings)
+
+
+def refit(view: PcaView | None, settings: ViewSettings | None, fit: str):
+    """Joint vs per-picture: a new PCA on the cached vectors."""
+    if view is None or settings is None:
+        return settings, gr.update(), gr.update()
+    try:
+        updated = ViewSettings(**{**vars(settings), "pca_fit": fit})
+        return updated, compose(render_pca(view, updated, PREVIEW_SIDE)), status_text(view, updated)
+    except Exception as error:  # noqa: BLE001
+        return settings, gr.update(), explain(error)
+
+
+def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
+    extra = gr.File(label=f"More pictures to compare (up to {MAX_EXTRA_IMAGES})", file_count="multiple",
+                    type="filepath", elem_id="pca-images", height=90)
+    with gr.Row():
+        source = gr.Radio(list(PCA_SOURCES), value="features", label="Patch vectors (features or attention rows)",
+                          elem_id="pca-source")
+        fit = gr.Radio(list(PCA_FITS), value="joint", label="PCA fitted", elem_id="pca-fit")
+    run = gr.Button("Draw PCA maps", variant="primary", elem_id="pca-run")
+    status = gr.Markdown("The top 3 principal components of each model's patch vectors, as RGB.",
+                         elem_id="pca-status")
+    picture = gr.Image(label="PCA maps (a row per model, a column per picture)", interactive=False,
+                       elem_id="pca-grid", format="png")
+    fmt, width, export, files, note = export_row("pca")
+    view_state, settings_state = gr.State(None), gr.State(None)
+    run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + [extra, source, fit],
+              outputs=[view_state, settings_state, picture, status])
+    fit.change(refit, inputs=[view_state, settings_state, fit], outputs=[settings_state, picture, status])
+    export.click(export_view, inputs=[view_state, settings_state, fmt, width], outputs=[files, note])

@@ -1,0 +1,91 @@
+"""What the three grounding views share on the page: the inputs, settings from widgets, export.
+
+The inputs (picture, caption, models, map kind, dense caption, ground-truth mask) sit in the
+Grounding tab's left column; each view adds its own display controls and turns everything into
+a ``ViewSettings``, the same object the CLI reads from JSON.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from ..views.settings import MAX_MODELS, ViewSettings
+from .common import explain
+
+PREVIEW_SIDE = 256  # pixels per panel on the page; figures use the working resolution
+EXPORT_FORMATS = ("png", "pdf", "svg")
+
+
+@dataclass
+class Inputs:
+    image: gr.components.Component
+    caption: gr.components.Component
+    models: gr.components.Component
+    kind: gr.components.Component
+    dense_caption: gr.components.Component
+    truth: gr.components.Component
+
+    def components(self) -> list:
+        return [self.image, self.caption, self.models, self.kind, self.dense_caption, self.truth]
+
+
+def as_list(models) -> list[str]:
+    if not models:
+        return []
+    return [models] if isinstance(models, str) else list(models)
+
+
+def base_settings(view: str, image, caption, models, kind, dense_caption, truth) -> dict:
+    """The shared part of a view's settings, checked: a clear message for what is missing."""
+    if not image:
+        raise ValueError("Pick or upload an image first.")
+    models = as_list(models)
+    if not models:
+        raise ValueError("Pick at least one model.")
+    if len(models) > MAX_MODELS:
+        raise ValueError(f"Compare at most {MAX_MODELS} models at once.")
+    return {"view": view, "image": str(image), "caption": caption or "", "models": models,
+            "kind": kind or "native", "dense_caption": dense_caption or "", "truth": str(truth) if truth else ""}
+
+
+EXPORT_ROOT = Path.home() / ".cache" / "explorer" / "exports"  # the app lets the page download from here
+
+
+def export_dir() -> Path:
+    """A new folder per export, so two exports never overwrite each other."""
+    EXPORT_ROOT.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=EXPORT_ROOT))
+
+
+def export_view(view, settings: ViewSettings | None, fmt: str, width: float) -> tuple[list[str] | None, str]:
+    """Write the figure and its settings JSON; (files for download, message)."""
+    from ..views.pipeline import write_figure
+
+    if view is None or settings is None:
+        return None, "**Cannot do that:** draw the view first, then export it."
+    try:
+        out = export_dir() / f"{settings.view}.{fmt}"
+        figure, settings_file = write_figure(view, settings, out, width=float(width))
+    except Exception as error:  # noqa: BLE001 - the page says what went wrong and keeps serving
+        return None, explain(error)
+    regenerate = f"explorer figure replay {settings_file}"
+    return [str(figure), str(settings_file)], f"Wrote **{figure.name}** ({width:g} in wide). Same figure from " \
+                                              f"the shell: `{regenerate}`"
+
+
+def export_row(prefix: str):
+    """Format, width, button and the files: the same controls under every view."""
+    with gr.Row():
+        fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
+        width = gr.Number(value=7.0, minimum=1.0, maximum=20.0, step=0.5, label="Width (inches)",
+                          elem_id=f"{prefix}-export-width")
+        button = gr.Button("Export figure", elem_id=f"{prefix}-export")
+    files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
+                    elem_id=f"{prefix}-export-files")
+    note = gr.Markdown(elem_id=f"{prefix}-export-note")
+    return fmt, width, button, files, note

@@ -1,0 +1,217 @@
+"""Sentence maps view: one row per model, one map per sentence, Otsu masks, scores against truth.
+
+Computing (``compute_maps``) runs each model once per (model, picture, sentences, kind) through
+``grounding.ground`` and its cache. Everything after that (colour map, opacity, threshold,
+mask style, colour scale, page) only re-renders (``render_maps``): masks and resized maps are
+memoised on the result, so a slider change never touches a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..grounding import GroundingResult, MapCache, ground
+from ..masks import otsu_masks
+from ..models.methods.base import GENERIC_MAP
+from ..models.model import Model
+from .panels import Colorbar, PanelGrid, fit_size, map_panels, outline, picture_panel, resize_maps, resize_masks
+from .settings import NATIVE, ViewSettings
+
+Loader = Callable[[str], Model]
+
+
+def resolve_kind(model: Model, wanted: str) -> tuple[str, str | None]:
+    """The map kind to draw for ``model``: (kind, note when it differs from what was asked)."""
+    native = [k for k in model.map_kinds if k != GENERIC_MAP]
+    if wanted == NATIVE:
+        return (native or [GENERIC_MAP])[0], None
+    if wanted in model.map_kinds:
+        return wanted, None
+    fallback = (native or [GENERIC_MAP])[0]
+    return fallback, f"{model.name} has no {wanted!r} map; showing its {fallback!r} map"
+
+
+@dataclass
+class ModelMaps:
+    """One model's maps of the caption, plus memoised masks and display-size copies."""
+
+    name: str
+    result: GroundingResult
+    trained: bool = True
+    _thresholds: dict = field(default_factory=dict, repr=False)
+    _resized: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def maps(self) -> np.ndarray:
+        return self.result.maps.maps
+
+    @property
+    def kind(self) -> str:
+        return self.result.maps.kind
+
+    def thresholds(self, fraction: float | None) -> np.ndarray:
+        """[M] thresholds in map units: Otsu's (None) or ``fraction`` of each map's own range."""
+        key = "otsu" if fraction is None else round(float(fraction), 6)
+        if key not in self._thresholds:
+            if fraction is None:
+                self._thresholds[key] = otsu_masks(self.maps)[1]
+            else:
+                low, high = self.maps.min(axis=(1, 2)), self.maps.max(axis=(1, 2))
+                self._thresholds[key] = low + float(fraction) * (high - low)
+        return self._thresholds[key]
+
+    def masks(self, fraction: float | None) -> np.ndarray:
+        """[M, H, W] bool at the working picture's size: each map strictly above its threshold."""
+        return self.maps > self.thresholds(fraction)[:, None, None]
+
+    def display_masks(self, fraction: float | None, size: tuple[int, int]) -> list[tuple]:
+        """Per sentence (mask, (inner, outer) outline) at ``size``, memoised: a colour change reuses them."""
+        key = ("masks", "otsu" if fraction is None else round(float(fraction), 6), size)
+        if key not in self._resized:
+            masks = resize_masks(self.masks(fraction), size)
+            self._resized[key] = [(mask, outline(mask)) for mask in masks]
+        return self._resized[key]
+
+    def resized(self, size: tuple[int, int] | None) -> np.ndarray:
+        """The maps at ``size`` = (width, height) for display (memoised); None: as computed."""
+        if size is None or size == (self.maps.shape[2], self.maps.shape[1]):
+            return self.maps
+        if size not in self._resized:
+            self._resized[size] = resize_maps(self.maps, size)
+        return self._resized[size]
+
+
+@dataclass
+class MapsView:
+    picture: object  # PIL.Image, the working picture every model saw
+    sentences: list[str]
+    models: list[ModelMaps]
+    truth: object | None = None  # explorer.truth.Truth when a ground-truth mask is known
+    notes: list[str] = field(default_factory=list)
+
+    def pages(self, per_page: int) -> int:
+        return max(1, -(-len(self.sentences) // per_page))
+
+    def page_indices(self, page: int, per_page: int) -> range:
+        page = min(max(0, page), self.pages(per_page) - 1)
+        return range(page * per_page, min(len(self.sentences), (page + 1) * per_page))
+
+    def colour_range(self, scale: str, model_index: int, sentence: int) -> tuple[float | None, float | None]:
+        """(low, high) for one map: its own range ("map"), its model's ("model"), or everyone's."""
+        if scale == "map":
+            return None, None
+        maps = [self.models[model_index].maps] if scale == "model" else [m.maps for m in self.models]
+        return float(min(m.min() for m in maps)), float(max(m.max() for m in maps))
+
+    def scores(self, fraction: float | None) -> list[dict]:
+        """A row per (model, sentence): threshold, mask area and, with truth, IoU and pointing hit."""
+        from ..truth import score_sentences
+
+        rows = []
+        for model in self.models:
+            thresholds, masks = model.thresholds(fraction), model.masks(fraction)
+            scored = score_sentences(model.maps, masks, self.truth)[0] if self.truth is not None else None
+            for i, sentence in enumerate(self.sentences):
+                row = {"model": model.name, "#": i + 1, "sentence": sentence, "threshold": float(thresholds[i]),
+                       "mask %": float(100 * masks[i].mean()), "tokens cut": model.result.maps.n_cut[i]}
+                if scored is not None:
+                    row["IoU"], row["pointing"] = scored[i].iou, scored[i].hit
+                rows.append(row)
+        return rows
+
+    def summary(self, fraction: float | None) -> list[dict]:
+        """Per model: mIoU and pointing-game over the sentences that have truth (empty without truth)."""
+        if self.truth is None:
+            return []
+        from ..truth import score_sentences
+
+        out = []
+        for model in self.models:
+            _, summary = score_sentences(model.maps, model.masks(fraction), self.truth)
+            out.append({"model": model.name, **summary})
+        return out
+
+
+def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = None,
+                 truth_dir: Path | None = None) -> MapsView:
+    """Run every model of ``settings`` on its picture and caption (cached), and find the truth."""
+    if not settings.models:
+        raise ValueError("Pick at least one model.")
+    models, notes, picture, sentences = [], [], None, None
+    for name in settings.models:
+        model = load(name)
+        kind, note = resolve_kind(model, settings.kind)
+        if note:
+            notes.append(note)
+        result = ground(model, settings.image, settings.caption, kind=kind, cache=cache,
+                        dense_caption=settings.dense_caption)
+        notes.extend(n for n in result.notes if n not in notes)
+        picture, sentences = result.image, result.maps.sentences
+        models.append(ModelMaps(name=model.name, result=result, trained=model.trained))
+    truth = find_view_truth(settings, picture, sentences, truth_dir)
+    if truth is not None:
+        notes.extend(truth.notes)
+    return MapsView(picture=picture, sentences=sentences, models=models, truth=truth, notes=notes)
+
+
+def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth_dir: Path | None):
+    """The uploaded mask when there is one, else the truth of a known synthetic scene, else None."""
+    from .. import truth
+
+    if settings.truth:
+        from ..images import load_image
+
+        original = load_image(settings.image).original_size
+        return truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original)
+    if truth_dir is None:
+        from ..ui.examples import truth_dir as default_truth_dir
+
+        truth_dir = default_truth_dir()
+    found = truth.find_truth(picture, sentences, truth_dir)
+    return found if found is not None and found.available else None
+
+
+def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None) -> PanelGrid:
+    """The current page as panels: the picture, then one overlay per sentence, a row per model.
+
+    ``side`` shrinks every panel to at most that many pixels (the page's preview); None keeps
+    the working resolution (figures).
+    """
+    size = fit_size(view.picture.size, side)
+    base = view.picture if size == view.picture.size else view.picture.resize(size)
+    indices = view.page_indices(settings.page, settings.per_page)
+    scored = {(r["model"], r["#"] - 1): r for r in view.scores(settings.threshold)} if view.truth else {}
+    rows, labels = [], []
+    for m, model in enumerate(view.models):
+        maps = model.resized(size)
+        thresholds = model.thresholds(settings.threshold)
+        masks = model.display_masks(settings.threshold, size) if settings.mask != "none" else None
+        row = [picture_panel(base, "image")]
+        for i in indices:
+            low, high = view.colour_range(settings.scale, m, i)
+            title = f"S{i + 1} · t={thresholds[i]:.3g}"
+            score = scored.get((model.name, i))
+            if score and score.get("IoU") is not None:
+                title += f" · IoU {score['IoU']:.2f}" + (" · hit" if score["pointing"] else " · miss")
+            row.extend(map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
+                                  title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask"))
+        rows.append(row)
+        labels.append(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED"))
+    colorbar = _colorbar(view, settings)
+    return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar,
+                     caption=" ".join(f"S{i + 1}: {view.sentences[i]}" for i in indices))
+
+
+def _colorbar(view: MapsView, settings: ViewSettings) -> Colorbar:
+    if settings.scale == "shared":
+        low, high = view.colour_range("shared", 0, 0)
+        return Colorbar(settings.cmap, low, high, "map value (one scale for all models)")
+    return Colorbar(settings.cmap, 0.0, 1.0, "map value, normalised per " + settings.scale)
+
+
+
+__all__ = ["MapsView", "ModelMaps", "compute_maps", "render_maps", "resolve_kind"]

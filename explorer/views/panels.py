@@ -1,0 +1,157 @@
+"""Panels: the pictures a view is made of, and the page's preview of a grid of them.
+
+A view renders to a ``PanelGrid`` (rows of RGB panels with titles). The page shows it as one
+composite picture (``compose``, fast: numpy and PIL only); ``explorer.figures`` lays the very
+same panels out with matplotlib for PDF/SVG/PNG, so the figure shows what the page showed.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import cv2
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from ..render import overlay
+
+CONTOUR_RGB = (255, 255, 255)
+CONTOUR_EDGE_RGB = (0, 0, 0)
+
+
+@dataclass
+class Panel:
+    pixels: np.ndarray  # [H, W, 3] uint8
+    title: str  # short: what and which threshold
+    text: str = ""  # longer: the sentence (wrapped in figures, listed under the preview)
+
+
+@dataclass
+class Colorbar:
+    cmap: str
+    low: float
+    high: float
+    label: str
+
+
+@dataclass
+class PanelGrid:
+    rows: list[list[Panel]]
+    row_labels: list[str]
+    caption: str = ""
+    colorbar: Colorbar | None = None
+    extras: list = field(default_factory=list)  # view-specific figure parts (e.g. FLISM similarity matrices)
+
+
+# ---- building panels ------------------------------------------------------------------------------------
+
+
+def resize_maps(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """[M, H, W] float maps to ``size`` = (width, height), area-averaged when shrinking."""
+    return np.stack([cv2.resize(m.astype(np.float32), size, interpolation=cv2.INTER_AREA) for m in maps])
+
+
+def resize_masks(masks: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    if (masks.shape[2], masks.shape[1]) == size:
+        return masks
+    return np.stack([cv2.resize(m.astype(np.uint8), size, interpolation=cv2.INTER_NEAREST) > 0 for m in masks])
+
+
+def fit_size(size: tuple[int, int], side: int | None) -> tuple[int, int]:
+    """``size`` = (width, height) shrunk to at most ``side`` pixels (None or larger: unchanged)."""
+    width, height = size
+    if side is None or max(width, height) <= side:
+        return (width, height)
+    scale = side / max(width, height)
+    return (max(1, round(width * scale)), max(1, round(height * scale)))
+
+
+def picture_panel(picture: Image.Image, title: str) -> Panel:
+    return Panel(np.asarray(picture.convert("RGB")), title)
+
+
+def outline(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(inner, outer) one-pixel rings of a mask: its own edge pixels, and the pixels just outside."""
+    cross = np.ones((3, 3), np.uint8)
+    pixels = mask.astype(np.uint8)
+    inner = (pixels - cv2.erode(pixels, cross, borderType=cv2.BORDER_REPLICATE)).astype(bool)
+    outer = (cv2.dilate(pixels, cross, borderType=cv2.BORDER_REPLICATE) - pixels).astype(bool)
+    return inner, outer
+
+
+def draw_contour(pixels: np.ndarray, rings: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The mask's outline in white with a dark edge, so it reads on any colour map."""
+    inner, outer = rings
+    out = pixels.copy()
+    out[outer] = CONTOUR_EDGE_RGB
+    out[inner] = CONTOUR_RGB
+    return out
+
+
+def mask_pixels(mask: np.ndarray) -> np.ndarray:
+    """The binary mask itself: white inside, black outside."""
+    return np.repeat((mask.astype(np.uint8) * 255)[..., None], 3, axis=2)
+
+
+def map_panels(picture: Image.Image, values: np.ndarray, mask, settings, low, high, title: str, text: str,
+               mask_title: str = "mask") -> list[Panel]:
+    """One sentence drawn as ``settings.mask`` says: the overlay with the mask's contour, the binary
+    mask alone, both side by side, or the bare overlay. ``mask`` is (mask, (inner, outer) rings)."""
+    pixels = np.asarray(overlay(picture, values, cmap=settings.cmap, opacity=settings.opacity, low=low, high=high))
+    if mask is None or settings.mask == "none":
+        return [Panel(pixels, title, text)]
+    binary, rings = mask
+    if settings.mask == "mask":
+        return [Panel(mask_pixels(binary), title, text)]
+    panels = [Panel(draw_contour(pixels, rings), title, text)]
+    if settings.mask == "both":
+        panels.append(Panel(mask_pixels(binary), mask_title, text))
+    return panels
+
+
+# ---- the page's preview ---------------------------------------------------------------------------------
+
+TITLE_HEIGHT = 18
+LABEL_WIDTH = 120
+GAP = 4
+
+
+@lru_cache(maxsize=4)
+def _font(size: int) -> ImageFont.ImageFont:
+    return ImageFont.load_default(size=size)
+
+
+def compose(grid: PanelGrid) -> Image.Image:
+    """All panels in one picture: a label column, then the panels, each with its title above."""
+    rows = grid.rows
+    if not rows or not any(rows):
+        return Image.new("RGB", (1, 1), "white")
+    cell_w = max(p.pixels.shape[1] for row in rows for p in row)
+    cell_h = max(p.pixels.shape[0] for row in rows for p in row)
+    columns = max(len(row) for row in rows)
+    width = LABEL_WIDTH + columns * (cell_w + GAP)
+    height = len(rows) * (cell_h + TITLE_HEIGHT + GAP)
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    font, label_font = _font(12), _font(13)
+    for r, row in enumerate(rows):
+        top = r * (cell_h + TITLE_HEIGHT + GAP)
+        label = grid.row_labels[r] if r < len(grid.row_labels) else ""
+        lines = [piece for line in label.split("\n") for piece in textwrap.wrap(line, 16)] or [""]
+        draw.multiline_text((4, top + TITLE_HEIGHT + 4), "\n".join(lines[:6]), fill="black", font=label_font)
+        for c, panel in enumerate(row):
+            left = LABEL_WIDTH + c * (cell_w + GAP)
+            draw.text((left, top + 2), _fit(panel.title, cell_w, font), fill="black", font=font)
+            canvas.paste(Image.fromarray(panel.pixels), (left, top + TITLE_HEIGHT))
+    return canvas
+
+
+def _fit(text: str, width: int, font) -> str:
+    """Shorten ``text`` with an ellipsis so it fits ``width`` pixels."""
+    if font.getlength(text) <= width:
+        return text
+    while text and font.getlength(text + "…") > width:
+        text = text[:-1]
+    return text + "…"

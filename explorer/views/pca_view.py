@@ -1,0 +1,108 @@
+"""PCA maps view: the top 3 principal components of each model's patch vectors, as RGB.
+
+Rows are models, columns are pictures. Fitted jointly (default: one basis for everything on
+screen that shares a feature size, so a colour means the same direction everywhere) or per
+picture. Patch vectors are cached per (model, picture, source); refitting and re-drawing never
+run a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from ..grounding import MapCache, image_digest, prepare_image
+from ..pca import pca_maps
+from .maps import Loader
+from .panels import fit_size, Panel, PanelGrid
+from .settings import ViewSettings
+
+
+@dataclass
+class PcaView:
+    pictures: list[Image.Image]
+    names: list[str]
+    features: list[list[np.ndarray]]  # [model][picture] -> [P, D]
+    grids: list[list[tuple[int, int]]]
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+
+def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = None) -> PcaView:
+    if not settings.models:
+        raise ValueError("Pick at least one model.")
+    paths = settings.all_images
+    if not paths:
+        raise ValueError("Pick at least one image.")
+    pictures, notes = [], []
+    for path in paths:
+        picture, picture_notes = prepare_image(path)
+        pictures.append(picture)
+        notes.extend(picture_notes)
+    names, features, grids = [], [], []
+    for name in settings.models:
+        model = load(name)
+        row_features, row_grids = [], []
+        for picture in pictures:
+            key = ("patches", model.name, id(model), image_digest(picture), settings.pca_source)
+
+            def compute(model=model, picture=picture):
+                return model.patch_features(picture, settings.pca_source)
+
+            vectors, grid = cache.get(key, compute) if cache is not None else compute()
+            row_features.append(vectors)
+            row_grids.append(grid)
+        names.append(model.name)
+        features.append(row_features)
+        grids.append(row_grids)
+    return PcaView(pictures=pictures, names=names, features=features, grids=grids, source=settings.pca_source,
+                   notes=notes)
+
+
+def fit_groups(view: PcaView, joint: bool) -> tuple[dict[tuple[int, int], np.ndarray], dict, list[str]]:
+    """RGB grid per (model, picture), the explained ratios per (model, picture), and notes.
+
+    Joint: one fit per feature size (models with different widths cannot share axes; the notes
+    say when that splits the screen). Per picture: one fit per (model, picture).
+    """
+    cells = [(m, i) for m in range(len(view.names)) for i in range(len(view.pictures))]
+    if not joint:
+        groups = [[cell] for cell in cells]
+    else:
+        by_size: dict[int, list] = {}
+        for m, i in cells:
+            by_size.setdefault(view.features[m][i].shape[1], []).append((m, i))
+        groups = list(by_size.values())
+    notes = []
+    if joint and len(groups) > 1:
+        sizes = ", ".join(str(view.features[g[0][0]][g[0][1]].shape[1]) for g in groups)
+        notes.append(f"the models' patch vectors differ in size ({sizes}): one joint fit per size")
+    rgb, explained = {}, {}
+    for group in groups:
+        maps, bases = pca_maps([view.features[m][i] for m, i in group], [view.grids[m][i] for m, i in group],
+                               joint=True)
+        for cell, one in zip(group, maps):
+            rgb[cell] = one
+            explained[cell] = bases[0].explained
+    return rgb, explained, notes
+
+
+def render_pca(view: PcaView, settings: ViewSettings, side: int | None = None) -> PanelGrid:
+    rgb, explained, notes = fit_groups(view, settings.pca_fit == "joint")
+    rows, labels = [], []
+    for m, name in enumerate(view.names):
+        row = []
+        for i, picture in enumerate(view.pictures):
+            size = fit_size(picture.size, side)
+            pixels = cv2.resize((rgb[(m, i)] * 255).round().astype(np.uint8), size, interpolation=cv2.INTER_NEAREST)
+            share = float(np.sum(explained[(m, i)]))
+            row.append(Panel(pixels, f"image {i + 1} · PC1-3 {100 * share:.0f}% var"))
+        rows.append(row)
+        labels.append(name)
+    fit = "one fit for all panels" if settings.pca_fit == "joint" else "one fit per panel"
+    what = "patch features" if view.source == "features" else "last-layer attention rows"
+    caption = f"Top 3 principal components of the {what} as RGB ({fit}). " + " ".join(notes)
+    return PanelGrid(rows=rows, row_labels=labels, caption=caption.strip())

@@ -1,0 +1,47 @@
+"""A view from settings to a file: compute (models, cached), render (panels), write (figure + JSON)."""
+
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..grounding import MapCache
+from .maps import Loader, MapsView, compute_maps, render_maps
+from .panels import PanelGrid
+from .pca_view import PcaView, compute_pca, render_pca
+from .regions import RegionsView, compute_regions, render_regions
+from .settings import ViewSettings
+
+View = MapsView | RegionsView | PcaView
+
+
+def compute_view(load: Loader, settings: ViewSettings, cache: MapCache | None = None,
+                 truth_dir: Path | None = None) -> View:
+    """Run what the view needs from the models (each result cached in ``cache``)."""
+    if settings.view == "maps":
+        return compute_maps(load, settings, cache, truth_dir=truth_dir)
+    if settings.view == "regions":
+        return compute_regions(load, settings, cache)
+    return compute_pca(load, settings, cache)
+
+
+def render_view(view: View, settings: ViewSettings, side: int | None = None) -> PanelGrid:
+    """Panels from display settings only; no model runs here."""
+    if isinstance(view, MapsView):
+        return render_maps(view, settings, side)
+    if isinstance(view, RegionsView):
+        return render_regions(view, settings, side)
+    return render_pca(view, settings, side)
+
+
+
+
+def write_figure(view: View, settings: ViewSettings, out: str | Path, width: float = 7.0,
+                 dpi: int = 300) -> tuple[Path, Path]:
+    """The view as a figure (``out``'s suffix picks PDF/SVG/PNG) and its settings beside it (``out``.json)."""
+    from ..figures import save_figure
+
+    figure = save_figure(render_view(view, settings), out, width=width, dpi=dpi)
+    settings_file = figure.with_name(figure.name + ".json")
+    settings_file.write_text(settings.to_json())
+    return figure, settings_file
