@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import cv2
 import numpy as np
 from matplotlib import colormaps
 from PIL import Image
@@ -34,7 +35,8 @@ def colour_table(cmap: str) -> np.ndarray:
 
 def colorize(unit: np.ndarray, cmap: str = "turbo") -> np.ndarray:
     """[H, W] in [0, 1] -> [H, W, 3] uint8 (256 levels, as any 8-bit picture shows them)."""
-    return colour_table(cmap)[(np.clip(unit, 0.0, 1.0) * 255).round().astype(np.uint8)]
+    levels = (np.clip(unit, 0.0, 1.0) * 255 + 0.5).astype(np.uint8)
+    return cv2.LUT(cv2.merge([levels, levels, levels]), colour_table(cmap)[:, None, :])
 
 
 def overlay(image: Image.Image, values: np.ndarray, cmap: str = "turbo", opacity: float = 0.5,
@@ -42,7 +44,6 @@ def overlay(image: Image.Image, values: np.ndarray, cmap: str = "turbo", opacity
     """The map in colour over the picture; ``values`` must be at the picture's resolution."""
     if values.shape != (image.height, image.width):
         raise ValueError(f"map {values.shape} does not match the image {(image.height, image.width)}")
-    colour = colorize(normalise(values, low, high), cmap).astype(np.float32)
-    base = np.asarray(image.convert("RGB"), dtype=np.float32)
-    mixed = (1 - opacity) * base + opacity * colour
-    return Image.fromarray(mixed.clip(0, 255).astype(np.uint8))
+    colour = colorize(normalise(values, low, high), cmap)
+    base = np.asarray(image.convert("RGB"))
+    return Image.fromarray(cv2.addWeighted(base, 1.0 - opacity, colour, opacity, 0.0))

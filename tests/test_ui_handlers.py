@@ -8,7 +8,7 @@ from PIL import Image
 
 from explorer.grounding import MapCache
 from explorer.models.zoo import Zoo
-from explorer.ui import grounding_tab, models_tab
+from explorer.ui import grounding_tab, maps_view, models_tab, pca_view, regions_view
 
 
 @pytest.fixture(scope="module")
@@ -23,32 +23,37 @@ def photo(tmp_path):
     return path
 
 
-def draw(zoo, cache, image, caption):
-    return grounding_tab.draw_maps(zoo, cache, str(image) if image else None, caption, "tiny-untrained",
-                                   "generic", "turbo", 0.5)
+DISPLAY = ["turbo", 0.5, "contour", True, 0.5, "map", 1, 8]  # cmap, opacity, mask, otsu, manual, scale, page, per page
 
 
-def test_three_sentences_give_three_overlays(zoo, photo):
-    result, gallery, status, rows = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.")
-    assert len(gallery) == 3 and len(rows) == 3
-    assert gallery[0][0].size == (90, 60)  # drawn at the picture's own size
-    assert "UNTRAINED" in status
+def draw(zoo, cache, image, caption, models=("tiny-untrained",), truth=None):
+    """The "Draw maps" button: (view, settings, picture, status, score rows, page slider)."""
+    return maps_view.draw(zoo.load, cache, str(image) if image else None, caption, list(models), "native", "",
+                          truth, *DISPLAY)
+
+
+def test_three_sentences_give_one_row_of_three_overlays(zoo, photo):
+    view, settings, picture, status, rows, _ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.")
+    assert len(rows) == 3 and [r[1] for r in rows] == [1, 2, 3]
+    assert view.models[0].maps.shape == (3, 60, 90)  # drawn at the picture's own size
+    assert picture.width > 4 * 90 and picture.height > 60  # the picture, then 3 panels
+    assert "UNTRAINED" in status and "Otsu" in status
 
 
 @pytest.mark.parametrize("caption, message", [("", "caption is empty"), ("   \n ", "caption is empty")])
 def test_empty_caption(zoo, photo, caption, message):
-    result, gallery, status, _ = draw(zoo, MapCache(), photo, caption)
-    assert result is None and gallery == [] and message in status
+    view, _, picture, status, rows, _ = draw(zoo, MapCache(), photo, caption)
+    assert view is None and picture is None and rows == [] and message in status
 
 
 def test_one_word_caption_draws_one_map_and_says_so(zoo, photo):
-    result, gallery, status, _ = draw(zoo, MapCache(), photo, "cat")
-    assert len(gallery) == 1 and "one sentence" in status
+    _, _, _, status, rows, _ = draw(zoo, MapCache(), photo, "cat")
+    assert len(rows) == 1 and "one sentence" in status
 
 
-def test_no_image(zoo):
-    _, gallery, status, _ = draw(zoo, MapCache(), None, "A cat.")
-    assert gallery == [] and "image" in status
+def test_no_image_and_no_model(zoo, photo):
+    assert "image" in draw(zoo, MapCache(), None, "A cat.")[3]
+    assert "at least one model" in draw(zoo, MapCache(), photo, "A cat.", models=())[3]
 
 
 @pytest.mark.parametrize("payload", [b"not an image at all", b"\x89PNG\r\n\x1a\n" + b"\x00" * 100])
@@ -56,20 +61,70 @@ def test_corrupt_or_non_image_file(zoo, tmp_path, payload, photo):
     bad = tmp_path / "upload.png"
     bad.write_bytes(payload)
     cache = MapCache()
-    _, gallery, status, _ = draw(zoo, cache, bad, "A cat.")
-    assert gallery == [] and "Cannot do that" in status
+    view, _, _, status, _, _ = draw(zoo, cache, bad, "A cat.")
+    assert view is None and "Cannot do that" in status
     # and the next good request still works, with the cache intact
-    _, gallery, _, _ = draw(zoo, cache, photo, "A cat.")
-    assert len(gallery) == 1
+    assert len(draw(zoo, cache, photo, "A cat.")[4]) == 1
 
 
 def test_re_rendering_uses_the_cache(zoo, photo):
     cache = MapCache()
-    result, *_ = draw(zoo, cache, photo, "A cat. A dog.")
+    view, settings, *_ = draw(zoo, cache, photo, "A cat. A dog.")
     draw(zoo, cache, photo, "A cat. A dog.")
     assert (cache.misses, cache.hits) == (1, 1)
-    jet = grounding_tab.render_gallery(result, "jet", 0.8)
-    assert len(jet) == 2 and cache.misses == 1  # colour change: no model run
+    updated, picture, status, rows = maps_view.rerender(view, settings, "jet", 0.8, "both", False, 0.3, "shared", 1, 8)
+    assert updated.cmap == "jet" and updated.threshold == 0.3 and updated.mask == "both"
+    assert cache.misses == 1  # display change: no model run
+    assert "0.30 of each map's range" in status
+    assert picture.width > draw(zoo, cache, photo, "A cat. A dog.")[2].width  # "both" adds a mask panel per sentence
+
+
+def test_wrong_size_truth_mask_is_refused_clearly(zoo, photo, tmp_path):
+    mask = tmp_path / "mask.png"
+    Image.fromarray(np.zeros((50, 50), np.uint8)).save(mask)
+    _, _, _, status, _, _ = draw(zoo, MapCache(), photo, "A cat. A dog.", truth=mask)
+    assert "Cannot do that" in status and "50" in status and "90" in status
+
+
+def test_truth_mask_gives_iou_and_pointing(zoo, photo, tmp_path):
+    labels = np.zeros((60, 90), np.uint8)
+    labels[:, :45], labels[:, 45:] = 1, 2
+    mask = tmp_path / "labels.png"
+    Image.fromarray(labels).save(mask)
+    view, _, _, status, rows, _ = draw(zoo, MapCache(), photo, "A cat. A dog.", truth=mask)
+    assert "mIoU" in status and "mask file" in status
+    assert all(isinstance(row[6], float) and row[7] in ("hit", "miss") for row in rows)
+
+
+def test_fifty_sentences_are_paginated(zoo, photo):
+    caption = " ".join(f"Sentence {i} names a thing." for i in range(50))
+    view, settings, _, status, rows, slider = draw(zoo, MapCache(), photo, caption)
+    assert len(rows) == 50 and view.pages(8) == 7 and "7 pages" in status
+    assert slider["visible"] is True and slider["maximum"] == 7
+    _, last_page, _, _ = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 7, 8)
+    first_page = draw(zoo, MapCache(), photo, caption)[2]
+    assert last_page.width < first_page.width  # page 7 holds 2 sentences, page 1 holds 8
+
+
+def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeypatch):
+    from explorer.ui import view_common
+
+    monkeypatch.setattr(view_common, "EXPORT_ROOT", tmp_path / "exports")
+    view, settings, *_ = draw(zoo, MapCache(), photo, "A cat. A dog.")
+    files, note = view_common.export_view(view, settings, "svg", 3.5)
+    assert files[0].endswith("maps.svg") and files[1].endswith("maps.svg.json")
+    assert "explorer figure replay" in note
+    assert view_common.export_view(None, None, "png", 7)[0] is None
+
+
+def test_regions_and_pca_handlers(zoo, photo):
+    cache = MapCache()
+    common = [str(photo), "A cat. A dog.", ["tiny-untrained"], "native", "", None]
+    view, settings, picture, plot, status, rows = regions_view.find_regions(zoo.load, cache, *common, "/no/such/dir")
+    assert len(rows) == 2 and "best pair" in status and "/no/such/dir" in status  # fell back, and said so
+    view, settings, picture, status = pca_view.draw(zoo.load, cache, *common, [str(photo)], "features", "joint")
+    assert "2 picture(s)" in status and picture is not None
+    assert pca_view.refit(view, settings, "per-image")[0].pca_fit == "per-image"
 
 
 def test_token_budget_marks_where_77_cuts():

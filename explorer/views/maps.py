@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from PIL import Image
 
 from ..grounding import GroundingResult, MapCache, ground
 from ..masks import otsu_masks
@@ -92,6 +93,15 @@ class MapsView:
     models: list[ModelMaps]
     truth: object | None = None  # explorer.truth.Truth when a ground-truth mask is known
     notes: list[str] = field(default_factory=list)
+    _pictures: dict = field(default_factory=dict, repr=False)
+
+    def picture_at(self, size: tuple[int, int]):
+        """The picture at a panel's size (memoised)."""
+        if size == self.picture.size:
+            return self.picture
+        if size not in self._pictures:
+            self._pictures[size] = self.picture.resize(size, Image.BICUBIC)
+        return self._pictures[size]
 
     def pages(self, per_page: int) -> int:
         return max(1, -(-len(self.sentences) // per_page))
@@ -182,9 +192,11 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
     the working resolution (figures).
     """
     size = fit_size(view.picture.size, side)
-    base = view.picture if size == view.picture.size else view.picture.resize(size)
+    base = view.picture_at(size)
     indices = view.page_indices(settings.page, settings.per_page)
     scored = {(r["model"], r["#"] - 1): r for r in view.scores(settings.threshold)} if view.truth else {}
+    summaries = {s["model"]: f"\nmIoU {s['miou']:.2f}\npointing {100 * s['pointing']:.0f}%"
+                 for s in view.summary(settings.threshold) if s["miou"] is not None}
     rows, labels = [], []
     for m, model in enumerate(view.models):
         maps = model.resized(size)
@@ -200,7 +212,8 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
             row.extend(map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
                                   title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask"))
         rows.append(row)
-        labels.append(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED"))
+        labels.append(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED")
+                      + summaries.get(model.name, ""))
     colorbar = _colorbar(view, settings)
     return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar,
                      caption=" ".join(f"S{i + 1}: {view.sentences[i]}" for i in indices))

@@ -119,7 +119,7 @@ GAP = 4
 
 
 @lru_cache(maxsize=4)
-def _font(size: int) -> ImageFont.ImageFont:
+def ui_font(size: int) -> ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
@@ -135,7 +135,7 @@ def compose(grid: PanelGrid) -> Image.Image:
     height = len(rows) * (cell_h + TITLE_HEIGHT + GAP)
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)
-    font, label_font = _font(12), _font(13)
+    font, label_font = ui_font(12), ui_font(13)
     for r, row in enumerate(rows):
         top = r * (cell_h + TITLE_HEIGHT + GAP)
         label = grid.row_labels[r] if r < len(grid.row_labels) else ""

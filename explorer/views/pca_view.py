@@ -17,7 +17,7 @@ from PIL import Image
 from ..grounding import MapCache, image_digest, prepare_image
 from ..pca import pca_maps
 from .maps import Loader
-from .panels import fit_size, Panel, PanelGrid
+from .panels import Panel, PanelGrid, fit_size, picture_panel
 from .settings import ViewSettings
 
 
@@ -92,7 +92,9 @@ def fit_groups(view: PcaView, joint: bool) -> tuple[dict[tuple[int, int], np.nda
 
 def render_pca(view: PcaView, settings: ViewSettings, side: int | None = None) -> PanelGrid:
     rgb, explained, notes = fit_groups(view, settings.pca_fit == "joint")
-    rows, labels = [], []
+    # The pictures themselves first, so a reader can tell what each colour covers.
+    rows = [[picture_panel(p.resize(fit_size(p.size, side)), f"image {i + 1}") for i, p in enumerate(view.pictures)]]
+    labels = ["picture"]
     for m, name in enumerate(view.names):
         row = []
         for i, picture in enumerate(view.pictures):

@@ -18,7 +18,7 @@ from ..flism import FlismResult, flism
 from ..grounding import MapCache, image_digest, prepare_image
 from ..text import analyse_caption
 from .maps import Loader
-from .panels import Panel, PanelGrid, _font
+from .panels import Panel, PanelGrid, ui_font
 from .settings import ViewSettings
 
 SOURCE_COLOURS = {"detector": (255, 127, 14), "quadrant": (31, 119, 180), "centre": (44, 160, 44)}
@@ -83,7 +83,7 @@ def draw_regions(picture: Image.Image, result: FlismResult, side: int | None = N
     scale = 1.0 if side is None or max(picture.size) <= side else side / max(picture.size)
     canvas = picture.convert("RGB").resize((round(picture.width * scale), round(picture.height * scale)))
     draw = ImageDraw.Draw(canvas)
-    font = _font(max(10, round(12 * max(1.0, canvas.width / 400))))
+    font = ui_font(max(10, round(12 * max(1.0, canvas.width / 400))))
     width = max(1, round(canvas.width / 200))
     takers: dict[int, list[int]] = {}
     for sentence, region in enumerate(result.best_region.tolist()):

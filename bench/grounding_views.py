@@ -1,0 +1,129 @@
+"""How long the grounding views take, and that display changes never run a model.
+
+    python bench/grounding_views.py [--runs 5] [--sentences 8] [--side 768]
+
+Four ViT-B/16-sized models with random weights, built in code (no download): CLIP, Long-CLIP,
+FineLIP and FLAIR, so the four-model request mixes map kinds. One picture (``--side`` pixels,
+the working size), one caption of ``--sentences`` sentences. Printed, median of ``--runs``:
+  - first request, 1 model: compute (model runs) + render of the page's preview;
+  - first request, 4 models (the compare view);
+  - re-render after a colour-map change (4 models): render + preview, from the stored maps;
+  - re-render after a threshold change (new Otsu/manual masks, no model run);
+  - export of the 4-model figure as PNG at 300 dpi (for reference; not interactive).
+"First request" clears the result cache between runs, so every run pays for the models.
+Target: re-render after a colour-map change under 0.2 s. The script also checks that the
+re-renders call no model (a counter on every model's forward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grounding_latency import SENTENCES, picture  # noqa: E402  (the same kitchen caption and picture)
+
+import explorer  # noqa: E402
+from explorer.grounding import MapCache  # noqa: E402
+from explorer.models.methods import get_method  # noqa: E402
+from explorer.views.maps import compute_maps, render_maps  # noqa: E402
+from explorer.views.panels import compose  # noqa: E402
+from explorer.views.settings import ViewSettings  # noqa: E402
+from explorer.ui.view_common import PREVIEW_SIDE  # noqa: E402
+
+TARGET_RERENDER_S = 0.2
+METHODS = ("clip", "longclip", "finelip", "flair")
+
+
+def build_models() -> dict[str, explorer.Model]:
+    models = {}
+    for name in METHODS:
+        torch.manual_seed(0)
+        models[name] = explorer.Model(get_method(name).example("base"), name=f"{name}-B16-random", device="cpu")
+    return models
+
+
+def count_forwards(models) -> list[int]:
+    """Wrap every model's encoders with a counter; returns the one-element list it increments."""
+    calls = [0]
+    for model in models.values():
+        for attribute in ("encode_image", "encode_text"):
+            original = getattr(model.method, attribute)
+
+            def counted(*args, _original=original, **kwargs):
+                calls[0] += 1
+                return _original(*args, **kwargs)
+
+            setattr(model.method, attribute, counted)
+    return calls
+
+
+def timed(function, runs: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--sentences", type=int, default=8)
+    parser.add_argument("--side", type=int, default=768, help="picture size in pixels (the working size)")
+    args = parser.parse_args(argv)
+
+    models = build_models()
+    calls = count_forwards(models)
+    folder = Path(tempfile.mkdtemp(prefix="explorer-bench-"))
+    image = folder / "kitchen.png"
+    picture(args.side).save(image)
+    caption = " ".join(SENTENCES[: args.sentences])
+    names = [models[m].name for m in METHODS]
+    load = {m.name: m for m in models.values()}.__getitem__
+    one = ViewSettings(image=str(image), caption=caption, models=names[:1])
+    four = ViewSettings(image=str(image), caption=caption, models=names)
+    truth_dir = folder / "no-truth"
+
+    def first_request(settings):
+        view = compute_maps(load, settings, MapCache(), truth_dir=truth_dir)
+        return view, compose(render_maps(view, settings, PREVIEW_SIDE))
+
+    timed(lambda: first_request(one), 1)  # warm-up: first calls allocate
+    first_one, _ = timed(lambda: first_request(one), args.runs)
+    first_four, (view, _) = timed(lambda: first_request(four), args.runs)
+
+    before = calls[0]
+    cmaps = iter(["viridis", "jet", "turbo"] * args.runs * 2)
+    rerender, _ = timed(lambda: compose(render_maps(view, ViewSettings(**{**vars(four), "cmap": next(cmaps)}),
+                                                    PREVIEW_SIDE)), args.runs)
+    fractions = iter([0.2 + 0.05 * i for i in range(args.runs * 2)])
+    threshold, _ = timed(lambda: compose(render_maps(view, ViewSettings(**{**vars(four), "threshold": next(fractions)}),
+                                                     PREVIEW_SIDE)), args.runs)
+    assert calls[0] == before, "a display change ran a model"
+
+    from explorer.figures import save_figure
+
+    export, _ = timed(lambda: save_figure(render_maps(view, four), folder / "maps.png"), 1)
+
+    print(f"grounding views: ViT-B/16 random weights, CPU, {torch.get_num_threads()} threads, picture {args.side} px, "
+          f"{args.sentences} sentences, median of {args.runs}")
+    print(f"  first request, 1 model          {first_one * 1000:8.0f} ms")
+    print(f"  first request, 4 models         {first_four * 1000:8.0f} ms")
+    print(f"  re-render, colour map change    {rerender * 1000:8.0f} ms   (target < {TARGET_RERENDER_S * 1000:.0f} ms: "
+          f"{'met' if rerender < TARGET_RERENDER_S else 'MISSED'})")
+    print(f"  re-render, threshold change     {threshold * 1000:8.0f} ms")
+    print(f"  export figure (PNG, 300 dpi)    {export * 1000:8.0f} ms")
+    print("  model forwards during re-renders: 0")
+    return 0 if rerender < TARGET_RERENDER_S else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
