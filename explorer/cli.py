@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.run(args) or 0
-    except ExplorerError as error:
+    except (ExplorerError, ValueError) as error:  # bad input, said plainly (as the app says it)
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -88,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     replay = figure.add_parser("replay", help="write a figure again from its saved settings JSON")
     replay.add_argument("settings", type=Path, help="the .json written beside a figure (by the CLI or the app)")
     replay.add_argument("--out", type=Path, help="default: the settings file's name without .json")
-    replay.add_argument("--width", type=float, default=7.0, help="figure width in inches (default 7)")
-    replay.add_argument("--dpi", type=int, default=300)
+    replay.add_argument("--width", type=float, help="figure width in inches (default: as saved)")
+    replay.add_argument("--dpi", type=int, help="default: as saved")
     replay.add_argument("--device", default="auto")
     replay.add_argument("--allow-pickle", action="store_true")
     replay.set_defaults(run=_run_figure_replay)
@@ -225,8 +225,8 @@ def _add_figure_arguments(parser: argparse.ArgumentParser, view: str) -> None:
     parser.add_argument("--model", action="append", dest="models", metavar="MODEL",
                         help="zoo name, manifest .json or weights file; repeat to compare (at most 4)")
     parser.add_argument("--out", type=Path, default=Path(f"{view}.png"), help=".png (300 dpi), .pdf or .svg")
-    parser.add_argument("--width", type=float, default=7.0, help="figure width in inches (default 7)")
-    parser.add_argument("--dpi", type=int, default=300)
+    parser.add_argument("--width", type=float, help="figure width in inches (default 7)")
+    parser.add_argument("--dpi", type=int, help="PNG resolution (default 300)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--allow-pickle", action="store_true")
     if view == "maps":
@@ -268,13 +268,16 @@ def _figure_settings(args):
         _read_text(args.caption_file) if args.caption_file else None)
     flags = {"image": args.image, "caption": caption, "models": args.models}
     for name in ("kind", "dense_caption", "cmap", "opacity", "mask", "threshold", "scale", "per_page", "truth",
-                 "detector", "images", "pca_source", "pca_fit"):
+                 "detector", "images", "pca_source", "pca_fit", "width", "dpi"):
         flags[name] = getattr(args, name, None)
     if getattr(args, "page", None) is not None:
         flags["page"] = args.page - 1
     data.update({k: v for k, v in flags.items() if v is not None})
-    if data.get("image"):
-        data["image"] = str(Path(data["image"]).resolve())
+    # Paths are saved absolute, so the settings regenerate the figure from any folder.
+    for name in ("image", "truth", "detector"):
+        if data.get(name):
+            data[name] = str(Path(data[name]).resolve())
+    data["images"] = [str(Path(p).resolve()) for p in data.get("images") or []]
     if not data.get("image"):
         raise ExplorerError("give the picture: explorer figure VIEW IMAGE ... (or --settings FILE)")
     if args.view != "pca" and not (data.get("caption") or "").strip():
@@ -307,9 +310,11 @@ def _run_figure_replay(args) -> int:
     from .views.settings import ViewSettings
 
     settings = ViewSettings.load(args.settings)
+    overrides = {k: v for k, v in (("width", args.width), ("dpi", args.dpi)) if v is not None}
+    if overrides:
+        settings = ViewSettings(**{**vars(settings), **overrides})
+    # fig.pdf.json -> fig.pdf; a settings file named otherwise needs --out
     out = args.out or args.settings.with_suffix("")
-    if out.suffix.lower() not in (".png", ".pdf", ".svg"):
-        out = out.with_suffix(".png")
     return _write_figure(args, settings, out)
 
 
@@ -325,7 +330,7 @@ def _write_figure(args, settings, out: Path) -> int:
             raise ExplorerError(f"no models in {zoo.root}; pass --model")
         settings.models = [default]
     view = compute_view(_model_loader(args, zoo), settings)
-    figure, settings_file = write_figure(view, settings, out, width=args.width, dpi=args.dpi)
+    figure, settings_file = write_figure(view, settings, out)
     if getattr(args, "save_maps", None):
         import numpy as np
 

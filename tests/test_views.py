@@ -232,6 +232,9 @@ def test_manual_threshold_is_a_fraction_of_each_maps_own_range():
         np.testing.assert_allclose([row["threshold"] for row in rows], expected, rtol=1e-5, atol=1e-6)
     titles = [panel.title for panel in render_maps(view, ViewSettings(threshold=0.25)).rows[0][1:]]
     assert [title.split(" · ")[1] for title in titles] == ["t=0.25", "t=0", "t=10.1"]
+    drawn = render_maps(view, ViewSettings(threshold=0.25, mask="mask")).rows[0][1:]
+    for panel, one, threshold in zip(drawn, maps, (0.25, 0.0, 10.125)):
+        np.testing.assert_array_equal(panel.pixels[..., 0] == 255, one > threshold)  # the mask drawn is manual
     assert not np.allclose(model.thresholds(None), model.thresholds(0.25))  # Otsu is something else
 
 
@@ -342,8 +345,10 @@ def test_an_uploaded_label_mask_scores_each_sentence(picture, tmp_path, zoo):
     summary = view.summary(None)
     assert summary[0]["n"] == 2 and summary[0]["miou"] == pytest.approx((1.0 + rows[1]["IoU"]) / 2)
 
-    titles = [panel.title for panel in render_maps(view, chosen).rows[0][1:]]
+    grid = render_maps(view, chosen)
+    titles = [panel.title for panel in grid.rows[0][1:]]
     assert "IoU 1.00 · hit" in titles[0]
+    assert f"mIoU {summary[0]['miou']:.2f}" in grid.row_labels[0]
     assert "IoU" in titles[1] and "IoU" not in titles[2]
 
 
@@ -456,12 +461,15 @@ def test_pca_joint_fit_is_one_colour_basis(tmp_path):
     joint_grid = render_pca(view, chosen)
     per_grid = render_pca(view, settings(view="pca", image=str(first), images=[str(second)],
                                          models=["clip", "caft"], pca_fit="per-image"))
-    assert [len(row) for row in joint_grid.rows] == [2, 2] and joint_grid.row_labels == ["clip", "caft"]
-    assert joint_grid.rows[0][0].pixels.shape == (48, 64, 3)
-    assert len({panel.title.split(" · ")[1] for row in joint_grid.rows for panel in row}) == 1  # one basis
+    # the pictures first, then a row per model
+    assert [len(row) for row in joint_grid.rows] == [2, 2, 2]
+    assert joint_grid.row_labels == ["picture", "clip", "caft"]
+    np.testing.assert_array_equal(joint_grid.rows[0][1].pixels, np.asarray(Image.open(second).convert("RGB")))
+    assert joint_grid.rows[1][0].pixels.shape == (48, 64, 3)
+    assert len({panel.title.split(" · ")[1] for row in joint_grid.rows[1:] for panel in row}) == 1  # one basis
     assert "one fit for all panels" in joint_grid.caption and "one fit per panel" in per_grid.caption
     assert any(not np.array_equal(a.pixels, b.pixels)
-               for ra, rb in zip(joint_grid.rows, per_grid.rows) for a, b in zip(ra, rb))
+               for ra, rb in zip(joint_grid.rows[1:], per_grid.rows[1:]) for a, b in zip(ra, rb))
     assert [spy.calls for spy in spies.values()] == [2, 2]  # refitting and re-drawing ran no model
 
 
@@ -481,7 +489,7 @@ def test_pca_of_attention_rows_works_for_clip_and_is_refused_for_seps(picture, z
     vectors, grid = view.features[0][0], view.grids[0][0]
     assert vectors.shape == (grid[0] * grid[1],) * 2  # one attention row over the patches per patch
     grid = render_pca(view, chosen)
-    assert "attention" in grid.caption and grid.rows[0][0].pixels.shape == (48, 64, 3)
+    assert "attention" in grid.caption and grid.rows[-1][0].pixels.shape == (48, 64, 3)
     with pytest.raises(ValueError, match="does not expose its image encoder's attention"):
         compute_pca(zoo.__getitem__, settings(view="pca", image=str(picture), models=["seps"],
                                               pca_source="attention"))

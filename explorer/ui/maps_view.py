@@ -44,8 +44,9 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
     threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of each map's range"
     lines.append(f"Mask threshold: {threshold} (each map's value is in the table).")
     if view.truth is not None:
-        summary = "; ".join(f"{s['model']}: mIoU {s['miou']:.3f}, pointing {100 * s['pointing']:.0f}%"
-                            for s in view.summary(settings.threshold) if s["miou"] is not None)
+        summary = "; ".join(f"{s['model']}: mIoU {s['miou']:.3f}" + (
+            "" if s["pointing"] is None else f", pointing {100 * s['pointing']:.0f}%")
+            for s in view.summary(settings.threshold) if s["miou"] is not None)
         lines.append(f"Ground truth from {view.truth.source} ({view.summary(settings.threshold)[0]['n']} sentence(s)): "
                      f"{summary}")
     lines += [f"- {note}" for note in view.notes]

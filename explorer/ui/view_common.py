@@ -69,8 +69,9 @@ def export_view(view, settings: ViewSettings | None, fmt: str, width: float) -> 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."
     try:
+        settings = ViewSettings(**{**vars(settings), "width": float(width)})
         out = export_dir() / f"{settings.view}.{fmt}"
-        figure, settings_file = write_figure(view, settings, out, width=float(width))
+        figure, settings_file = write_figure(view, settings, out)
     except Exception as error:  # noqa: BLE001 - the page says what went wrong and keeps serving
         return None, explain(error)
     regenerate = f"explorer figure replay {settings_file}"

@@ -195,7 +195,8 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
     base = view.picture_at(size)
     indices = view.page_indices(settings.page, settings.per_page)
     scored = {(r["model"], r["#"] - 1): r for r in view.scores(settings.threshold)} if view.truth else {}
-    summaries = {s["model"]: f"\nmIoU {s['miou']:.2f}\npointing {100 * s['pointing']:.0f}%"
+    summaries = {s["model"]: f"\nmIoU {s['miou']:.2f}" + ("" if s["pointing"] is None else
+                                                           f"\npointing {100 * s['pointing']:.0f}%")
                  for s in view.summary(settings.threshold) if s["miou"] is not None}
     rows, labels = [], []
     for m, model in enumerate(view.models):
@@ -206,6 +207,9 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
         for i in indices:
             low, high = view.colour_range(settings.scale, m, i)
             title = f"S{i + 1} · t={thresholds[i]:.3g}"
+            cut = model.result.maps.n_cut[i]
+            if cut:
+                title += f" · {cut} tokens cut"  # the map saw a truncated sentence
             score = scored.get((model.name, i))
             if score and score.get("IoU") is not None:
                 title += f" · IoU {score['IoU']:.2f}" + (" · hit" if score["pointing"] else " · miss")

@@ -36,12 +36,12 @@ def render_view(view: View, settings: ViewSettings, side: int | None = None) -> 
 
 
 
-def write_figure(view: View, settings: ViewSettings, out: str | Path, width: float = 7.0,
-                 dpi: int = 300) -> tuple[Path, Path]:
-    """The view as a figure (``out``'s suffix picks PDF/SVG/PNG) and its settings beside it (``out``.json)."""
+def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[Path, Path]:
+    """The view as a figure (``out``'s suffix picks PDF/SVG/PNG; width and dpi from the settings) and
+    its settings beside it (``out``.json)."""
     from ..figures import save_figure
 
-    figure = save_figure(render_view(view, settings), out, width=width, dpi=dpi)
+    figure = save_figure(render_view(view, settings), out, width=settings.width, dpi=settings.dpi)
     settings_file = figure.with_name(figure.name + ".json")
     settings_file.write_text(settings.to_json())
     return figure, settings_file

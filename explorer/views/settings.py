@@ -49,6 +49,9 @@ class ViewSettings:
     images: list[str] = field(default_factory=list)  # more pictures beside ``image`` (PCA compares them)
     pca_source: str = "features"
     pca_fit: str = "joint"
+    # the figure
+    width: float = 7.0  # inches (a two-column paper's text width; 3.5 for one column)
+    dpi: int = 300  # for PNG
 
     def __post_init__(self):
         self.validate()
@@ -66,6 +69,8 @@ class ViewSettings:
             raise SettingsError(f"a manual threshold is a fraction of the map's range (0 to 1), not {self.threshold}")
         if len(self.models) > MAX_MODELS:
             raise SettingsError(f"compare at most {MAX_MODELS} models at once, not {len(self.models)}")
+        if not 0.5 <= float(self.width) <= 40 or not 30 <= int(self.dpi) <= 1200:
+            raise SettingsError(f"a figure is 0.5 to 40 inches wide at 30 to 1200 dpi, not {self.width} in at {self.dpi}")
         if self.per_page < 1 or self.page < 0:
             raise SettingsError(f"page {self.page} with {self.per_page} per page makes no sense")
 
