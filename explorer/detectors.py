@@ -31,6 +31,7 @@ from .errors import ExplorerError
 from .flism import Detector, Region, clip_box
 
 DETECTOR_ENV = "EXPLORER_DETECTOR"  # a local Hugging Face directory with a YOLOS model
+CLASSICAL = "felzenszwalb"  # the detector setting that names the classical proposals
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 
@@ -225,6 +226,20 @@ def _check_directory(directory: Path) -> None:
 # ---- choosing one -------------------------------------------------------------------------------
 
 
+def detector_setting(directory: str | os.PathLike | None = None) -> str:
+    """What a saved figure should record: the YOLOS directory in use (absolute), or ``CLASSICAL``.
+
+    An empty setting means "$EXPLORER_DETECTOR if set"; resolving it when the settings are made
+    keeps a figure's regions the same wherever it is regenerated.
+    """
+    if directory is None or not str(directory).strip():
+        directory = os.environ.get(DETECTOR_ENV, "")
+    directory = str(directory).strip()
+    if not directory or directory == CLASSICAL:
+        return CLASSICAL
+    return str(Path(directory).expanduser().resolve())
+
+
 def load_detector(directory: str | os.PathLike | None = None, **options) -> tuple[Detector, list[str]]:
     """(detector, notes): YOLOS from ``directory`` (default: $EXPLORER_DETECTOR), else segment proposals.
 
@@ -235,6 +250,8 @@ def load_detector(directory: str | os.PathLike | None = None, **options) -> tupl
     if directory is None:
         directory = os.environ.get(DETECTOR_ENV)
     fallback = SegmentProposals(**{key: options[key] for key in ("max_boxes",) if key in options})
+    if str(directory).strip() == CLASSICAL:  # asked for by name (saved settings say exactly what they used)
+        return fallback, [f"detector boxes: {fallback.name}"]
     if directory is None or not str(directory).strip():
         return fallback, [f"no detector configured (set {DETECTOR_ENV}=DIR for YOLOS): using {fallback.name}"]
     try:
@@ -244,4 +261,4 @@ def load_detector(directory: str | os.PathLike | None = None, **options) -> tupl
     return detector, [f"detector: YOLOS from {detector.directory}"]
 
 
-__all__ = ["DETECTOR_ENV", "DetectorError", "SegmentProposals", "YolosDetector", "load_detector"]
+__all__ = ["CLASSICAL", "DETECTOR_ENV", "DetectorError", "detector_setting", "SegmentProposals", "YolosDetector", "load_detector"]

@@ -8,6 +8,7 @@ and the files are byte-for-byte reproducible (no dates in PDF/SVG, fixed SVG ids
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,17 @@ from matplotlib.cm import ScalarMappable  # noqa: E402
 from matplotlib.colors import Normalize  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from .errors import ExplorerError  # noqa: E402
 from .views.panels import PanelGrid  # noqa: E402
 
+
+class FigureError(ExplorerError, ValueError):
+    """A figure that cannot be made as asked (format, size)."""
+
+
 FORMATS = (".png", ".pdf", ".svg")
+MIN_PANEL = 0.25  # inches: below this a panel is a smudge
+MIN_MATRIX = 1.2  # inches for a similarity matrix with its labels and colour bar
 FONT_SIZE = 6.5  # points: legible at a paper's column width
 GAP = 0.04  # inches between panels
 LINE = FONT_SIZE * 1.3 / 72  # inches per line of text
@@ -41,7 +50,7 @@ class Layout:
 def check_format(out: str | Path) -> Path:
     out = Path(out)
     if out.suffix.lower() not in FORMATS:
-        raise ValueError(f"a figure is one of {', '.join(FORMATS)}, not {out.suffix or 'a file without extension'!r}")
+        raise FigureError(f"a figure is one of {', '.join(FORMATS)}, not {out.suffix or 'a file without extension'!r}")
     return out
 
 
@@ -49,7 +58,7 @@ def save_figure(grid: PanelGrid, out: str | Path, width: float = 7.0, dpi: int =
     """Lay ``grid`` out ``width`` inches wide and save it; the suffix of ``out`` picks the format."""
     out = check_format(out)
     if not grid.rows or not any(grid.rows):
-        raise ValueError("there is nothing to draw: the view has no panels")
+        raise FigureError("there is nothing to draw: the view has no panels")
     fig = build_figure(grid, width)
     out.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context({"svg.hashsalt": "explorer", "pdf.compression": 6}):
@@ -81,11 +90,23 @@ def build_figure(grid: PanelGrid, width: float = 7.0) -> plt.Figure:
     return fig
 
 
+def panel_pixels(grid: PanelGrid, width: float, dpi: int) -> int:
+    """How many pixels a panel's longer side takes in the saved figure (at least 16)."""
+    return max(16, math.ceil(plan(grid, width).panel * dpi))
+
+
 def plan(grid: PanelGrid, width: float) -> Layout:
+    """Inches for the label column, each panel and the similarity matrices; too narrow a figure is
+    refused with the width it needs."""
     label = 0.85 if any(grid.row_labels) else 0.0
     matrix = 0.5 * (width - label) if grid.extras else 0.0
     columns = max(len(row) for row in grid.rows)
     panel = (width - label - matrix - GAP * (columns - 1)) / columns
+    if panel < MIN_PANEL or (matrix and matrix < MIN_MATRIX):
+        needed = max(label + columns * MIN_PANEL + GAP * (columns - 1), label + 2 * MIN_MATRIX if matrix else 0)
+        raise FigureError(f"{width:g} in is too narrow for {columns} panel(s) per row"
+                          f"{' and a similarity matrix' if matrix else ''}: make the figure at least "
+                          f"{math.ceil(needed * 10) / 10:g} in wide, or show fewer sentences per page")
     return Layout(width=width, label=label, panel=panel, matrix=matrix)
 
 

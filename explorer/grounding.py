@@ -9,6 +9,7 @@ map kind), and the cache keeps the last few results.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -32,23 +33,31 @@ class GroundingResult:
 
 
 class MapCache:
-    """Least-recently-used results, keyed by model, picture content, sentences and map kind."""
+    """Least-recently-used results, keyed by model, picture content, sentences and map kind.
+
+    Shared by every session of the app, so the bookkeeping is locked; the computation runs
+    outside the lock (two sessions asking for the same new key may both compute it once).
+    """
 
     def __init__(self, capacity: int = 32):
         self.capacity = capacity
-        self._items: OrderedDict[tuple, SentenceMaps] = OrderedDict()
+        self._items: OrderedDict[tuple, object] = OrderedDict()
+        self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, key: tuple, compute) -> SentenceMaps:
-        if key in self._items:
-            self.hits += 1
-            self._items.move_to_end(key)
-            return self._items[key]
-        self.misses += 1
+    def get(self, key: tuple, compute):
+        with self._lock:
+            if key in self._items:
+                self.hits += 1
+                self._items.move_to_end(key)
+                return self._items[key]
+            self.misses += 1
         value = compute()
-        self._items[key] = value
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
         return value
 
 

@@ -156,3 +156,21 @@ def test_weights_that_do_not_fit_the_config_fall_back(tiny_yolos, tmp_path):
     detector, notes = load_detector(tmp_path)
     assert isinstance(detector, SegmentProposals)
     assert notes[0].startswith(f"cannot load YOLOS from {tmp_path.resolve()}: ")
+
+
+def test_the_regions_view_uses_a_configured_yolos_directory(tiny_yolos, tmp_path):
+    import explorer
+    from explorer.models.methods import get_method
+    from explorer.views.regions import compute_regions, render_regions
+    from explorer.views.settings import ViewSettings
+
+    picture = tmp_path / "planted.png"
+    planted_image().save(picture)
+    model = explorer.Model(get_method("clip").example("tiny"), name="tiny-clip")
+    settings = ViewSettings(view="regions", image=str(picture), caption="A bright square. Some noise.",
+                            models=["tiny-clip"], detector=str(tiny_yolos))
+    view = compute_regions({"tiny-clip": model}.__getitem__, settings)
+    assert view.detector == f"YOLOS ({tiny_yolos.name})" and any("YOLOS from" in note for note in view.notes)
+    sources = [region.source for region in view.results[0].regions]
+    assert sources[-5:] == ["quadrant"] * 4 + ["centre"]  # the detector's boxes (if any) come first
+    assert render_regions(view, settings).caption.count("YOLOS") == 1

@@ -246,10 +246,10 @@ def test_colour_range_per_map_per_model_and_shared():
     view = crafted_view({"a": np.stack([ramp, 2 * ramp]), "b": np.stack([ramp - 1, 3 * ramp])})
     for m in range(2):
         for s in range(2):
-            assert view.colour_range("map", m, s) == (None, None)
-            assert view.colour_range("shared", m, s) == pytest.approx((-1.0, 3.0))
-    assert view.colour_range("model", 0, 1) == pytest.approx((0.0, 2.0))
-    assert view.colour_range("model", 1, 0) == pytest.approx((-1.0, 3.0))
+            assert view.colour_range("map", m) == (None, None)
+            assert view.colour_range("shared", m) == pytest.approx((-1.0, 3.0))
+    assert view.colour_range("model", 0) == pytest.approx((0.0, 2.0))
+    assert view.colour_range("model", 1) == pytest.approx((-1.0, 3.0))
 
     shared = render_maps(view, ViewSettings(scale="shared", mask="none"))
     expected = np.asarray(overlay(view.picture, view.models[0].maps[0], cmap="turbo", opacity=0.55,

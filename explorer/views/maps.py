@@ -36,15 +36,21 @@ def resolve_kind(model: Model, wanted: str) -> tuple[str, str | None]:
     return fallback, f"{model.name} has no {wanted!r} map; showing its {fallback!r} map"
 
 
+MEMO_SIZE = 16  # display variants kept per model (thresholds x sizes): enough for slider work, bounded
+
+
+def _threshold_key(fraction: float | None):
+    return "otsu" if fraction is None else round(float(fraction), 6)
+
+
 @dataclass
 class ModelMaps:
-    """One model's maps of the caption, plus memoised masks and display-size copies."""
+    """One model's maps of the caption, plus memoised thresholds, masks and display-size copies."""
 
     name: str
     result: GroundingResult
     trained: bool = True
-    _thresholds: dict = field(default_factory=dict, repr=False)
-    _resized: dict = field(default_factory=dict, repr=False)
+    _memo: MapCache = field(default_factory=lambda: MapCache(MEMO_SIZE), repr=False)
 
     @property
     def maps(self) -> np.ndarray:
@@ -56,14 +62,13 @@ class ModelMaps:
 
     def thresholds(self, fraction: float | None) -> np.ndarray:
         """[M] thresholds in map units: Otsu's (None) or ``fraction`` of each map's own range."""
-        key = "otsu" if fraction is None else round(float(fraction), 6)
-        if key not in self._thresholds:
+        def compute():
             if fraction is None:
-                self._thresholds[key] = otsu_masks(self.maps)[1]
-            else:
-                low, high = self.maps.min(axis=(1, 2)), self.maps.max(axis=(1, 2))
-                self._thresholds[key] = low + float(fraction) * (high - low)
-        return self._thresholds[key]
+                return otsu_masks(self.maps)[1]
+            low, high = self.maps.min(axis=(1, 2)), self.maps.max(axis=(1, 2))
+            return low + float(fraction) * (high - low)
+
+        return self._memo.get(("thresholds", _threshold_key(fraction)), compute)
 
     def masks(self, fraction: float | None) -> np.ndarray:
         """[M, H, W] bool at the working picture's size: each map strictly above its threshold."""
@@ -71,19 +76,16 @@ class ModelMaps:
 
     def display_masks(self, fraction: float | None, size: tuple[int, int]) -> list[tuple]:
         """Per sentence (mask, (inner, outer) outline) at ``size``, memoised: a colour change reuses them."""
-        key = ("masks", "otsu" if fraction is None else round(float(fraction), 6), size)
-        if key not in self._resized:
-            masks = resize_masks(self.masks(fraction), size)
-            self._resized[key] = [(mask, outline(mask)) for mask in masks]
-        return self._resized[key]
+        def compute():
+            return [(mask, outline(mask)) for mask in resize_masks(self.masks(fraction), size)]
+
+        return self._memo.get(("masks", _threshold_key(fraction), size), compute)
 
     def resized(self, size: tuple[int, int] | None) -> np.ndarray:
         """The maps at ``size`` = (width, height) for display (memoised); None: as computed."""
         if size is None or size == (self.maps.shape[2], self.maps.shape[1]):
             return self.maps
-        if size not in self._resized:
-            self._resized[size] = resize_maps(self.maps, size)
-        return self._resized[size]
+        return self._memo.get(("maps", size), lambda: resize_maps(self.maps, size))
 
 
 @dataclass
@@ -93,15 +95,13 @@ class MapsView:
     models: list[ModelMaps]
     truth: object | None = None  # explorer.truth.Truth when a ground-truth mask is known
     notes: list[str] = field(default_factory=list)
-    _pictures: dict = field(default_factory=dict, repr=False)
+    _memo: MapCache = field(default_factory=lambda: MapCache(MEMO_SIZE), repr=False)
 
     def picture_at(self, size: tuple[int, int]):
         """The picture at a panel's size (memoised)."""
         if size == self.picture.size:
             return self.picture
-        if size not in self._pictures:
-            self._pictures[size] = self.picture.resize(size, Image.BICUBIC)
-        return self._pictures[size]
+        return self._memo.get(("picture", size), lambda: self.picture.resize(size, Image.BICUBIC))
 
     def pages(self, per_page: int) -> int:
         return max(1, -(-len(self.sentences) // per_page))
@@ -110,40 +110,52 @@ class MapsView:
         page = min(max(0, page), self.pages(per_page) - 1)
         return range(page * per_page, min(len(self.sentences), (page + 1) * per_page))
 
-    def colour_range(self, scale: str, model_index: int, sentence: int) -> tuple[float | None, float | None]:
-        """(low, high) for one map: its own range ("map"), its model's ("model"), or everyone's."""
+    def colour_range(self, scale: str, model_index: int) -> tuple[float | None, float | None]:
+        """(low, high) for a model's maps: each map's own ("map": None, None), the model's, or everyone's."""
         if scale == "map":
             return None, None
-        maps = [self.models[model_index].maps] if scale == "model" else [m.maps for m in self.models]
-        return float(min(m.min() for m in maps)), float(max(m.max() for m in maps))
+        key = ("range", scale, model_index if scale == "model" else None)
+
+        def compute():
+            maps = [self.models[model_index].maps] if scale == "model" else [m.maps for m in self.models]
+            return float(min(m.min() for m in maps)), float(max(m.max() for m in maps))
+
+        return self._memo.get(key, compute)
 
     def scores(self, fraction: float | None) -> list[dict]:
         """A row per (model, sentence): threshold, mask area and, with truth, IoU and pointing hit."""
+        return self._memo.get(("scores", _threshold_key(fraction)), lambda: self._score_rows(fraction))
+
+    def _score_rows(self, fraction: float | None) -> list[dict]:
         from ..truth import score_sentences
 
         rows = []
-        for model in self.models:
+        for m, model in enumerate(self.models):
             thresholds, masks = model.thresholds(fraction), model.masks(fraction)
             scored = score_sentences(model.maps, masks, self.truth)[0] if self.truth is not None else None
             for i, sentence in enumerate(self.sentences):
-                row = {"model": model.name, "#": i + 1, "sentence": sentence, "threshold": float(thresholds[i]),
-                       "mask %": float(100 * masks[i].mean()), "tokens cut": model.result.maps.n_cut[i]}
+                row = {"model": model.name, "row": m, "#": i + 1, "sentence": sentence,
+                       "threshold": float(thresholds[i]), "mask %": float(100 * masks[i].mean()),
+                       "tokens cut": model.result.maps.n_cut[i]}
                 if scored is not None:
                     row["IoU"], row["pointing"] = scored[i].iou, scored[i].hit
                 rows.append(row)
         return rows
 
     def summary(self, fraction: float | None) -> list[dict]:
-        """Per model: mIoU and pointing-game over the sentences that have truth (empty without truth)."""
+        """Per model (in row order): mIoU and pointing game over the sentences that have truth (empty
+        without truth)."""
         if self.truth is None:
             return []
-        from ..truth import score_sentences
 
-        out = []
-        for model in self.models:
-            _, summary = score_sentences(model.maps, model.masks(fraction), self.truth)
-            out.append({"model": model.name, **summary})
-        return out
+        def compute():
+            from ..truth import score_sentences
+
+            return [{"model": model.name, "row": m,
+                     **score_sentences(model.maps, model.masks(fraction), self.truth)[1]}
+                    for m, model in enumerate(self.models)]
+
+        return self._memo.get(("summary", _threshold_key(fraction)), compute)
 
 
 def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = None,
@@ -169,7 +181,11 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
 
 
 def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth_dir: Path | None):
-    """The uploaded mask when there is one, else the truth of a known synthetic scene, else None."""
+    """The uploaded mask when there is one, else the truth of a known synthetic scene, else None.
+
+    Scenes are looked up by the picture's pixels in ``truth_dir``, else ``settings.truth_dir``,
+    else the folder where the app keeps its examples' truth.
+    """
     from .. import truth
 
     if settings.truth:
@@ -177,6 +193,8 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
 
         original = load_image(settings.image).original_size
         return truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original)
+    if truth_dir is None and settings.truth_dir:
+        truth_dir = Path(settings.truth_dir)
     if truth_dir is None:
         from ..ui.examples import truth_dir as default_truth_dir
 
@@ -194,8 +212,8 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
     size = fit_size(view.picture.size, side)
     base = view.picture_at(size)
     indices = view.page_indices(settings.page, settings.per_page)
-    scored = {(r["model"], r["#"] - 1): r for r in view.scores(settings.threshold)} if view.truth else {}
-    summaries = {s["model"]: f"\nmIoU {s['miou']:.2f}" + ("" if s["pointing"] is None else
+    scored = {(r["row"], r["#"] - 1): r for r in view.scores(settings.threshold)} if view.truth else {}
+    summaries = {s["row"]: f"\nmIoU {s['miou']:.2f}" + ("" if s["pointing"] is None else
                                                            f"\npointing {100 * s['pointing']:.0f}%")
                  for s in view.summary(settings.threshold) if s["miou"] is not None}
     rows, labels = [], []
@@ -205,30 +223,32 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
         masks = model.display_masks(settings.threshold, size) if settings.mask != "none" else None
         row = [picture_panel(base, "image")]
         for i in indices:
-            low, high = view.colour_range(settings.scale, m, i)
+            low, high = view.colour_range(settings.scale, m)
             title = f"S{i + 1} · t={thresholds[i]:.3g}"
             cut = model.result.maps.n_cut[i]
             if cut:
                 title += f" · {cut} tokens cut"  # the map saw a truncated sentence
-            score = scored.get((model.name, i))
+            score = scored.get((m, i))
             if score and score.get("IoU") is not None:
-                title += f" · IoU {score['IoU']:.2f}" + (" · hit" if score["pointing"] else " · miss")
+                hit = {True: " · hit", False: " · miss"}.get(score["pointing"], "")
+                title += f" · IoU {score['IoU']:.2f}{hit}"
             row.extend(map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
                                   title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask"))
         rows.append(row)
         labels.append(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED")
-                      + summaries.get(model.name, ""))
+                      + summaries.get(m, ""))
     colorbar = _colorbar(view, settings)
     return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar,
                      caption=" ".join(f"S{i + 1}: {view.sentences[i]}" for i in indices))
 
 
-def _colorbar(view: MapsView, settings: ViewSettings) -> Colorbar:
+def _colorbar(view: MapsView, settings: ViewSettings) -> Colorbar | None:
+    if settings.mask == "mask":  # binary masks only: no colour to explain
+        return None
     if settings.scale == "shared":
-        low, high = view.colour_range("shared", 0, 0)
+        low, high = view.colour_range("shared", 0)
         return Colorbar(settings.cmap, low, high, "map value (one scale for all models)")
     return Colorbar(settings.cmap, 0.0, 1.0, "map value, normalised per " + settings.scale)
-
 
 
 __all__ = ["MapsView", "ModelMaps", "compute_maps", "render_maps", "resolve_kind"]

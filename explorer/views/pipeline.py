@@ -38,10 +38,18 @@ def render_view(view: View, settings: ViewSettings, side: int | None = None) -> 
 
 def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[Path, Path]:
     """The view as a figure (``out``'s suffix picks PDF/SVG/PNG; width and dpi from the settings) and
-    its settings beside it (``out``.json)."""
-    from ..figures import save_figure
+    its settings beside it (``out``.json).
 
-    figure = save_figure(render_view(view, settings), out, width=settings.width, dpi=settings.dpi)
+    Panels are drawn at the size they print at (panel width x dpi), so one-pixel mask outlines
+    stay whole in the file instead of being thinned out by resampling.
+    """
+    from ..figures import panel_pixels, save_figure
+
+    grid = render_view(view, settings)
+    side = panel_pixels(grid, settings.width, settings.dpi)
+    if side < max(max(p.pixels.shape[:2]) for row in grid.rows for p in row):
+        grid = render_view(view, settings, side)
+    figure = save_figure(grid, out, width=settings.width, dpi=settings.dpi)
     settings_file = figure.with_name(figure.name + ".json")
     settings_file.write_text(settings.to_json())
     return figure, settings_file

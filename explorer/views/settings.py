@@ -17,7 +17,7 @@ VIEWS = ("maps", "regions", "pca")
 MASK_MODES = ("contour", "mask", "both", "none")  # how the Otsu (or manual) mask is drawn
 SCALES = ("map", "model", "shared")  # colour range: each map's own, per model, or one for all
 PCA_SOURCES = ("features", "attention")
-PCA_FITS = ("joint", "per-image")
+PCA_FITS = ("joint", "per-model", "per-image")  # one basis for all panels, per model row, or per panel
 NATIVE = "native"  # each model's own first map kind (generic when it has none)
 MAX_MODELS = 4
 
@@ -42,9 +42,10 @@ class ViewSettings:
     scale: str = "map"
     page: int = 0
     per_page: int = 8
-    truth: str = ""  # an uploaded label mask (file path); synthetic examples are found by their pixels
+    truth: str = ""  # an uploaded label mask (file path)
+    truth_dir: str = ""  # where scene truth is looked up by the picture's pixels (default: the examples')
     # FLISM regions
-    detector: str = ""  # a local YOLOS directory; empty: the classical proposals (or $EXPLORER_DETECTOR)
+    detector: str = ""  # a local YOLOS directory, or "felzenszwalb"; empty: $EXPLORER_DETECTOR if set
     # PCA maps
     images: list[str] = field(default_factory=list)  # more pictures beside ``image`` (PCA compares them)
     pca_source: str = "features"
@@ -57,6 +58,7 @@ class ViewSettings:
         self.validate()
 
     def validate(self) -> None:
+        _check_types(self)
         _one_of("view", self.view, VIEWS)
         _one_of("cmap", self.cmap, COLORMAPS)
         _one_of("mask", self.mask, MASK_MODES)
@@ -97,10 +99,31 @@ class ViewSettings:
             raise SettingsError(f"cannot read the settings file {path}: {error}") from error
         if not isinstance(data, dict):
             raise SettingsError(f"{path} does not hold a settings object")
-        data.pop("written_by", None)
         return cls.from_dict(data)
 
 
 def _one_of(name: str, value, allowed) -> None:
     if value not in allowed:
         raise SettingsError(f"{name} is one of {', '.join(map(str, allowed))}, not {value!r}")
+
+
+def _check_types(settings: ViewSettings) -> None:
+    """JSON is typed loosely: say which field holds the wrong kind of value."""
+    for item in fields(settings):
+        value = getattr(settings, item.name)
+        expected = item.type if isinstance(item.type, str) else str(item.type)
+        if expected == "str":
+            ok = isinstance(value, str)
+        elif expected == "list[str]":
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        elif expected == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif expected == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif expected == "float | None":
+            ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        else:
+            ok = True
+        if not ok:
+            raise SettingsError(f"{item.name} should be {expected.replace('list[str]', 'a list of strings')}, "
+                                f"not {value!r}")
