@@ -271,13 +271,19 @@ def _figure_settings(args):
                  "detector", "images", "pca_source", "pca_fit", "width", "dpi"):
         flags[name] = getattr(args, name, None)
     if getattr(args, "page", None) is not None:
+        if args.page < 1:
+            raise ExplorerError(f"pages count from 1, not {args.page}")
         flags["page"] = args.page - 1
     data.update({k: v for k, v in flags.items() if v is not None})
     # Paths are saved absolute, so the settings regenerate the figure from any folder.
-    for name in ("image", "truth", "detector"):
+    for name in ("image", "truth"):
         if data.get(name):
-            data[name] = str(Path(data[name]).resolve())
-    data["images"] = [str(Path(p).resolve()) for p in data.get("images") or []]
+            data[name] = str(Path(data[name]).expanduser().resolve())
+    data["images"] = [str(Path(p).expanduser().resolve()) for p in data.get("images") or []]
+    if args.view == "regions":  # record the detector actually used, not "whatever $EXPLORER_DETECTOR says"
+        from .detectors import detector_setting
+
+        data["detector"] = detector_setting(data.get("detector"))
     if not data.get("image"):
         raise ExplorerError("give the picture: explorer figure VIEW IMAGE ... (or --settings FILE)")
     if args.view != "pca" and not (data.get("caption") or "").strip():
@@ -291,12 +297,14 @@ def _model_loader(args, zoo):
 
     loaded = {}
 
+    names = {m.name for m in zoo.manifests()}
+
     def load(name: str):
         if name not in loaded:
-            if Path(name).exists():
-                loaded[name] = explorer.load(name, device=args.device, allow_pickle=args.allow_pickle)
-            else:
+            if name in names:  # a zoo name wins over a file of the same name in the current folder
                 loaded[name] = zoo.load(name)
+            else:
+                loaded[name] = explorer.load(name, device=args.device, allow_pickle=args.allow_pickle)
         return loaded[name]
 
     return load

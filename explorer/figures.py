@@ -1,7 +1,7 @@
 """Paper figures: a view's panels laid out with matplotlib, saved as PDF, SVG or PNG (300 dpi).
 
-The page and the CLI both render a view to a ``PanelGrid`` and hand it here, so the figure
-holds exactly the pixels the page showed. The layout is computed in inches, so the figure
+The page and the CLI both render a view to a ``PanelGrid`` from the same settings and hand it
+here, so an export from the page and ``explorer figure`` give the same file. The layout is computed in inches, so the figure
 is as wide as asked (e.g. 7 in for a two-column paper) with no padding around the content,
 and the files are byte-for-byte reproducible (no dates in PDF/SVG, fixed SVG ids).
 """

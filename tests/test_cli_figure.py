@@ -231,3 +231,24 @@ def test_replay_to_a_non_figure_name_is_refused(zoo, picture, tmp_path, capsys):
     assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL, "--out", out) == 0
     assert explorer(zoo, "figure", "replay", str(out) + ".json", "--out", tmp_path / "m.jpg") == 2
     assert "a figure is one of" in capsys.readouterr().err
+
+
+def test_regions_record_the_detector_they_used(zoo, picture, tmp_path, monkeypatch):
+    from explorer.detectors import CLASSICAL, DETECTOR_ENV
+
+    monkeypatch.delenv(DETECTOR_ENV, raising=False)
+    out = tmp_path / "r.png"
+    assert explorer(zoo, "figure", "regions", picture, "--caption", CAPTION, "--model", MODEL, "--out", out) == 0
+    assert ViewSettings.load(str(out) + ".json").detector == CLASSICAL
+    # a replay elsewhere with $EXPLORER_DETECTOR set still uses what the figure used
+    monkeypatch.setenv(DETECTOR_ENV, str(tmp_path / "some-yolos"))
+    again = tmp_path / "again.png"
+    assert explorer(zoo, "figure", "replay", str(out) + ".json", "--out", again) == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_settings_file_with_wrong_types_exits_2(zoo, tmp_path, capsys):
+    broken = tmp_path / "typed.json"
+    broken.write_text('{"view": "maps", "page": "2"}')
+    assert explorer(zoo, "figure", "replay", broken, "--out", tmp_path / "x.png") == 2
+    assert "page should be int" in capsys.readouterr().err

@@ -72,7 +72,8 @@ def test_re_rendering_uses_the_cache(zoo, photo):
     view, settings, *_ = draw(zoo, cache, photo, "A cat. A dog.")
     draw(zoo, cache, photo, "A cat. A dog.")
     assert (cache.misses, cache.hits) == (1, 1)
-    updated, picture, status, rows = maps_view.rerender(view, settings, "jet", 0.8, "both", False, 0.3, "shared", 1, 8)
+    updated, picture, status, rows, _ = maps_view.rerender(view, settings, "jet", 0.8, "both", False, 0.3, "shared",
+                                                           1, 8)
     assert updated.cmap == "jet" and updated.threshold == 0.3 and updated.mask == "both"
     assert cache.misses == 1  # display change: no model run
     assert "0.30 of each map's range" in status
@@ -101,19 +102,38 @@ def test_fifty_sentences_are_paginated(zoo, photo):
     view, settings, _, status, rows, slider = draw(zoo, MapCache(), photo, caption)
     assert len(rows) == 50 and view.pages(8) == 7 and "7 pages" in status
     assert slider["visible"] is True and slider["maximum"] == 7
-    _, last_page, _, _ = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 7, 8)
+    _, last_page, _, _, slider = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 7, 8)
+    assert slider["value"] == 7
     first_page = draw(zoo, MapCache(), photo, caption)[2]
     assert last_page.width < first_page.width  # page 7 holds 2 sentences, page 1 holds 8
+    # fewer per page: more pages, and the page control follows (it was stale before)
+    *_, slider = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 1, 1)
+    assert slider["maximum"] == 50 and slider["visible"] is True
+    *_, slider = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 1, 12)
+    assert slider["maximum"] == 5
 
 
 def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeypatch):
     from explorer.ui import view_common
 
+    from explorer.views.settings import ViewSettings
+
     monkeypatch.setattr(view_common, "EXPORT_ROOT", tmp_path / "exports")
-    view, settings, *_ = draw(zoo, MapCache(), photo, "A cat. A dog.")
-    files, note = view_common.export_view(view, settings, "svg", 3.5)
+    upload = tmp_path / "gradio-upload" / "photo.png"  # the app's uploads live in temporary folders
+    upload.parent.mkdir()
+    upload.write_bytes(photo.read_bytes())
+    view, settings, *_ = draw(zoo, MapCache(), upload, "A cat. A dog.")
+    files, note = view_common.export_view(view, settings, "svg", 3.5, zoo_root="checkpoints")
     assert files[0].endswith("maps.svg") and files[1].endswith("maps.svg.json")
-    assert "explorer figure replay" in note
+    assert "figure replay" in note and "--checkpoints" in note
+    saved = ViewSettings.load(files[1])
+    assert saved.width == 3.5 and saved.image != str(upload) and saved.image.startswith(str(tmp_path / "exports"))
+    upload.unlink()  # the upload is gone; the export still replays from its own copy
+    from explorer.cli import main
+
+    again = tmp_path / "again.svg"
+    assert main(["figure", "replay", files[1], "--out", str(again)]) == 0
+    assert again.read_bytes() == open(files[0], "rb").read()
     assert view_common.export_view(None, None, "png", 7)[0] is None
 
 

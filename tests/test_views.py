@@ -433,8 +433,8 @@ def test_pca_joint_fit_is_one_colour_basis(tmp_path):
     view = compute_pca(models.__getitem__, same, cache)
     assert len(view.pictures) == 2 and view.names == ["clip", "caft"]
     assert [spy.calls for spy in spies.values()] == [1, 1]  # the same picture twice: computed once per model
-    rgb, explained, notes = fit_groups(view, joint=True)
-    assert notes == []
+    rgb, explained, notes = fit_groups(view, "joint")
+    assert len(notes) == 1 and "not aligned" in notes[0]  # two models in one fit: said so
     for m in range(2):
         np.testing.assert_array_equal(rgb[(m, 0)], rgb[(m, 1)])  # identical input, identical colours
 
@@ -442,8 +442,8 @@ def test_pca_joint_fit_is_one_colour_basis(tmp_path):
     chosen = settings(view="pca", image=str(first), images=[str(second)], models=["clip", "caft"])
     view = compute_pca(models.__getitem__, chosen, cache)
     assert [spy.calls for spy in spies.values()] == [2, 2]
-    joint, joint_explained, _ = fit_groups(view, joint=True)
-    per_image, per_explained, _ = fit_groups(view, joint=False)
+    joint, joint_explained, _ = fit_groups(view, "joint")
+    per_image, per_explained, _ = fit_groups(view, "per-image")
     from explorer.pca import pca_maps
 
     cells = [(m, i) for m in range(2) for i in range(2)]
@@ -463,11 +463,16 @@ def test_pca_joint_fit_is_one_colour_basis(tmp_path):
                                          models=["clip", "caft"], pca_fit="per-image"))
     # the pictures first, then a row per model
     assert [len(row) for row in joint_grid.rows] == [2, 2, 2]
-    assert joint_grid.row_labels == ["picture", "clip", "caft"]
+    assert [label.split("\n")[0] for label in joint_grid.row_labels] == ["picture", "clip", "caft"]
     np.testing.assert_array_equal(joint_grid.rows[0][1].pixels, np.asarray(Image.open(second).convert("RGB")))
     assert joint_grid.rows[1][0].pixels.shape == (48, 64, 3)
-    assert len({panel.title.split(" · ")[1] for row in joint_grid.rows[1:] for panel in row}) == 1  # one basis
+    # one basis: the explained share is the fit's, said once per row (the same number), not per panel
+    assert len({label.split("\n")[1] for label in joint_grid.row_labels[1:]}) == 1
+    assert all("var" in panel.title for row in per_grid.rows[1:] for panel in row)
     assert "one fit for all panels" in joint_grid.caption and "one fit per panel" in per_grid.caption
+    per_model, _, _ = fit_groups(view, "per-model")  # each model across its own pictures
+    expected, _ = pca_maps([view.features[0][0], view.features[0][1]], grids[:2], joint=True)
+    np.testing.assert_allclose(per_model[(0, 1)], expected[1], atol=1e-6)
     assert any(not np.array_equal(a.pixels, b.pixels)
                for ra, rb in zip(joint_grid.rows[1:], per_grid.rows[1:]) for a, b in zip(ra, rb))
     assert [spy.calls for spy in spies.values()] == [2, 2]  # refitting and re-drawing ran no model
@@ -478,8 +483,8 @@ def test_pca_joint_fit_splits_by_feature_size_and_says_so():
     view = PcaView(pictures=[Image.new("RGB", (8, 8))], names=["wide", "narrow"],
                    features=[[rng.normal(size=(16, 32))], [rng.normal(size=(16, 8))]], grids=[[(4, 4)], [(4, 4)]],
                    source="features")
-    rgb, _, notes = fit_groups(view, joint=True)
-    assert len(notes) == 1 and "differ in size (32, 8)" in notes[0]
+    rgb, _, notes = fit_groups(view, "joint")
+    assert "differ in size (32, 8)" in notes[0]
     assert rgb[(0, 0)].shape == rgb[(1, 0)].shape == (4, 4, 3)
 
 
@@ -532,3 +537,58 @@ def test_settings_refuse_unknown_keys_and_unreadable_files(tmp_path):
         ViewSettings.load(listed)
     with pytest.raises(SettingsError, match="cannot read"):
         ViewSettings.load(tmp_path / "missing.json")
+
+
+# ---- review fixes: duplicate names, print-resolution export, too narrow, typed JSON ---------------
+
+
+def test_two_models_with_the_same_name_keep_their_own_scores():
+    from explorer.truth import Truth
+
+    first, second = bimodal_map(0)[None], np.full((1, H, W), 0.5, np.float32)
+    second[0, :, :10] = 1.0  # its peak is in the left strip, outside the square
+    view = crafted_view({"model": first})
+    other = crafted_view({"model": second}).models[0]
+    view.models.append(other)  # two rows called "model", as two files named model.safetensors would be
+    truth = np.zeros((H, W), bool)
+    truth[SQUARE] = True
+    view.truth = Truth(masks=[truth], source="test", notes=[])
+    rows = view.scores(None)
+    assert [row["row"] for row in rows] == [0, 1]
+    assert rows[0]["IoU"] == pytest.approx(1.0) and rows[0]["pointing"] is True
+    assert rows[1]["pointing"] is False
+    grid = render_maps(view, settings())
+    assert "hit" in grid.rows[0][1].title and "miss" in grid.rows[1][1].title
+    assert "mIoU 1.00" in grid.row_labels[0] and "mIoU 1.00" not in grid.row_labels[1]
+
+
+def test_export_draws_panels_at_the_size_they_print(monkeypatch, tmp_path):
+    from explorer.figures import panel_pixels
+    from explorer.views import pipeline
+
+    view = crafted_view({"a": np.stack([bimodal_map(0), bimodal_map(1)])})
+    chosen = settings(width=2.0, dpi=100)
+    sides = []
+    original = pipeline.render_view
+    monkeypatch.setattr(pipeline, "render_view", lambda v, s, side=None: sides.append(side) or original(v, s, side))
+    pipeline.write_figure(view, chosen, tmp_path / "f.png")
+    expected = panel_pixels(original(view, chosen), 2.0, 100)
+    assert sides == [None, expected] and expected < W  # re-rendered smaller, outlines drawn at that size
+
+
+def test_a_figure_too_narrow_for_its_panels_says_how_wide_it_must_be(tmp_path):
+    from explorer.figures import FigureError, save_figure
+
+    view = crafted_view({"a": np.stack([bimodal_map(i) for i in range(8)])})
+    grid = render_maps(view, settings(mask="both"))  # 1 + 16 panels per row
+    with pytest.raises(FigureError, match=r"at least [\d.]+ in wide"):
+        save_figure(grid, tmp_path / "narrow.pdf", width=1.5)
+    assert not (tmp_path / "narrow.pdf").exists()
+
+
+@pytest.mark.parametrize("data, message", [({"page": "2"}, "page should be int"),
+                                           ({"width": None}, "width should be float"),
+                                           ({"models": "clip"}, "models should be a list of strings")])
+def test_settings_json_with_wrong_types_is_refused(data, message):
+    with pytest.raises(SettingsError, match=message):
+        ViewSettings.from_dict(data)

@@ -164,8 +164,10 @@ def build(zoo: Zoo, cache: MapCache) -> None:
         except Exception as error:  # noqa: BLE001
             return [], explain(error), []
 
-    def on_models(names):
-        return gr.update(choices=kind_choices(zoo, names)), models_summary(zoo, names)
+    def on_models(names, current):
+        kinds = kind_choices(zoo, names)
+        value = current if current in kinds else NATIVE  # a kind no chosen model offers is not kept
+        return gr.update(choices=kinds, value=value), models_summary(zoo, names)
 
     def on_image(path):
         if not path:
@@ -178,5 +180,5 @@ def build(zoo: Zoo, cache: MapCache) -> None:
         return picture, "\n".join(lines)
 
     caption.change(on_caption, inputs=caption, outputs=[budget_view, budget_note, table])
-    models.change(on_models, inputs=models, outputs=[kind, model_note])
+    models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
     image.change(on_image, inputs=image, outputs=[preview, picture_note])

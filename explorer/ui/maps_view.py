@@ -16,7 +16,7 @@ from ..views.maps import MapsView, compute_maps, render_maps
 from ..views.panels import compose
 from ..views.settings import MASK_MODES, SCALES, ViewSettings
 from .common import explain
-from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row, export_view
+from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row
 
 SCORE_COLUMNS = ["model", "#", "sentence", "threshold", "mask %", "tokens cut", "IoU", "pointing"]
 
@@ -54,32 +54,38 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
 
 
 def draw(load, cache: MapCache, *values):
-    """The "Draw maps" button: (view, settings, picture, status, scores, page slider). Failures: a message."""
+    """The "Draw maps" button: (view, settings, picture, status, scores, page slider). A failure leaves
+    only its message (the stored result is cleared, so nothing stale is exported)."""
     common, display = values[:6], values[6:]
     try:
         settings = ViewSettings(**base_settings("maps", *common), **display_settings(*display))
         view = compute_maps(load, settings, cache)
         settings.page = min(settings.page, view.pages(settings.per_page) - 1)
         picture = compose(render_maps(view, settings, PREVIEW_SIDE))
-    except Exception as error:  # noqa: BLE001 - the page shows it; nothing else changes
+    except Exception as error:  # noqa: BLE001 - the page shows it and keeps serving
         return None, None, None, explain(error), [], gr.update()
+    return view, settings, picture, status_text(view, settings), score_rows(view, settings), page_slider(view, settings)
+
+
+def page_slider(view: MapsView, settings: ViewSettings):
+    """The page control: shown when there is more than one page (Gradio needs minimum < maximum)."""
     pages = view.pages(settings.per_page)
-    slider = gr.update(maximum=max(2, pages), value=settings.page + 1, visible=pages > 1)  # Gradio needs min < max
-    return view, settings, picture, status_text(view, settings), score_rows(view, settings), slider
+    return gr.update(maximum=max(2, pages), value=settings.page + 1, visible=pages > 1)
 
 
 def rerender(view: MapsView | None, settings: ViewSettings | None, *display):
-    """Any display control: (settings, picture, status, scores) from the stored maps; no model runs."""
+    """Any display control: (settings, picture, status, scores, page slider) from the stored maps; no
+    model runs."""
     if view is None or settings is None:
-        return settings, gr.update(), gr.update(), gr.update()
+        return settings, gr.update(), gr.update(), gr.update(), gr.update()
     try:
         values = {**vars(settings), **display_settings(*display)}
         updated = ViewSettings(**values)
         updated.page = min(updated.page, view.pages(updated.per_page) - 1)
         picture = compose(render_maps(view, updated, PREVIEW_SIDE))
     except Exception as error:  # noqa: BLE001
-        return settings, gr.update(), explain(error), gr.update()
-    return updated, picture, status_text(view, updated), score_rows(view, updated)
+        return settings, gr.update(), explain(error), gr.update(), gr.update()
+    return updated, picture, status_text(view, updated), score_rows(view, updated), page_slider(view, updated)
 
 
 def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
@@ -102,8 +108,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
                        show_label=True)
     scores = gr.Dataframe(headers=SCORE_COLUMNS, interactive=False, wrap=True, elem_id="maps-scores",
                           max_height=320)
-    fmt, width, export, files, note = export_row("maps")
     view_state, settings_state = gr.State(None), gr.State(None)
+    export_row("maps", view_state, settings_state, zoo)
 
     display = [cmap, opacity, mask, otsu, threshold, scale, page, per_page]
     run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + display,
@@ -111,5 +117,4 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
     for control in display:
         event = control.release if isinstance(control, gr.Slider) else control.change
         event(rerender, inputs=[view_state, settings_state, *display],
-              outputs=[settings_state, picture, status, scores])
-    export.click(export_view, inputs=[view_state, settings_state, fmt, width], outputs=[files, note])
+              outputs=[settings_state, picture, status, scores, page])

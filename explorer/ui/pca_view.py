@@ -14,14 +14,15 @@ from ..views.panels import compose
 from ..views.pca_view import PcaView, compute_pca, render_pca
 from ..views.settings import PCA_FITS, PCA_SOURCES, ViewSettings
 from .common import explain
-from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row, export_view
+from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row
 
 MAX_EXTRA_IMAGES = 3
 
 
 def status_text(view: PcaView, settings: ViewSettings) -> str:
-    fit = "one PCA for every panel (colours mean the same everywhere)" if settings.pca_fit == "joint" \
-        else "one PCA per panel (colours are not comparable across panels)"
+    fit = {"joint": "one PCA for every panel (colours mean the same everywhere)",
+           "per-model": "one PCA per model (colours compare across a row's pictures)",
+           "per-image": "one PCA per panel (colours are not comparable across panels)"}[settings.pca_fit]
     lines = [f"{len(view.names)} model(s) x {len(view.pictures)} picture(s) · {fit}."]
     lines += [f"- {note}" for note in view.notes]
     return "\n".join(lines)
@@ -62,9 +63,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
                          elem_id="pca-status")
     picture = gr.Image(label="PCA maps (a row per model, a column per picture)", interactive=False,
                        elem_id="pca-grid", format="png")
-    fmt, width, export, files, note = export_row("pca")
     view_state, settings_state = gr.State(None), gr.State(None)
+    export_row("pca", view_state, settings_state, zoo)
     run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + [extra, source, fit],
               outputs=[view_state, settings_state, picture, status])
     fit.change(refit, inputs=[view_state, settings_state, fit], outputs=[settings_state, picture, status])
-    export.click(export_view, inputs=[view_state, settings_state, fmt, width], outputs=[files, note])

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import gradio as gr
 
+from ..detectors import detector_setting
 from ..grounding import MapCache
 from ..models.zoo import Zoo
 from ..views.panels import compose
 from ..views.regions import RegionsView, compute_regions, render_regions, similarity_matrix, similarity_plot
 from ..views.settings import ViewSettings
 from .common import explain
-from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row, export_view
+from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row
 
-MATCH_COLUMNS = ["model", "#", "sentence", "best region", "source", "cosine", "best pair"]
+MATCH_COLUMNS = ["model", "#", "sentence", "best region", "source", "label", "cosine", "best pair"]
 
 
 def match_rows(view: RegionsView) -> list[list]:
@@ -21,7 +22,7 @@ def match_rows(view: RegionsView) -> list[list]:
         for i, sentence in enumerate(view.sentences):
             j = int(result.best_region[i])
             region = result.regions[j]
-            rows.append([name, i + 1, sentence, f"R{j + 1}", region.label or region.source,
+            rows.append([name, i + 1, sentence, f"R{j + 1}", region.source, region.label,
                          round(float(result.similarity[i, j]), 4), "yes" if result.best_pair == (i, j) else ""])
     return rows
 
@@ -44,7 +45,7 @@ def find_regions(load, cache: MapCache, *values):
     """The "Find regions" button: (view, settings, picture, heat map, status, table)."""
     common, detector = values[:6], values[6]
     try:
-        settings = ViewSettings(**base_settings("regions", *common), detector=(detector or "").strip())
+        settings = ViewSettings(**base_settings("regions", *common), detector=detector_setting(detector))
         view = compute_regions(load, settings, cache)
         picture = compose(render_regions(view, settings, PREVIEW_SIDE))
         plot = similarity_plot([similarity_matrix(view, i) for i in range(len(view.names))])
@@ -64,8 +65,7 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
     plot = gr.Plot(label="Sentence x region similarity", elem_id="regions-plot")
     table = gr.Dataframe(headers=MATCH_COLUMNS, interactive=False, wrap=True, elem_id="regions-table",
                          max_height=320)
-    fmt, width, export, files, note = export_row("regions")
     view_state, settings_state = gr.State(None), gr.State(None)
+    export_row("regions", view_state, settings_state, zoo)
     run.click(lambda *values: find_regions(zoo.load, cache, *values), inputs=inputs.components() + [detector],
               outputs=[view_state, settings_state, picture, plot, status, table])
-    export.click(export_view, inputs=[view_state, settings_state, fmt, width], outputs=[files, note])

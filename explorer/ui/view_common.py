@@ -62,25 +62,27 @@ def export_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=EXPORT_ROOT))
 
 
-def export_view(view, settings: ViewSettings | None, fmt: str, width: float) -> tuple[list[str] | None, str]:
-    """Write the figure and its settings JSON; (files for download, message)."""
-    from ..views.pipeline import write_figure
+def export_view(view, settings: ViewSettings | None, fmt: str, width: float,
+                zoo_root: str | Path | None = None) -> tuple[list[str] | None, str]:
+    """Write the figure, its settings JSON and copies of its inputs; (files for download, message)."""
+    from ..views.pipeline import bundle_inputs, write_figure
 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."
     try:
-        settings = ViewSettings(**{**vars(settings), "width": float(width)})
-        out = export_dir() / f"{settings.view}.{fmt}"
-        figure, settings_file = write_figure(view, settings, out)
+        folder = export_dir()
+        settings = bundle_inputs(view, ViewSettings(**{**vars(settings), "width": float(width)}), folder)
+        figure, settings_file = write_figure(view, settings, folder / f"{settings.view}.{fmt}")
     except Exception as error:  # noqa: BLE001 - the page says what went wrong and keeps serving
         return None, explain(error)
-    regenerate = f"explorer figure replay {settings_file}"
-    return [str(figure), str(settings_file)], f"Wrote **{figure.name}** ({width:g} in wide). Same figure from " \
-                                              f"the shell: `{regenerate}`"
+    zoo = f" --checkpoints {Path(zoo_root).resolve()}" if zoo_root else ""
+    return [str(figure), str(settings_file)], (
+        f"Wrote **{figure.name}** ({float(width):g} in wide) with its settings and inputs in `{folder}`. "
+        f"The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
 
 
-def export_row(prefix: str):
-    """Format, width, button and the files: the same controls under every view."""
+def export_row(prefix: str, view_state, settings_state, zoo) -> None:
+    """Format, width, button and the files, wired to the view's stored result: the same under every view."""
     with gr.Row():
         fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
         width = gr.Number(value=7.0, minimum=1.0, maximum=20.0, step=0.5, label="Width (inches)",
@@ -89,4 +91,5 @@ def export_row(prefix: str):
     files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
                     elem_id=f"{prefix}-export-files")
     note = gr.Markdown(elem_id=f"{prefix}-export-note")
-    return fmt, width, button, files, note
+    button.click(lambda *values: export_view(*values, zoo_root=zoo.root),
+                 inputs=[view_state, settings_state, fmt, width], outputs=[files, note])

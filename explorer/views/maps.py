@@ -94,6 +94,7 @@ class MapsView:
     sentences: list[str]
     models: list[ModelMaps]
     truth: object | None = None  # explorer.truth.Truth when a ground-truth mask is known
+    truth_file: Path | None = None  # where that truth was read from (a label mask, or a scene's .npz)
     notes: list[str] = field(default_factory=list)
     _memo: MapCache = field(default_factory=lambda: MapCache(MEMO_SIZE), repr=False)
 
@@ -174,14 +175,16 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         notes.extend(n for n in result.notes if n not in notes)
         picture, sentences = result.image, result.maps.sentences
         models.append(ModelMaps(name=model.name, result=result, trained=model.trained))
-    truth = find_view_truth(settings, picture, sentences, truth_dir)
+    truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir)
     if truth is not None:
         notes.extend(truth.notes)
-    return MapsView(picture=picture, sentences=sentences, models=models, truth=truth, notes=notes)
+    return MapsView(picture=picture, sentences=sentences, models=models, truth=truth, truth_file=truth_file,
+                    notes=notes)
 
 
 def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth_dir: Path | None):
-    """The uploaded mask when there is one, else the truth of a known synthetic scene, else None.
+    """(truth, the file it came from): the uploaded mask when there is one, else the truth of a known
+    synthetic scene, else (None, None).
 
     Scenes are looked up by the picture's pixels in ``truth_dir``, else ``settings.truth_dir``,
     else the folder where the app keeps its examples' truth.
@@ -192,7 +195,8 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
         from ..images import load_image
 
         original = load_image(settings.image).original_size
-        return truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original)
+        found = truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original)
+        return found, Path(settings.truth)
     if truth_dir is None and settings.truth_dir:
         truth_dir = Path(settings.truth_dir)
     if truth_dir is None:
@@ -200,7 +204,9 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
 
         truth_dir = default_truth_dir()
     found = truth.find_truth(picture, sentences, truth_dir)
-    return found if found is not None and found.available else None
+    if found is None or not found.available:
+        return None, None
+    return found, truth.truth_path(picture, truth_dir)
 
 
 def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None) -> PanelGrid:

@@ -1,8 +1,9 @@
 """Panels: the pictures a view is made of, and the page's preview of a grid of them.
 
 A view renders to a ``PanelGrid`` (rows of RGB panels with titles). The page shows it as one
-composite picture (``compose``, fast: numpy and PIL only); ``explorer.figures`` lays the very
-same panels out with matplotlib for PDF/SVG/PNG, so the figure shows what the page showed.
+composite picture (``compose``, fast: numpy and PIL only, panels shrunk for the screen);
+``explorer.figures`` lays the same panels out with matplotlib for PDF/SVG/PNG, drawn at the
+size they print at, so the figure shows what the page showed, sharper.
 """
 
 from __future__ import annotations

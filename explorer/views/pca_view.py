@@ -62,24 +62,30 @@ def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = N
                    notes=notes)
 
 
-def fit_groups(view: PcaView, joint: bool) -> tuple[dict[tuple[int, int], np.ndarray], dict, list[str]]:
-    """RGB grid per (model, picture), the explained ratios per (model, picture), and notes.
+def fit_groups(view: PcaView, fit: str) -> tuple[dict[tuple[int, int], np.ndarray], dict, list[str]]:
+    """RGB grid per (model, picture), the explained-variance ratios per (model, picture), and notes.
 
-    Joint: one fit per feature size (models with different widths cannot share axes; the notes
-    say when that splits the screen). Per picture: one fit per (model, picture).
+    ``fit``: "joint" fits one basis on every panel that shares a feature size (models of
+    different widths cannot share axes; the notes say when that splits the screen), "per-model"
+    one basis per model across its pictures, "per-image" one basis per panel.
     """
     cells = [(m, i) for m in range(len(view.names)) for i in range(len(view.pictures))]
-    if not joint:
+    if fit == "per-image":
         groups = [[cell] for cell in cells]
+    elif fit == "per-model":
+        groups = [[(m, i) for i in range(len(view.pictures))] for m in range(len(view.names))]
     else:
         by_size: dict[int, list] = {}
         for m, i in cells:
             by_size.setdefault(view.features[m][i].shape[1], []).append((m, i))
         groups = list(by_size.values())
     notes = []
-    if joint and len(groups) > 1:
+    if fit == "joint" and len(groups) > 1:
         sizes = ", ".join(str(view.features[g[0][0]][g[0][1]].shape[1]) for g in groups)
-        notes.append(f"the models' patch vectors differ in size ({sizes}): one joint fit per size")
+        notes.append(f"the models' patch vectors differ in size ({sizes}): one joint fit per size.")
+    if fit == "joint" and len(view.names) > 1:
+        notes.append("Models' feature spaces are not aligned: a joint fit shows where each varies along shared "
+                     "axes; fit per model to compare each model's own structure.")
     rgb, explained = {}, {}
     for group in groups:
         maps, bases = pca_maps([view.features[m][i] for m, i in group], [view.grids[m][i] for m, i in group],
@@ -90,8 +96,11 @@ def fit_groups(view: PcaView, joint: bool) -> tuple[dict[tuple[int, int], np.nda
     return rgb, explained, notes
 
 
+FIT_WORDS = {"joint": "one fit for all panels", "per-model": "one fit per model", "per-image": "one fit per panel"}
+
+
 def render_pca(view: PcaView, settings: ViewSettings, side: int | None = None) -> PanelGrid:
-    rgb, explained, notes = fit_groups(view, settings.pca_fit == "joint")
+    rgb, explained, notes = fit_groups(view, settings.pca_fit)
     # The pictures themselves first, so a reader can tell what each colour covers.
     rows = [[picture_panel(p.resize(fit_size(p.size, side)), f"image {i + 1}") for i, p in enumerate(view.pictures)]]
     labels = ["picture"]
@@ -100,11 +109,16 @@ def render_pca(view: PcaView, settings: ViewSettings, side: int | None = None) -
         for i, picture in enumerate(view.pictures):
             size = fit_size(picture.size, side)
             pixels = cv2.resize((rgb[(m, i)] * 255).round().astype(np.uint8), size, interpolation=cv2.INTER_NEAREST)
-            share = float(np.sum(explained[(m, i)]))
-            row.append(Panel(pixels, f"image {i + 1} · PC1-3 {100 * share:.0f}% var"))
+            row.append(Panel(pixels, f"image {i + 1}"))
         rows.append(row)
-        labels.append(name)
-    fit = "one fit for all panels" if settings.pca_fit == "joint" else "one fit per panel"
+        share = float(np.sum(explained[(m, 0)]))
+        # The explained share belongs to a fit, so it goes where the fit is one: the row, or each panel.
+        if settings.pca_fit == "per-image":
+            for i, panel in enumerate(row):
+                panel.title += f" · {100 * float(np.sum(explained[(m, i)])):.0f}% var"
+            labels.append(name)
+        else:
+            labels.append(f"{name}\nPC1-3: {100 * share:.0f}% var" + (" (joint)" if settings.pca_fit == "joint" else ""))
     what = "patch features" if view.source == "features" else "last-layer attention rows"
-    caption = f"Top 3 principal components of the {what} as RGB ({fit}). " + " ".join(notes)
+    caption = f"Top 3 principal components of the {what} as RGB ({FIT_WORDS[settings.pca_fit]}). " + " ".join(notes)
     return PanelGrid(rows=rows, row_labels=labels, caption=caption.strip())

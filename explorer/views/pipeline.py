@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from ..grounding import MapCache
@@ -53,3 +54,32 @@ def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[P
     settings_file = figure.with_name(figure.name + ".json")
     settings_file.write_text(settings.to_json())
     return figure, settings_file
+
+
+def bundle_inputs(view: View, settings: ViewSettings, folder: str | Path) -> ViewSettings:
+    """Copy the view's input files into ``folder``/inputs and return settings that point at the copies.
+
+    The app's uploads live in temporary folders; an exported figure carries its own picture(s),
+    mask and scene truth, so ``explorer figure replay`` works after the app has gone.
+    """
+    inputs = Path(folder) / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    counter = iter(range(1, 1000))
+
+    def keep(path: str) -> str:
+        if not path:
+            return path
+        source = Path(path)
+        copy = inputs / f"{next(counter)}-{source.name}"
+        shutil.copy2(source, copy)
+        return str(copy.resolve())
+
+    changes = {"image": keep(settings.image), "images": [keep(p) for p in settings.images],
+               "truth": keep(settings.truth)}
+    truth_file = getattr(view, "truth_file", None)
+    if truth_file is not None and not settings.truth:  # a scene's truth, found by the picture's pixels
+        scenes = inputs / "truth"
+        scenes.mkdir(exist_ok=True)
+        shutil.copy2(truth_file, scenes / Path(truth_file).name)
+        changes["truth_dir"] = str(scenes.resolve())
+    return ViewSettings(**{**vars(settings), **changes})

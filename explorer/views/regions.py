@@ -48,6 +48,12 @@ class RegionsView:
     notes: list[str] = field(default_factory=list)
 
 
+def detector_key(detector) -> tuple:
+    """What makes two detectors propose the same boxes: their kind, folder and options."""
+    return (type(detector).__name__, detector.name, str(getattr(detector, "directory", "")),
+            getattr(detector, "threshold", None), getattr(detector, "max_boxes", None))
+
+
 def region_label(index: int, region) -> str:
     kind = region.source if not region.label else f"{region.source}: {region.label}"
     return f"R{index + 1} {kind}"
@@ -64,7 +70,7 @@ def compute_regions(load: Loader, settings: ViewSettings, cache: MapCache | None
     names, results = [], []
     for name in settings.models:
         model = load(name)
-        key = ("flism", model.name, id(model), image_digest(picture), tuple(sentences), detector.name)
+        key = ("flism", model.name, id(model), image_digest(picture), tuple(sentences), detector_key(detector))
 
         def compute(model=model):
             return flism(model, picture, sentences, detector=detector)
