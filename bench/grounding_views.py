@@ -9,6 +9,7 @@ the working size), one caption of ``--sentences`` sentences. Printed, median of 
   - first request, 4 models (the compare view);
   - re-render after a colour-map change (4 models): render + preview, from the stored maps;
   - re-render after a threshold change (new Otsu/manual masks, no model run);
+  - re-render after a colour-scale change (per map / per model / shared across models);
   - export of the 4-model figure as PNG at 300 dpi (for reference; not interactive).
 "First request" clears the result cache between runs, so every run pays for the models.
 Target: re-render after a colour-map change under 0.2 s. The script also checks that the
@@ -107,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     fractions = iter([0.2 + 0.05 * i for i in range(args.runs * 2)])
     threshold, _ = timed(lambda: compose(render_maps(view, ViewSettings(**{**vars(four), "threshold": next(fractions)}),
                                                      PREVIEW_SIDE)), args.runs)
+    scales = iter(["shared", "model", "map"] * args.runs * 2)
+    scale, _ = timed(lambda: compose(render_maps(view, ViewSettings(**{**vars(four), "scale": next(scales)}),
+                                                 PREVIEW_SIDE)), args.runs)
     assert calls[0] == before, "a display change ran a model"
 
     from explorer.figures import save_figure
@@ -120,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  re-render, colour map change    {rerender * 1000:8.0f} ms   (target < {TARGET_RERENDER_S * 1000:.0f} ms: "
           f"{'met' if rerender < TARGET_RERENDER_S else 'MISSED'})")
     print(f"  re-render, threshold change     {threshold * 1000:8.0f} ms")
+    print(f"  re-render, colour scale change  {scale * 1000:8.0f} ms")
     print(f"  export figure (PNG, 300 dpi)    {export * 1000:8.0f} ms")
     print("  model forwards during re-renders: 0")
     return 0 if rerender < TARGET_RERENDER_S else 1
