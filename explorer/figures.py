@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # no display: figures are files
 import matplotlib.pyplot as plt  # noqa: E402
@@ -172,18 +173,12 @@ def _draw_matrix(fig, layout: Layout, matrix, top: float, row_height: float, hei
     axis.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.4))
     if rows * cols <= 120:
         middle = (values.max() + values.min()) / 2
-        for (i, j), value in _cells(values):
+        for (i, j), value in np.ndenumerate(values):
             axis.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=FONT_SIZE - 2,
                       color="black" if value > middle else "white")
     axis.set_title(f"{matrix.title}: cosine, sentence x region", fontsize=FONT_SIZE, loc="left", pad=2)
     bar = fig.colorbar(image, cax=bar_axis)
     bar.ax.tick_params(labelsize=FONT_SIZE - 1, length=1)
-
-
-def _cells(values):
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            yield (i, j), float(values[i, j])
 
 
 def _draw_colorbar(fig, colorbar, width: float, top: float, height: float) -> None:

@@ -88,10 +88,6 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
     return choices
 
 
-def default_model(zoo: Zoo) -> str | None:
-    return zoo.default_name()
-
-
 def kind_choices(zoo: Zoo, names) -> list[str]:
     """"native" (each model's own first map), "generic", then every named kind of the chosen models."""
     kinds = [NATIVE, GENERIC_MAP]
@@ -113,7 +109,7 @@ def models_summary(zoo: Zoo, names) -> str:
 
 def build(zoo: Zoo, cache: MapCache) -> None:
     choices = model_choices(zoo)
-    default = default_model(zoo)
+    default = zoo.default_name()
     examples = example_images()
     with gr.Row():
         with gr.Column(scale=1):

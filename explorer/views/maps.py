@@ -228,8 +228,8 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
         thresholds = model.thresholds(settings.threshold)
         masks = model.display_masks(settings.threshold, size) if settings.mask != "none" else None
         row = [picture_panel(base, "image")]
+        low, high = view.colour_range(settings.scale, m)
         for i in indices:
-            low, high = view.colour_range(settings.scale, m)
             title = f"S{i + 1} · t={thresholds[i]:.3g}"
             cut = model.result.maps.n_cut[i]
             if cut:

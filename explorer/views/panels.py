@@ -26,7 +26,7 @@ CONTOUR_EDGE_RGB = (0, 0, 0)
 class Panel:
     pixels: np.ndarray  # [H, W, 3] uint8
     title: str  # short: what and which threshold
-    text: str = ""  # longer: the sentence (wrapped in figures, listed under the preview)
+    text: str = ""  # the sentence the panel shows (the page lists it in its table; figures in the caption)
 
 
 @dataclass
