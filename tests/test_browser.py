@@ -75,6 +75,7 @@ def photo(tmp_path_factory) -> Path:
 
 
 def upload(page, path) -> None:
+    page.get_by_role("tab", name="Grounding").click()
     clear = page.locator("#grounding-image button[aria-label='Clear']")
     if clear.count():
         clear.first.click()
@@ -112,6 +113,7 @@ def choose_models(page, names) -> None:
 def test_compare_two_models_then_export_a_pdf(page, photo):
     from playwright.sync_api import expect
 
+    upload(page, photo)  # each test sets up its own inputs: pytest-xdist may run them on different pages
     choose_models(page, ["demo-caft", "demo-flair"])
     page.locator("#grounding-caption textarea").fill(CAPTION)
     page.locator("#grounding-run").click()
@@ -143,7 +145,8 @@ def test_token_budget_updates_live(page):
     assert "Fits 248" in summary.inner_text()
 
 
-def test_empty_caption_gives_a_message_and_the_app_keeps_serving(page):
+def test_empty_caption_gives_a_message_and_the_app_keeps_serving(page, photo):
+    upload(page, photo)
     page.locator("#grounding-caption textarea").fill("")
     page.locator("#grounding-run").click()
     page.locator("#grounding-status").get_by_text("caption is empty").wait_for(timeout=20_000)
@@ -152,9 +155,10 @@ def test_empty_caption_gives_a_message_and_the_app_keeps_serving(page):
     page.locator("#grounding-status").get_by_text("2 sentence(s)").wait_for(timeout=60_000)
 
 
-def test_regions_and_pca_views_draw(page):
+def test_regions_and_pca_views_draw(page, photo):
     from playwright.sync_api import expect
 
+    upload(page, photo)
     page.get_by_role("tab", name="FLISM regions").click()
     page.locator("#regions-run").click()
     expect(page.locator("#regions-status")).to_contain_text("best pair", timeout=60_000)
