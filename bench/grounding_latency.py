@@ -34,7 +34,7 @@ import torch
 from PIL import Image
 
 import explorer
-from explorer._torchvision_compat import ensure_torchvision_importable
+from explorer.core.compat import ensure_torchvision_importable
 
 TARGET_RATIO = 1.2
 SENTENCES = [

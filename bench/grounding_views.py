@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grounding_latency import SENTENCES, picture  # noqa: E402  (the same kitchen caption and picture)
 
 import explorer  # noqa: E402
-from explorer.grounding import MapCache  # noqa: E402
+from explorer.grounding.sentence_maps import MapCache  # noqa: E402
 from explorer.models.methods import get_method  # noqa: E402
-from explorer.views.maps import compute_maps, render_maps  # noqa: E402
+from explorer.ui.view_controls import PREVIEW_SIDE  # noqa: E402
+from explorer.views.maps_view import compute_maps, render_maps  # noqa: E402
 from explorer.views.panels import compose  # noqa: E402
 from explorer.views.settings import ViewSettings  # noqa: E402
-from explorer.ui.view_common import PREVIEW_SIDE  # noqa: E402
 
 TARGET_RERENDER_S = 0.2
 METHODS = ("clip", "longclip", "finelip", "flair")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  PREVIEW_SIDE)), args.runs)
     assert calls[0] == before, "a display change ran a model"
 
-    from explorer.figures import save_figure
+    from explorer.views.figures import save_figure
 
     export, _ = timed(lambda: save_figure(render_maps(view, four), folder / "maps.png"), 1)
 

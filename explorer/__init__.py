@@ -4,6 +4,22 @@
     m = explorer.load("path/to/longclip-B.pt")       # or a manifest .json, or a zoo name
     m.similarity(images, texts)                        # [n_images, n_texts]
     m.sentence_maps(image, sentences).maps             # [M, H, W]
+
+The packages are layers; data flows up this list, never down (``LAYERS``, checked by
+tests/test_architecture.py). A package imports only from layers before its own; packages
+in one layer are peers and do not import each other.
+
+    core                   errors, images, sentences, regions, paths, caches, compat
+    models                 what a method computes: features, tokenizer, io/ (formats), nn/ (shared layers), methods/
+    zoo                    manifests, the zoo folder, built-in models, the loaded-model cache
+    data                   the synthetic world and dataset readers
+    grounding              per-sentence maps, token budgets, masks, FLISM, PCA, ground truth
+    evaluation, retrieval  metrics and benchmarks over the zoo
+    training               the training loop and the demo-zoo recipe
+    jobs, generation       background runs; SDXL generation
+    views                  settings, rendering, paper figures
+    ui                     one Gradio module per tab
+    cli                    the command line
 """
 
 from __future__ import annotations
@@ -11,10 +27,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from .errors import ExplorerError
+from explorer.core.errors import ExplorerError
 
 if TYPE_CHECKING:  # the real imports are lazy (below)
-    from .models.model import Model
+    from explorer.models.model import Model
 
 _LAZY = {  # imported on first use, so `import explorer.data` does not pull in torch and open_clip
     "ImageFeatures": "explorer.models.features",
@@ -32,6 +48,22 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'explorer' has no attribute {name!r}")
 
 __version__ = "0.1.0"
+
+# The layer order, lowest first (see the docstring). Packages named here that do not exist yet are
+# where new capabilities go.
+LAYERS = (
+    ("core",),
+    ("models",),
+    ("zoo",),
+    ("data",),
+    ("grounding",),
+    ("evaluation", "retrieval"),
+    ("training",),
+    ("jobs", "generation"),
+    ("views",),
+    ("ui",),
+    ("cli",),
+)
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 
 
@@ -42,9 +74,9 @@ def load(source: str | Path, device: str = "auto", precision: str = "fp32", allo
     ``allow_pickle`` is the explicit opt-in for files that can only be read by
     unpickling (SEPS's model_best.pth); without it such files are refused.
     """
-    from .models.loading import load_method
-    from .models.model import Model
-    from .models.zoo import Manifest, Zoo, load_manifest
+    from explorer.models.io.loading import load_method
+    from explorer.models.model import Model
+    from explorer.zoo.zoo import Manifest, Zoo, load_manifest
 
     path = Path(source).expanduser()
     looks_like_a_file = path.suffix in WEIGHT_SUFFIXES or "/" in str(source) or "\\" in str(source)

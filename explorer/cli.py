@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import ExplorerError
-from .render import COLORMAPS
-from .views.settings import MASK_MODES, PCA_FITS, PCA_SOURCES, SCALES
+from explorer.core.errors import ExplorerError
+from explorer.views.render import COLORMAPS
+from explorer.views.settings import MASK_MODES, PCA_FITS, PCA_SOURCES, SCALES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_run_models_check)
 
     train = commands.add_parser("train", help="train a method on a data folder; the result joins the zoo")
-    from .training.launch import add_train_arguments
+    from explorer.training.launch import add_train_arguments
 
     add_train_arguments(train)
     train.set_defaults(run=_run_train)
@@ -119,13 +119,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _zoo(args):
-    from .models.zoo import Zoo
+    from explorer.zoo.zoo import Zoo
 
     return Zoo(args.checkpoints, device=getattr(args, "device", "auto"))
 
 
 def _run_app(args) -> int:
-    from .ui.app import launch
+    from explorer.ui.app import launch
 
     auth = None
     if args.auth:
@@ -169,7 +169,7 @@ def _run_models_add(args) -> int:
 
 
 def _run_models_check(args) -> int:
-    from .models.loading import check
+    from explorer.models.io.loading import check
 
     result = check(args.path, allow_pickle=args.allow_pickle)
     if args.json:
@@ -182,18 +182,18 @@ def _run_models_check(args) -> int:
 
 
 def _run_train(args) -> int:
-    from .training.launch import run_train_command
+    from explorer.training.launch import run_train_command
 
     return run_train_command(args)
 
 
 def _run_data_synth(args) -> int:
-    from .data import write_dataset
+    from explorer.data import write_dataset
 
     counts = write_dataset(args.out, n_scenes=args.n, seed=args.seed, image_size=args.size, overwrite=args.overwrite)
     print(f"wrote {counts} scenes at {args.size} px to {args.out} (seed {args.seed}); layout: {args.out}/layout.md")
     if args.samples:
-        from .demo_zoo import write_samples
+        from explorer.training.demo_zoo import write_samples
 
         path = write_samples(args.out, split="train")
         print(f"wrote {path} for `explorer train --data {args.out}`")
@@ -201,9 +201,10 @@ def _run_data_synth(args) -> int:
 
 
 def _run_build_demo(args) -> int:
-    from .demo_zoo import DEMO_ROOT, WORK_ROOT, build_demo
+    from explorer.core import paths
+    from explorer.training.demo_zoo import build_demo
 
-    written = build_demo(out=args.out or DEMO_ROOT, work=args.work or WORK_ROOT, n_scenes=args.scenes,
+    written = build_demo(out=args.out or paths.demo_zoo_root(), work=args.work or paths.demo_build_dir(), n_scenes=args.scenes,
                          scale=args.scale, only=args.only)
     print(f"demo zoo: {len(written)} model(s) written")
     return 0
@@ -255,7 +256,7 @@ def _add_figure_arguments(parser: argparse.ArgumentParser, view: str) -> None:
 
 def _figure_settings(args):
     """Settings from --settings (if any), then the flags given on the command line."""
-    from .views.settings import ViewSettings
+    from explorer.views.settings import ViewSettings
 
     data = {}
     if args.settings:
@@ -281,7 +282,7 @@ def _figure_settings(args):
             data[name] = str(Path(data[name]).expanduser().resolve())
     data["images"] = [str(Path(p).expanduser().resolve()) for p in data.get("images") or []]
     if args.view == "regions":  # record the detector actually used, not "whatever $EXPLORER_DETECTOR says"
-        from .detectors import detector_setting
+        from explorer.grounding.detectors import detector_setting
 
         data["detector"] = detector_setting(data.get("detector"))
     if not data.get("image"):
@@ -315,7 +316,7 @@ def _run_figure(args) -> int:
 
 
 def _run_figure_replay(args) -> int:
-    from .views.settings import ViewSettings
+    from explorer.views.settings import ViewSettings
 
     settings = ViewSettings.load(args.settings)
     overrides = {k: v for k, v in (("width", args.width), ("dpi", args.dpi)) if v is not None}
@@ -327,8 +328,8 @@ def _run_figure_replay(args) -> int:
 
 
 def _write_figure(args, settings, out: Path) -> int:
-    from .figures import check_format
-    from .views.pipeline import compute_view, write_figure
+    from explorer.views.figures import check_format
+    from explorer.views.pipeline import compute_view, write_figure
 
     check_format(out)
     zoo = _zoo(args)
@@ -350,13 +351,13 @@ def _write_figure(args, settings, out: Path) -> int:
 
 
 def _run_eval(args) -> int:
-    from .evaluation.benchmark import evaluate_zoo, write_results
-    from .evaluation.report import results_markdown, results_table, update_readme
+    from explorer.core import paths
+    from explorer.evaluation.benchmark import evaluate_zoo, write_results
+    from explorer.evaluation.report import results_markdown, results_table, update_readme
+    from explorer.training.demo_zoo import write_world
 
-    from .demo_zoo import DEMO_ROOT, WORK_ROOT, write_world
-
-    zoo = DEMO_ROOT if args.zoo == "demo" else (args.zoo or args.checkpoints)
-    data = args.data or write_world(WORK_ROOT, print)
+    zoo = paths.demo_zoo_root() if args.zoo == "demo" else (args.zoo or args.checkpoints)
+    data = args.data or write_world(paths.demo_build_dir(), print)
     results = evaluate_zoo(zoo, data, split=args.split, limit=args.limit,
                            seed=args.seed, progress=not args.no_progress, models=args.models,
                            grounding_limit=args.grounding_limit, device=args.device)

@@ -16,11 +16,10 @@ import torch
 from torch import nn
 
 import explorer
-from explorer.errors import (CheckpointError, CheckpointMismatchError, ExplorerError,
-                             UnsafeCheckpointError)
+from explorer.core.errors import CheckpointError, CheckpointMismatchError, ExplorerError, UnsafeCheckpointError
 from explorer.models.architecture import ClipArchitecture
-from explorer.models.checkpoints import KeyReport, read_checkpoint, strict_load
-from explorer.models.loading import check, load_method, save_method
+from explorer.models.io.checkpoints import KeyReport, read_checkpoint, strict_load
+from explorer.models.io.loading import check, load_method, save_method
 from explorer.models.methods.clip import ClipMethod
 from explorer.models.methods.finelip import FineLipMethod
 from explorer.models.methods.flair import FlairMethod
@@ -152,7 +151,7 @@ def build_flair(tmp_path, seed=5) -> Case:
 
 @pytest.fixture(scope="module")
 def hf_clip():
-    from explorer._torchvision_compat import ensure_torchvision_importable
+    from explorer.core.compat import ensure_torchvision_importable
 
     ensure_torchvision_importable()  # before transformers: its image utilities import torchvision
     from transformers import CLIPConfig, CLIPModel

@@ -234,7 +234,7 @@ def test_replay_to_a_non_figure_name_is_refused(zoo, picture, tmp_path, capsys):
 
 
 def test_regions_record_the_detector_they_used(zoo, picture, tmp_path, monkeypatch):
-    from explorer.detectors import CLASSICAL, DETECTOR_ENV
+    from explorer.grounding.detectors import CLASSICAL, DETECTOR_ENV
 
     monkeypatch.delenv(DETECTOR_ENV, raising=False)
     out = tmp_path / "r.png"

@@ -9,9 +9,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.data import (DatasetError, detect_layout, export_docci, export_urban1k, generate_scene, read_dataset,
-                           read_docci, read_records, read_urban1k, write_dataset)
-from explorer.errors import ExplorerError
+from explorer.core.errors import ExplorerError
+from explorer.data import (
+    DatasetError,
+    detect_layout,
+    export_docci,
+    export_urban1k,
+    generate_scene,
+    read_dataset,
+    read_docci,
+    read_records,
+    read_urban1k,
+    write_dataset,
+)
 
 SIZE = 48
 

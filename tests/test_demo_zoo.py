@@ -8,8 +8,8 @@ import re
 import pytest
 
 import explorer
-from explorer.demo_zoo import build_demo, world_vocabulary
-from explorer.models.zoo import Zoo
+from explorer.training.demo_zoo import build_demo, world_vocabulary
+from explorer.zoo.zoo import Zoo
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.detectors import DETECTOR_ENV, SegmentProposals, YolosDetector, load_detector
-from explorer.flism import region_proposals
+from explorer.grounding.detectors import DETECTOR_ENV, SegmentProposals, YolosDetector, load_detector
+from explorer.grounding.flism import region_proposals
 
 SQUARE = (50, 30, 90, 70)  # x0, y0, x1, y1 of the planted object
 
@@ -78,7 +78,7 @@ def test_segment_proposals_are_deduplicated_and_bounded():
 @pytest.fixture(scope="module")
 def tiny_yolos(tmp_path_factory):
     """A 1-layer YOLOS with random weights and its image processor, saved like a hub directory."""
-    from explorer._torchvision_compat import ensure_torchvision_importable
+    from explorer.core.compat import ensure_torchvision_importable
 
     ensure_torchvision_importable()
     import torch
@@ -161,7 +161,7 @@ def test_weights_that_do_not_fit_the_config_fall_back(tiny_yolos, tmp_path):
 def test_the_regions_view_uses_a_configured_yolos_directory(tiny_yolos, tmp_path):
     import explorer
     from explorer.models.methods import get_method
-    from explorer.views.regions import compute_regions, render_regions
+    from explorer.views.regions_view import compute_regions, render_regions
     from explorer.views.settings import ViewSettings
 
     picture = tmp_path / "planted.png"

@@ -19,13 +19,21 @@ import pytest
 import torch
 
 from explorer.data import Background, Scene, SceneObject, Sentence, read_dataset, write_dataset
-from explorer.evaluation.benchmark import (METRIC_KEYS, NATIVE_PREFERENCE, baselines, centre_box_mask,
-                                           evaluate_model, evaluate_zoo, native_kind, object_sentences,
-                                           write_results)
+from explorer.evaluation.benchmark import (
+    METRIC_KEYS,
+    NATIVE_PREFERENCE,
+    baselines,
+    centre_box_mask,
+    evaluate_model,
+    evaluate_zoo,
+    native_kind,
+    object_sentences,
+    write_results,
+)
 from explorer.evaluation.report import results_markdown, results_table, update_readme
-from explorer.flism import crop_regions, region_proposals
+from explorer.grounding.flism import crop_regions, region_proposals
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.zoo import Zoo
+from explorer.zoo.zoo import Zoo
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.evaluation import (box_iou, flism_region_accuracy, hard_negative_accuracy, mask_iou, mean_iou,
-                                 pointing_game, pointing_hits, recall_at_k)
+from explorer.evaluation import (
+    box_iou,
+    flism_region_accuracy,
+    hard_negative_accuracy,
+    mask_iou,
+    mean_iou,
+    pointing_game,
+    pointing_hits,
+    recall_at_k,
+)
 
 # ---- Recall@K ---------------------------------------------------------------------------------------
 

@@ -10,12 +10,12 @@ import pytest
 from PIL import Image
 
 import explorer
-from explorer.figures import save_figure
-from explorer.grounding import MapCache
+from explorer.grounding.sentence_maps import MapCache
 from explorer.models.methods import get_method
-from explorer.views.maps import compute_maps, render_maps
+from explorer.views.figures import save_figure
+from explorer.views.maps_view import compute_maps, render_maps
 from explorer.views.panels import Colorbar, Panel, PanelGrid
-from explorer.views.regions import SimilarityMatrix, compute_regions, render_regions
+from explorer.views.regions_view import SimilarityMatrix, compute_regions, render_regions
 from explorer.views.settings import ViewSettings
 
 FORMATS = (".png", ".pdf", ".svg")

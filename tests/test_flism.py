@@ -13,10 +13,16 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from explorer.flism import (FlismResult, Region, crop_regions, flism, match_sentences, match_similarity,
-                            pixel_box, region_proposals, spatial_regions)
+from explorer.core.regions import Region, pixel_box, spatial_regions
+from explorer.grounding.flism import (
+    FlismResult,
+    crop_regions,
+    flism,
+    match_sentences,
+    match_similarity,
+    region_proposals,
+)
 from explorer.models.features import ImageFeatures, TextFeatures
-
 
 # ---- matching on crafted similarities -------------------------------------------------------------
 

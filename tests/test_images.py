@@ -1,4 +1,4 @@
-"""explorer.images.load_image: every kind of upload in, RGB out, or a readable ImageError."""
+"""explorer.core.images.load_image: every kind of upload in, RGB out, or a readable ImageError."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image, PngImagePlugin
 
-import explorer.images as images
-from explorer.errors import ExplorerError, ImageError
-from explorer.images import load_image
+import explorer.core.images as images
+from explorer.core.errors import ExplorerError, ImageError
+from explorer.core.images import load_image
 
 
 def _noise(width: int, height: int, seed: int = 0) -> Image.Image:

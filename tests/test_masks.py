@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.masks import otsu_mask, otsu_masks
+from explorer.grounding.masks import otsu_mask, otsu_masks
 
 
 def bimodal_map(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

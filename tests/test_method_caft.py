@@ -9,7 +9,7 @@ import torch
 
 import explorer
 from explorer.models.batch import example_batch
-from explorer.models.loading import check, save_method, save_released
+from explorer.models.io.loading import check, save_method, save_released
 from explorer.models.methods import get_method
 from explorer.models.methods.caft import CaftImageFeatures, CaftMethod, CaftTextFeatures, ResidualAdapter
 

@@ -13,7 +13,7 @@ import torch
 
 import explorer
 from explorer.models.batch import example_batch
-from explorer.models.loading import save_method, save_released
+from explorer.models.io.loading import save_method, save_released
 from explorer.models.methods import METHODS, _import_all
 from explorer.models.model import Model
 

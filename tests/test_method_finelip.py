@@ -17,9 +17,9 @@ from torch import nn
 import explorer
 from explorer.models.batch import example_batch
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.loading import save_released
-from explorer.models.losses import hinge_hardest
+from explorer.models.io.loading import save_released
 from explorer.models.methods.finelip import FineLipMethod, eot_positions, word_mask
+from explorer.models.nn.losses import hinge_hardest
 
 D = 32  # the tiny example's embedding width
 IMAGE_REFINER = {"dim": D, "hidden": 4, "n_out": 2}
@@ -149,7 +149,7 @@ def test_modes_and_finelip_star_blend(model):
 
 def test_fine_scores_match_the_pairwise_reference(model):
     """The batched score equals the one-pair-at-a-time late interaction on random features."""
-    from explorer.models.late_interaction import late_interaction_score
+    from explorer.models.nn.late_interaction import late_interaction_score
 
     torch.manual_seed(3)
     image = image_features([torch.randn(D) for _ in range(3)], [torch.randn(4, D) for _ in range(3)])

@@ -17,11 +17,16 @@ from PIL import Image
 import explorer
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.batch import TrainingBatch, example_batch
-from explorer.models.loading import save_released
-from explorer.models.losses import info_nce
-from explorer.models.methods.goal import (GoalImageFeatures, GoalMethod, box_patch_mask, sentence_token_span,
-                                          span_weights)
+from explorer.models.io.loading import save_released
+from explorer.models.methods.goal import (
+    GoalImageFeatures,
+    GoalMethod,
+    box_patch_mask,
+    sentence_token_span,
+    span_weights,
+)
 from explorer.models.model import Model
+from explorer.models.nn.losses import info_nce
 from explorer.models.tokenizer import tokenize
 
 S, P = 64, 16  # the tiny example: 64 px input, 16 px patches, a 4 x 4 grid

@@ -13,7 +13,7 @@ from PIL import Image
 import explorer
 from explorer.models.batch import example_batch
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.loading import save_method, save_released
+from explorer.models.io.loading import save_method, save_released
 from explorer.models.methods import get_method
 from explorer.models.methods.base import cosine_matrix
 from explorer.models.methods.mulclip import SUBCAPTION_ALPHA, MulClipMethod

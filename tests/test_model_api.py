@@ -9,13 +9,13 @@ import torch.nn.functional as F
 from PIL import Image
 
 import explorer
-from explorer.errors import CaptionError, ImageError
+from explorer.core.errors import CaptionError, ImageError
 from explorer.models.architecture import ClipArchitecture
-from explorer.models.builtin import TINY_ARCH, tiny_clip
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.loading import save_method
+from explorer.models.io.loading import save_method
 from explorer.models.methods.clip import ClipMethod, LongClipMethod
 from explorer.models.model import Model, SentenceMaps
+from explorer.zoo.builtin import TINY_ARCH, tiny_clip
 
 LONG_CAPTION = " ".join(
     f"the {i}th small red cube sits to the left of a tall blue cylinder on the table" for i in range(8))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.pca import PcaBasis, fit_pca, pca_maps
+from explorer.grounding.pca import PcaBasis, fit_pca, pca_maps
 
 
 def planted(seed: int = 0, count: int = 2000, dim: int = 32, noise: float = 0.05):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer.models.positional import LONG_CONTEXT, merge_longclip_tables, stretch_positions
+from explorer.models.nn.positional import LONG_CONTEXT, merge_longclip_tables, stretch_positions
 from explorer.models.tokenizer import EOT_ID, SOT_ID, budget, count_tokens, tokenize
 
 # ---- stretch ----------------------------------------------------------------------------------

@@ -10,18 +10,30 @@ import torch
 from PIL import Image
 
 import explorer
-from explorer.errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError
-from explorer.models.checkpoints import read_checkpoint
-from explorer.models.late_interaction import late_interaction_score
-from explorer.models.loading import check, load_method, save_method
-from explorer.models.methods import detect_format
+from explorer.core.errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError
 from explorer.models.batch import TrainingBatch, example_batch
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.loading import save_released
+from explorer.models.io.checkpoints import read_checkpoint
+from explorer.models.io.loading import check, load_method, save_method, save_released
+from explorer.models.methods import detect_format
 from explorer.models.methods.seps import (
-    POOLER_PREFIXES, RELEASED_VIT_NAMING, SepsMethod, aggregate_kept, consensus, from_released_layout, gumbel_keep,
-    installed_vit_naming, late_interaction_batch, min_max, released_state_dict, select_patches, seps_loss_terms,
-    top_k_mask, view_scores)
+    POOLER_PREFIXES,
+    RELEASED_VIT_NAMING,
+    SepsMethod,
+    aggregate_kept,
+    consensus,
+    from_released_layout,
+    gumbel_keep,
+    installed_vit_naming,
+    late_interaction_batch,
+    min_max,
+    released_state_dict,
+    select_patches,
+    seps_loss_terms,
+    top_k_mask,
+    view_scores,
+)
+from explorer.models.nn.late_interaction import late_interaction_score
 
 WIDTH, EMBED, IMAGE, PATCH = 64, 48, 32, 16
 N_PATCHES = (IMAGE // PATCH) ** 2

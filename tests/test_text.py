@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from explorer.text import analyse_caption, split_sentences
+from explorer.grounding.budget import analyse_caption, split_sentences
 
 
 def test_sentences_split_at_end_punctuation_but_not_decimals_or_abbreviations():

@@ -1,4 +1,4 @@
-"""explorer.truth: ground truth from scenes and mask files, per-sentence scores, the example registry."""
+"""explorer.grounding.truth: ground truth from scenes and mask files, per-sentence scores, the example registry."""
 
 from __future__ import annotations
 
@@ -8,11 +8,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explorer.core.errors import ExplorerError
 from explorer.data import generate_scenes
-from explorer.errors import ExplorerError
-from explorer.evaluation.grounding_metrics import mask_iou
-from explorer.truth import (MaskError, SentenceScore, Truth, find_truth, normalise_sentence, save_scene_truth,
-                            score_sentences, truth_from_mask_file, truth_from_scene, truth_path)
+from explorer.grounding.metrics import mask_iou
+from explorer.grounding.truth import (
+    MaskError,
+    SentenceScore,
+    Truth,
+    find_truth,
+    normalise_sentence,
+    save_scene_truth,
+    score_sentences,
+    truth_from_mask_file,
+    truth_from_scene,
+    truth_path,
+)
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +231,7 @@ def test_truncated_mask_is_refused(tmp_path):
 
 
 def test_huge_mask_is_refused_before_decoding(tmp_path, monkeypatch):
-    import explorer.images as images
+    import explorer.core.images as images
 
     monkeypatch.setattr(images, "MAX_DECODE_PIXELS", 100)
     path = _save(np.zeros((20, 20), dtype=np.uint8), tmp_path / "huge.png")
@@ -328,7 +338,7 @@ def test_corrupt_registry_entry_is_ignored_with_a_warning(tmp_path, scenes, capl
     scene = scenes[0]
     path = save_scene_truth(scene, tmp_path)
     path.write_bytes(path.read_bytes()[:40])
-    with caplog.at_level(logging.WARNING, logger="explorer.truth"):
+    with caplog.at_level(logging.WARNING, logger="explorer.grounding.truth"):
         assert find_truth(scene.image, scene.sentence_texts, tmp_path) is None
     assert any("unreadable ground truth" in record.getMessage() for record in caplog.records)
 

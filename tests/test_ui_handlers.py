@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.grounding import MapCache
-from explorer.models.zoo import Zoo
-from explorer.ui import grounding_tab, maps_view, models_tab, pca_view, regions_view
+from explorer.grounding.sentence_maps import MapCache
+from explorer.ui import grounding_tab, maps_tab, models_tab, pca_tab, regions_tab
+from explorer.zoo.zoo import Zoo
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ DISPLAY = ["turbo", 0.5, "contour", True, 0.5, "map", 1, 8]  # cmap, opacity, ma
 
 def draw(zoo, cache, image, caption, models=("tiny-untrained",), truth=None):
     """The "Draw maps" button: (view, settings, picture, status, score rows, page slider)."""
-    return maps_view.draw(zoo.load, cache, str(image) if image else None, caption, list(models), "native", "",
+    return maps_tab.draw(zoo.load, cache, str(image) if image else None, caption, list(models), "native", "",
                           truth, *DISPLAY)
 
 
@@ -72,7 +72,7 @@ def test_re_rendering_uses_the_cache(zoo, photo):
     view, settings, *_ = draw(zoo, cache, photo, "A cat. A dog.")
     draw(zoo, cache, photo, "A cat. A dog.")
     assert (cache.misses, cache.hits) == (1, 1)
-    updated, picture, status, rows, _ = maps_view.rerender(view, settings, "jet", 0.8, "both", False, 0.3, "shared",
+    updated, picture, status, rows, _ = maps_tab.rerender(view, settings, "jet", 0.8, "both", False, 0.3, "shared",
                                                            1, 8)
     assert updated.cmap == "jet" and updated.threshold == 0.3 and updated.mask == "both"
     assert cache.misses == 1  # display change: no model run
@@ -102,28 +102,27 @@ def test_fifty_sentences_are_paginated(zoo, photo):
     view, settings, _, status, rows, slider = draw(zoo, MapCache(), photo, caption)
     assert len(rows) == 50 and view.pages(8) == 7 and "7 pages" in status
     assert slider["visible"] is True and slider["maximum"] == 7
-    _, last_page, _, _, slider = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 7, 8)
+    _, last_page, _, _, slider = maps_tab.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 7, 8)
     assert slider["value"] == 7
     first_page = draw(zoo, MapCache(), photo, caption)[2]
     assert last_page.width < first_page.width  # page 7 holds 2 sentences, page 1 holds 8
     # fewer per page: more pages, and the page control follows (it was stale before)
-    *_, slider = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 1, 1)
+    *_, slider = maps_tab.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 1, 1)
     assert slider["maximum"] == 50 and slider["visible"] is True
-    *_, slider = maps_view.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 1, 12)
+    *_, slider = maps_tab.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 1, 12)
     assert slider["maximum"] == 5
 
 
 def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeypatch):
-    from explorer.ui import view_common
-
+    from explorer.ui import view_controls
     from explorer.views.settings import ViewSettings
 
-    monkeypatch.setattr(view_common, "EXPORT_ROOT", tmp_path / "exports")
+    monkeypatch.setattr(view_controls, "EXPORT_ROOT", tmp_path / "exports")
     upload = tmp_path / "gradio-upload" / "photo.png"  # the app's uploads live in temporary folders
     upload.parent.mkdir()
     upload.write_bytes(photo.read_bytes())
     view, settings, *_ = draw(zoo, MapCache(), upload, "A cat. A dog.")
-    files, note = view_common.export_view(view, settings, "svg", 3.5, zoo_root="checkpoints")
+    files, note = view_controls.export_view(view, settings, "svg", 3.5, zoo_root="checkpoints")
     assert files[0].endswith("maps.svg") and files[1].endswith("maps.svg.json")
     assert "figure replay" in note and "--checkpoints" in note
     saved = ViewSettings.load(files[1])
@@ -134,17 +133,17 @@ def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeyp
     again = tmp_path / "again.svg"
     assert main(["figure", "replay", files[1], "--out", str(again)]) == 0
     assert again.read_bytes() == open(files[0], "rb").read()
-    assert view_common.export_view(None, None, "png", 7)[0] is None
+    assert view_controls.export_view(None, None, "png", 7)[0] is None
 
 
 def test_regions_and_pca_handlers(zoo, photo):
     cache = MapCache()
     common = [str(photo), "A cat. A dog.", ["tiny-untrained"], "native", "", None]
-    view, settings, picture, plot, status, rows = regions_view.find_regions(zoo.load, cache, *common, "/no/such/dir")
+    view, settings, picture, plot, status, rows = regions_tab.find_regions(zoo.load, cache, *common, "/no/such/dir")
     assert len(rows) == 2 and "best pair" in status and "/no/such/dir" in status  # fell back, and said so
-    view, settings, picture, status = pca_view.draw(zoo.load, cache, *common, [str(photo)], "features", "joint")
+    view, settings, picture, status = pca_tab.draw(zoo.load, cache, *common, [str(photo)], "features", "joint")
     assert "2 picture(s)" in status and picture is not None
-    assert pca_view.refit(view, settings, "per-image")[0].pca_fit == "per-image"
+    assert pca_tab.refit(view, settings, "per-image")[0].pca_fit == "per-image"
 
 
 def test_token_budget_marks_where_77_cuts():
@@ -167,7 +166,7 @@ def test_models_check_reports_a_bad_path():
 
 
 def test_seps_says_when_the_long_caption_stands_in_for_the_dense_one():
-    from explorer.grounding import ground
+    from explorer.grounding.sentence_maps import ground
     from explorer.models.methods.seps import SepsMethod
     from explorer.models.model import Model
 

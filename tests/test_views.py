@@ -14,17 +14,17 @@ import pytest
 from PIL import Image
 
 import explorer
-from explorer.flism import FlismResult
-from explorer.grounding import GroundingResult, MapCache
+from explorer.grounding.flism import FlismResult
+from explorer.grounding.sentence_maps import GroundingResult, MapCache
+from explorer.grounding.truth import MaskError
 from explorer.models.methods import get_method
 from explorer.models.model import SentenceMaps
-from explorer.render import overlay
-from explorer.truth import MaskError
-from explorer.views.maps import MapsView, ModelMaps, compute_maps, render_maps, resolve_kind
+from explorer.views.maps_view import MapsView, ModelMaps, compute_maps, render_maps, resolve_kind
 from explorer.views.panels import CONTOUR_EDGE_RGB, CONTOUR_RGB, PanelGrid
 from explorer.views.pca_view import PcaView, compute_pca, fit_groups, render_pca
 from explorer.views.pipeline import compute_view, render_view
-from explorer.views.regions import SimilarityMatrix, compute_regions, render_regions, similarity_plot
+from explorer.views.regions_view import SimilarityMatrix, compute_regions, render_regions, similarity_plot
+from explorer.views.render import overlay
 from explorer.views.settings import SettingsError, ViewSettings
 
 CAPTION = "A red cube sits on the left. A blue ball rolls to the right. A green tree stands behind."
@@ -444,7 +444,7 @@ def test_pca_joint_fit_is_one_colour_basis(tmp_path):
     assert [spy.calls for spy in spies.values()] == [2, 2]
     joint, joint_explained, _ = fit_groups(view, "joint")
     per_image, per_explained, _ = fit_groups(view, "per-image")
-    from explorer.pca import pca_maps
+    from explorer.grounding.pca import pca_maps
 
     cells = [(m, i) for m in range(2) for i in range(2)]
     features = [view.features[m][i] for m, i in cells]
@@ -543,7 +543,7 @@ def test_settings_refuse_unknown_keys_and_unreadable_files(tmp_path):
 
 
 def test_two_models_with_the_same_name_keep_their_own_scores():
-    from explorer.truth import Truth
+    from explorer.grounding.truth import Truth
 
     first, second = bimodal_map(0)[None], np.full((1, H, W), 0.5, np.float32)
     second[0, :, :10] = 1.0  # its peak is in the left strip, outside the square
@@ -563,8 +563,8 @@ def test_two_models_with_the_same_name_keep_their_own_scores():
 
 
 def test_export_draws_panels_at_the_size_they_print(monkeypatch, tmp_path):
-    from explorer.figures import panel_pixels
     from explorer.views import pipeline
+    from explorer.views.figures import panel_pixels
 
     view = crafted_view({"a": np.stack([bimodal_map(0), bimodal_map(1)])})
     chosen = settings(width=2.0, dpi=100)
@@ -577,7 +577,7 @@ def test_export_draws_panels_at_the_size_they_print(monkeypatch, tmp_path):
 
 
 def test_a_figure_too_narrow_for_its_panels_says_how_wide_it_must_be(tmp_path):
-    from explorer.figures import FigureError, save_figure
+    from explorer.views.figures import FigureError, save_figure
 
     view = crafted_view({"a": np.stack([bimodal_map(i) for i in range(8)])})
     grid = render_maps(view, settings(mask="both"))  # 1 + 16 panels per row

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import explorer
-from explorer.errors import CheckpointError, ManifestError
+from explorer.core.errors import CheckpointError, ManifestError
 from explorer.models.architecture import ClipArchitecture
-from explorer.models.loading import save_method
+from explorer.models.io.loading import save_method
 from explorer.models.methods.clip import ClipMethod, LongClipMethod
 from explorer.models.model import Model
-from explorer.models.zoo import Manifest, ModelCache, Zoo
+from explorer.zoo.zoo import Manifest, ModelCache, Zoo
 
 # Small enough to write and read in a blink; a real vocabulary so text can be encoded.
 SMALL_LONG = ClipArchitecture(

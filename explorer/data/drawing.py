@@ -21,8 +21,8 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .scene import Background, SceneObject
-from .vocabulary import BACKGROUND_COLOURS, COLOURS, gradient_end, shade_of
+from explorer.data.scene import Background, SceneObject
+from explorer.data.vocabulary import BACKGROUND_COLOURS, COLOURS, gradient_end, shade_of
 
 SUPERSAMPLE = 4
 MIN_PERIOD_PX = 5.0  # a texture's period never gets finer than this, whatever the picture's size

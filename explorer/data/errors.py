@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ExplorerError
+from explorer.core.errors import ExplorerError
 
 
 class DatasetError(ExplorerError):

@@ -38,10 +38,10 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..images import load_image
-from .errors import DatasetError
-from .scene import Scene
-from .store import SCENES_FILE, read_dataset
+from explorer.core.images import load_image
+from explorer.data.errors import DatasetError
+from explorer.data.scene import Scene
+from explorer.data.store import SCENES_FILE, read_dataset
 
 DOCCI_FILE = "docci_descriptions.jsonlines"
 DOCCI_SPLITS = ("train", "test", "qual_dev", "qual_test")
@@ -61,7 +61,7 @@ class LongCaptionRecord:
     source: str  # docci | urban1k | synthetic
 
     def load_image(self, max_side: int | None = None) -> Image.Image:
-        """The picture as RGB, read safely (``explorer.images.load_image``)."""
+        """The picture as RGB, read safely (``explorer.core.images.load_image``)."""
         return load_image(self.image_path, max_side=max_side).image
 
 

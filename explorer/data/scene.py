@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .vocabulary import cell_of
+from explorer.data.vocabulary import cell_of
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from .errors import DatasetError
-from .scene import Scene
-from .synthetic import DEFAULT_IMAGE_SIZE, STREAMS, generate_scenes
+from explorer.data.errors import DatasetError
+from explorer.data.scene import Scene
+from explorer.data.synthetic import DEFAULT_IMAGE_SIZE, STREAMS, generate_scenes
 
 FORMAT = "explorer-synthetic"
 VERSION = 1
@@ -75,7 +75,7 @@ One line of `scenes.jsonl`:
 ```
 
 `hard_negatives[j].caption == long_caption[:start] + replacement + long_caption[start + len(original):]`.
-`explorer.text.split_sentences(long_caption)` returns exactly the sentences' texts.
+`explorer.grounding.budget.split_sentences(long_caption)` returns exactly the sentences' texts.
 """
 
 

@@ -49,7 +49,7 @@ grounding scenes (they see no text):
   (the centre pixel, or the 2 or 4 pixels around the centre of an even side); for FLISM it
   always picks the centre region.
 - ``uniform``: a flat map. Otsu finds no two classes in a flat map, so its mask is empty
-  (``explorer.masks``): mIoU 0 against any non-empty object; its peak is the whole image,
+  (``explorer.grounding.masks``): mIoU 0 against any non-empty object; its peak is the whole image,
   so it points right only when an object covers the whole image: 0.
 - ``chance``: the expected value of random scores: R@K = K / N, hard negatives
   1 / (1 + negatives of the scene), FLISM (best regions) / (regions) per sentence.
@@ -71,9 +71,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from ..masks import otsu_mask
-from .grounding_metrics import box_iou, flism_region_accuracy, hard_negative_accuracy, mask_iou, pointing_hits
-from .retrieval_metrics import recall_at_k
+from explorer.evaluation.retrieval_metrics import recall_at_k
+from explorer.grounding.masks import otsu_mask
+from explorer.grounding.metrics import box_iou, flism_region_accuracy, hard_negative_accuracy, mask_iou, pointing_hits
 
 FORMAT = "explorer-eval"
 VERSION = 1
@@ -162,7 +162,7 @@ def native_kind(model) -> str | None:
 
 def encode_images(model, images: Sequence, batch: int = DEFAULT_IMAGE_BATCH, progress: bool = False):
     """``model.encode_image`` over ``images`` in batches, concatenated (method-specific fields kept)."""
-    from ..models.features import concat_features
+    from explorer.models.features import concat_features
 
     parts = []
     for start in _progress(range(0, len(images), batch), progress, "encode images", unit="batch"):
@@ -291,7 +291,7 @@ def map_pointing(maps, truth) -> list[bool]:
 
 def flism_metrics(model, scenes: Sequence, progress: bool = False) -> tuple[float | None, int]:
     """(accuracy, scored sentences) of FLISM's sentence -> region choices, pooled over scenes."""
-    from ..flism import flism
+    from explorer.grounding.flism import flism
 
     hit_total = scored_total = 0
     for scene in _progress(scenes, progress, "FLISM", unit="scene"):
@@ -332,7 +332,7 @@ def centre_point_map(height: int, width: int) -> np.ndarray:
 def baselines(scenes: Sequence, retrieval_scenes: Sequence | None = None) -> dict[str, dict]:
     """The reference rows of the module docstring, on ``scenes`` (grounding, FLISM) and
     ``retrieval_scenes`` (chance retrieval and hard negatives; default: ``scenes``)."""
-    from ..flism import spatial_regions
+    from explorer.core.regions import spatial_regions
 
     retrieval_scenes = list(scenes if retrieval_scenes is None else retrieval_scenes)
     centre_iou, centre_hits, flat_iou, flat_hits = [], [], [], []
@@ -406,9 +406,9 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
     (unless ``strict``) to run, is recorded under ``errors`` as "load: ..." / "run: ..." and the others
     go on.
     """
-    from ..data import read_dataset
-    from ..errors import ExplorerError
-    from ..models.zoo import ModelCache, Zoo
+    from explorer.core.errors import ExplorerError
+    from explorer.data import read_dataset
+    from explorer.zoo.zoo import ModelCache, Zoo
 
     limit = DEFAULT_LIMIT if limit is None else int(limit)
     if limit < 1 or grounding_limit < 0:

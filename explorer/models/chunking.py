@@ -1,6 +1,6 @@
 """CAFT's sentence chunking: a long caption -> N sub-captions (papers/caft.txt, Sec. 3.2 and App. B.2).
 
-A caption is split into sentences S_1 .. S_L (``explorer.text.split_sentences``),
+A caption is split into sentences S_1 .. S_L (``explorer.grounding.budget.split_sentences``),
 and consecutive sentences are grouped into N chunks (N = 4 in the paper).
 A chunk's text is its sentences joined by one space.
 
@@ -45,7 +45,7 @@ from typing import Sequence
 
 import torch
 
-from ..text import split_sentences
+from explorer.core.sentences import split_sentences
 
 N_CHUNKS = 4  # the paper's N
 MAX_PER_CHUNK = 3  # training: 1..3 sentences per chunk

@@ -19,12 +19,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from ..errors import CaptionError, ImageError
-from ..images import load_image
-from .checkpoints import KeyReport
-from .features import ImageFeatures, TextFeatures
-from .methods.base import GENERIC_MAP, Method
-from .tokenizer import TokenBatch
+from explorer.core.errors import CaptionError, ImageError
+from explorer.core.images import load_image
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.io.checkpoints import KeyReport
+from explorer.models.methods.base import GENERIC_MAP, Method
+from explorer.models.tokenizer import TokenBatch
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

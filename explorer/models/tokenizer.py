@@ -14,12 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
-
-from .. import _torchvision_compat
-
-_torchvision_compat.ensure_torchvision_importable()
-
-from open_clip.tokenizer import SimpleTokenizer  # noqa: E402
+from open_clip.tokenizer import SimpleTokenizer
 
 
 @lru_cache(maxsize=1)

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import CheckpointError
-from ..models.checkpoints import KeyReport, read_checkpoint, strict_load
-from ..models.loading import save_method
-from ..models.zoo import Manifest
+from explorer.core.errors import CheckpointError
+from explorer.models.io.checkpoints import KeyReport, read_checkpoint, strict_load
+from explorer.models.io.loading import save_method
+from explorer.zoo.zoo import Manifest
 
 RESUME_DIR = "resume"
 LATEST_FILE = "LATEST"

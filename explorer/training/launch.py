@@ -78,17 +78,17 @@ def train_from_args(method: str, data: str | Path, out: str | Path | None = None
     rebuilt from the run's last checkpoint (its metadata names the method and its sizes), so
     the init file is not read again.
     """
-    from ..models.loading import load_method
-    from ..models.zoo import default_root
-    from .checkpointing import WEIGHTS_FILE, latest_checkpoint
-    from .loop import TrainConfig, TrainingError, train
-    from .samples import SampleFolder
-    from .warm_start import init_from
+    from explorer.core.paths import checkpoints_root
+    from explorer.models.io.loading import load_method
+    from explorer.training.checkpointing import WEIGHTS_FILE, latest_checkpoint
+    from explorer.training.loop import TrainConfig, TrainingError, train
+    from explorer.training.samples import SampleFolder
+    from explorer.training.warm_start import init_from
 
     data = Path(data).expanduser()
     samples = (read_samples or SampleFolder)(data)
     if out is None:
-        out = Path(zoo_root) if zoo_root is not None else default_root()
+        out = Path(zoo_root) if zoo_root is not None else checkpoints_root()
         out = out / f"{method}-{data.resolve().name}"
     config = TrainConfig(command=command or f"train_from_args(method={method!r}, data={str(data)!r})", **settings)
     out = Path(out).expanduser()

@@ -42,15 +42,23 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import ExplorerError
-from ..models.model import resolve_device
-from .checkpointing import (capture_rng, latest_checkpoint, load_checkpoint, manifest_name, restore_rng,
-                            save_checkpoint, write_manifest, WEIGHTS_FILE)
-from .metrics_log import METRICS_FILE, RUN_LOG_FILE, JsonlLog
-from .optimizer import build_adamw, group_lrs
-from .samples import BatchSource, SampleLoader
-from .schedule import WarmupCosine, build_scheduler
-from .warm_start import InitReport
+from explorer.core.errors import ExplorerError
+from explorer.models.model import resolve_device
+from explorer.training.checkpointing import (
+    WEIGHTS_FILE,
+    capture_rng,
+    latest_checkpoint,
+    load_checkpoint,
+    manifest_name,
+    restore_rng,
+    save_checkpoint,
+    write_manifest,
+)
+from explorer.training.metrics_log import METRICS_FILE, RUN_LOG_FILE, JsonlLog
+from explorer.training.optimizer import build_adamw, group_lrs
+from explorer.training.samples import BatchSource, SampleLoader
+from explorer.training.schedule import WarmupCosine, build_scheduler
+from explorer.training.warm_start import InitReport
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -35,9 +35,9 @@ from typing import Iterator, Mapping, Protocol, Sequence, runtime_checkable
 import torch
 from PIL import Image
 
-from ..errors import ExplorerError
-from ..models.batch import TrainingBatch
-from ..models.preprocess import Preprocess
+from explorer.core.errors import ExplorerError
+from explorer.models.batch import TrainingBatch
+from explorer.models.preprocess import Preprocess
 
 SAMPLES_FILE = "samples.jsonl"
 
@@ -234,7 +234,7 @@ class SampleFolder:
         return len(self.records)
 
     def __getitem__(self, index: int) -> TrainingSample:
-        from ..images import load_image
+        from explorer.core.images import load_image
 
         record = dict(self.records[index])
         record["image"] = load_image(self.root / record["image"]).image

@@ -38,13 +38,13 @@ from typing import Mapping
 
 import torch
 
-from ..errors import CheckpointError, CheckpointMismatchError
-from ..models.backbone import ClipBackbone
-from ..models.checkpoints import KeyReport
-from ..models.loading import load_method
-from ..models.methods import get_method
-from ..models.methods.clip import ClipFamily, example_architecture
-from ..models.positional import stretch_positions
+from explorer.core.errors import CheckpointError, CheckpointMismatchError
+from explorer.models.io.checkpoints import KeyReport
+from explorer.models.io.loading import load_method
+from explorer.models.methods import get_method
+from explorer.models.methods.clip import ClipFamily, example_architecture
+from explorer.models.nn.backbone import ClipBackbone
+from explorer.models.nn.positional import stretch_positions
 
 TEMPERATURE, BIAS = "logit_scale", "logit_bias"
 

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
+import gradio as gr
 
-# Gradio and huggingface_hub phone home at start unless told not to; a workbench should not.
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from explorer.grounding.sentence_maps import MapCache
+from explorer.ui import grounding_tab, models_tab
+from explorer.ui.view_controls import EXPORT_ROOT
+from explorer.zoo.zoo import Zoo
 
-import gradio as gr  # noqa: E402
-
-from ..grounding import MapCache  # noqa: E402
-from ..models.zoo import Zoo  # noqa: E402
-from . import grounding_tab, models_tab  # noqa: E402
-from .view_common import EXPORT_ROOT  # noqa: E402
 
 TITLE = "explorer: what long-text CLIP models see"
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from explorer.core import paths
+
 PHOTOS = {  # scikit-image name -> a caption that talks about it sentence by sentence
     "astronaut": "An astronaut in a white space suit smiles at the camera. An American flag hangs behind her "
                  "on the left. She holds a helmet in her arm. The background is a dark studio wall.",
@@ -22,16 +24,12 @@ PHOTOS = {  # scikit-image name -> a caption that talks about it sentence by sen
 
 
 def cache_dir() -> Path:
-    path = Path.home() / ".cache" / "explorer" / "examples"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return paths.ensure(paths.examples_dir())
 
 
 def truth_dir() -> Path:
-    """Where the example scenes' ground truth is kept, keyed by picture content (``explorer.truth``)."""
-    path = cache_dir() / "truth"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where the example scenes' ground truth is kept, keyed by picture content (``explorer.grounding.truth``)."""
+    return paths.ensure(paths.example_truth_dir())
 
 
 SYNTHETIC_EXAMPLES = 4
@@ -40,8 +38,8 @@ SYNTHETIC_EXAMPLES = 4
 def synthetic_examples() -> list[tuple[Path, str]]:
     """Test-split scenes (never trained on) with their long captions, rendered once into the cache,
     their ground truth alongside (so the Grounding tab can score maps drawn on them)."""
-    from ..data import generate_scenes
-    from ..truth import save_scene_truth, truth_path
+    from explorer.data import generate_scenes
+    from explorer.grounding.truth import save_scene_truth, truth_path
 
     pairs = []
     for scene in generate_scenes(SYNTHETIC_EXAMPLES, seed=0, image_size=224, split="test"):

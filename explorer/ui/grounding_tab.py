@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..grounding import MapCache, prepare_image
-from ..errors import ExplorerError
-from ..models.methods import get_method
-from ..models.methods.base import GENERIC_MAP
-from ..models.zoo import Zoo
-from ..text import CONTEXTS, CaptionAnalysis, analyse_caption
-from ..views.settings import MAX_MODELS, NATIVE
-from . import maps_view, pca_view, regions_view
-from .common import explain
-from .view_common import Inputs, as_list
-from .examples import example_images
+from explorer.core.errors import ExplorerError
+from explorer.grounding.budget import CONTEXTS, CaptionAnalysis, analyse_caption
+from explorer.grounding.sentence_maps import MapCache, prepare_image
+from explorer.models.methods import get_method
+from explorer.models.methods.base import GENERIC_MAP
+from explorer.ui import maps_tab, pca_tab, regions_tab
+from explorer.ui.examples import example_images
+from explorer.ui.messages import explain
+from explorer.ui.view_controls import Inputs, as_list
+from explorer.views.settings import MAX_MODELS, NATIVE
+from explorer.zoo.zoo import Zoo
 
 SENTENCE_COLUMNS = ["#", "sentence", "tokens", "kept by CLIP (77)", "kept by Long-CLIP (248)"]
 PAST = {77: "past 77: CLIP cuts this", 248: "past 248: Long-CLIP cuts this too"}
@@ -148,11 +148,11 @@ def build(zoo: Zoo, cache: MapCache) -> None:
                             truth=truth)
             with gr.Tabs():
                 with gr.Tab("Sentence maps", id="maps"):
-                    maps_view.build(inputs, zoo, cache)
+                    maps_tab.build(inputs, zoo, cache)
                 with gr.Tab("FLISM regions", id="regions"):
-                    regions_view.build(inputs, zoo, cache)
+                    regions_tab.build(inputs, zoo, cache)
                 with gr.Tab("PCA maps", id="pca"):
-                    pca_view.build(inputs, zoo, cache)
+                    pca_tab.build(inputs, zoo, cache)
 
     def on_caption(text):
         try:

@@ -6,9 +6,9 @@ import sys
 
 import gradio as gr
 
-from ..models.loading import check
-from ..models.zoo import Zoo
-from .common import explain
+from explorer.models.io.loading import check
+from explorer.ui.messages import explain
+from explorer.zoo.zoo import Zoo
 
 COLUMNS = ["name", "method", "architecture", "context", "weights", "source", "status"]
 
@@ -27,8 +27,8 @@ def zoo_table(zoo: Zoo) -> list[list]:
 
 def methods_table() -> list[list]:
     """Every registered method: its name, the maps it draws, and what it is (first docstring line)."""
-    from ..models.methods import METHODS, _import_all
-    from ..models.methods.base import GENERIC_MAP
+    from explorer.models.methods import METHODS, _import_all
+    from explorer.models.methods.base import GENERIC_MAP
 
     _import_all()
     rows = []

@@ -2,7 +2,7 @@
 
 Every view is two steps: ``compute_view`` runs the models (cached), ``render_view`` turns the
 result into a ``PanelGrid`` from display settings alone. The page previews the grid
-(``panels.compose``); ``explorer.figures.save_figure`` writes it for a paper; the CLI does
+(``panels.compose``); ``explorer.views.figures.save_figure`` writes it for a paper; the CLI does
 both from a ``ViewSettings`` JSON (``pipeline``).
 
 This package imports nothing on its own, so the CLI can read settings without loading torch.

@@ -2,7 +2,7 @@
 
 A view renders to a ``PanelGrid`` (rows of RGB panels with titles). The page shows it as one
 composite picture (``compose``, fast: numpy and PIL only, panels shrunk for the screen);
-``explorer.figures`` lays the same panels out with matplotlib for PDF/SVG/PNG, drawn at the
+``explorer.views.figures`` lays the same panels out with matplotlib for PDF/SVG/PNG, drawn at the
 size they print at, so the figure shows what the page showed, sharper.
 """
 
@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ..render import overlay
+from explorer.views.render import overlay
 
 CONTOUR_RGB = (255, 255, 255)
 CONTOUR_EDGE_RGB = (0, 0, 0)

@@ -14,11 +14,11 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from ..grounding import MapCache, image_digest, prepare_image
-from ..pca import pca_maps
-from .maps import Loader
-from .panels import Panel, PanelGrid, fit_size, picture_panel
-from .settings import ViewSettings
+from explorer.grounding.pca import pca_maps
+from explorer.grounding.sentence_maps import MapCache, image_digest, prepare_image
+from explorer.views.maps_view import Loader
+from explorer.views.panels import Panel, PanelGrid, fit_size, picture_panel
+from explorer.views.settings import ViewSettings
 
 
 @dataclass

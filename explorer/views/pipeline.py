@@ -6,12 +6,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..grounding import MapCache
-from .maps import Loader, MapsView, compute_maps, render_maps
-from .panels import PanelGrid
-from .pca_view import PcaView, compute_pca, render_pca
-from .regions import RegionsView, compute_regions, render_regions
-from .settings import ViewSettings
+from explorer.grounding.sentence_maps import MapCache
+from explorer.views.maps_view import Loader, MapsView, compute_maps, render_maps
+from explorer.views.panels import PanelGrid
+from explorer.views.pca_view import PcaView, compute_pca, render_pca
+from explorer.views.regions_view import RegionsView, compute_regions, render_regions
+from explorer.views.settings import ViewSettings
 
 View = MapsView | RegionsView | PcaView
 
@@ -44,7 +44,7 @@ def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[P
     Panels are drawn at the size they print at (panel width x dpi), so one-pixel mask outlines
     stay whole in the file instead of being thinned out by resampling.
     """
-    from ..figures import panel_pixels, save_figure
+    from explorer.views.figures import panel_pixels, save_figure
 
     grid = render_view(view, settings)
     side = panel_pixels(grid, settings.width, settings.dpi)

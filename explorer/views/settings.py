@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..errors import ExplorerError
-from ..render import COLORMAPS
+from explorer.core.errors import ExplorerError
+from explorer.views.render import COLORMAPS
 
 VIEWS = ("maps", "regions", "pca")
 MASK_MODES = ("contour", "mask", "both", "none")  # how the Otsu (or manual) mask is drawn

@@ -10,9 +10,9 @@ from typing import Mapping
 
 import torch
 
-from ...errors import CheckpointError
-from ..checkpoints import RawCheckpoint
-from .base import GENERIC_MAP, Method
+from explorer.core.errors import CheckpointError
+from explorer.models.io.checkpoints import RawCheckpoint
+from explorer.models.methods.base import GENERIC_MAP, Method
 
 METHODS: dict[str, type[Method]] = {}
 
@@ -46,7 +46,7 @@ def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
 
 def _import_all() -> None:
     # Importing the modules runs their @register decorators.
-    from . import caft, clip, finelip, flair, goal, mulclip, seps  # noqa: F401
+    from explorer.models.methods import caft, clip, finelip, flair, goal, mulclip, seps  # noqa: F401
 
 
 def keys_with_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> bool:

@@ -21,11 +21,11 @@ from typing import ClassVar, Mapping
 import torch
 import torch.nn.functional as F
 
-from ..batch import TrainingBatch  # noqa: F401  (named in annotations)
-from ..checkpoints import KeyReport, RawCheckpoint
-from ..features import ImageFeatures, TextFeatures
-from ..preprocess import Preprocess
-from ..tokenizer import TokenBatch, tokenize
+from explorer.models.batch import TrainingBatch  # noqa: F401  (named in annotations)
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
+from explorer.models.preprocess import Preprocess
+from explorer.models.tokenizer import TokenBatch, tokenize
 
 GENERIC_MAP = "generic"
 

@@ -119,24 +119,21 @@ from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
+from open_clip.transformer import LayerNorm, QuickGELU, Transformer
 from torch import nn
 
-from ... import _torchvision_compat
-from ...errors import CaptionError
-from ...text import split_sentences
-from ..architecture import count_blocks, heads_for
-from ..batch import TrainingBatch
-from ..chunking import N_CHUNKS, balanced_chunks, chunk_texts, random_chunks
-from ..features import ImageFeatures, TextFeatures
-from ..losses import sigmoid_loss
-from . import keys_with_prefix, register
-from .base import GENERIC_MAP, cosine_matrix
-from .clip import ClipFamily, example_architecture
-from .flair import TextConditionedPool
+from explorer.core.errors import CaptionError
+from explorer.core.sentences import split_sentences
+from explorer.models.architecture import count_blocks, heads_for
+from explorer.models.batch import TrainingBatch
+from explorer.models.chunking import N_CHUNKS, balanced_chunks, chunk_texts, random_chunks
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
+from explorer.models.methods.clip import ClipFamily, example_architecture
+from explorer.models.methods.flair import TextConditionedPool
+from explorer.models.nn.losses import sigmoid_loss
 
-_torchvision_compat.ensure_torchvision_importable()
-
-from open_clip.transformer import LayerNorm, QuickGELU, Transformer  # noqa: E402
 
 ATTENTION_MAP = "attention-pool"
 _HEAD_KIND = re.compile(re.escape(ATTENTION_MAP) + r"/head-(\d+)")
@@ -163,7 +160,6 @@ class CaftImageFeatures(ImageFeatures):
     @property
     def fine_assignment(self) -> torch.Tensor:
         return self.assignments[0]
-
 
 
 @dataclass

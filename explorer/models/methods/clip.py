@@ -19,17 +19,17 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-from ..architecture import ClipArchitecture, infer_clip_architecture
-from ..backbone import ClipBackbone
-from ..checkpoints import KeyReport, RawCheckpoint, pop_ignored, strict_load
-from ..batch import TrainingBatch
-from ..features import TextFeatures
-from ..losses import info_nce
-from ..hf_clip_layout import HF_BUFFERS, hf_to_openai, is_hf_clip
-from ..positional import LONG_CONTEXT, SHORT_CONTEXT, merge_longclip_tables
-from ..preprocess import Preprocess
-from . import keys_with_prefix, register
-from .base import Method
+from explorer.models.architecture import ClipArchitecture, infer_clip_architecture
+from explorer.models.batch import TrainingBatch
+from explorer.models.features import TextFeatures
+from explorer.models.io.checkpoints import KeyReport, RawCheckpoint, pop_ignored, strict_load
+from explorer.models.io.hf_clip_layout import HF_BUFFERS, hf_to_openai, is_hf_clip
+from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods.base import Method
+from explorer.models.nn.backbone import ClipBackbone
+from explorer.models.nn.losses import info_nce
+from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT, merge_longclip_tables
+from explorer.models.preprocess import Preprocess
 
 OPENAI_EXTRAS = {
     "input_resolution": "int kept by OpenAI's export",
@@ -121,7 +121,7 @@ class ClipFamily(ClipBackbone, Method):
         try:
             arch = cls.infer_architecture(tensors, fmt, raw, report)
         except (KeyError, ValueError) as error:
-            from ...errors import CheckpointMismatchError
+            from explorer.core.errors import CheckpointMismatchError
 
             raise CheckpointMismatchError(f"{raw.path}: cannot read a {fmt} architecture: {error}", report) from error
         extra = cls.extra_config_from(tensors)

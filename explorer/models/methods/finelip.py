@@ -35,14 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batch import TrainingBatch
-from ..features import ImageFeatures, TextFeatures
-from ..late_interaction import NEGATIVE_SLOPE, token_similarity
-from ..losses import hinge_hardest
-from ..refinement import TokenRefiner
-from . import keys_with_prefix, register
-from .base import GENERIC_MAP, cosine_matrix
-from .clip import ClipFamily, is_clip_layout
+from explorer.models.batch import TrainingBatch
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
+from explorer.models.methods.clip import ClipFamily, is_clip_layout
+from explorer.models.nn.late_interaction import NEGATIVE_SLOPE, token_similarity
+from explorer.models.nn.losses import hinge_hardest
+from explorer.models.nn.refinement import TokenRefiner
 
 IMAGE_PREFIX = "cross_net.aggr_net."
 TEXT_PREFIX = "cross_net.cap_aggr_net."

@@ -43,14 +43,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batch import TrainingBatch
-from ..checkpoints import KeyReport, RawCheckpoint
-from ..features import ImageFeatures, TextFeatures
-from ..losses import sigmoid_loss
-from . import keys_with_prefix, register
-from .base import GENERIC_MAP
-from ..positional import SHORT_CONTEXT
-from .clip import ClipFamily
+from explorer.models.batch import TrainingBatch
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
+from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods.base import GENERIC_MAP
+from explorer.models.methods.clip import ClipFamily
+from explorer.models.nn.losses import sigmoid_loss
+from explorer.models.nn.positional import SHORT_CONTEXT
 
 POOL_PREFIX = "visual_proj."
 RENAMES = {"image_post.proj": "visual.proj", "text_post.proj": "text_projection"}
@@ -123,7 +123,7 @@ class FlairMethod(ClipFamily):
 
     @classmethod
     def infer_architecture(cls, tensors, fmt, raw, report):
-        from ..architecture import infer_clip_architecture
+        from explorer.models.architecture import infer_clip_architecture
 
         return infer_clip_architecture(tensors, quick_gelu=False)
 

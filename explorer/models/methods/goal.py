@@ -31,7 +31,7 @@ The span of a sentence inside its caption is found token-wise
 (``sentence_token_span``): the caption is tokenized in full and the
 sentence's BPE tokens are looked up as a contiguous run (first occurrence).
 CLIP's BPE splits words at white space and punctuation, so a sentence that
-``explorer.text.split_sentences`` cut out of its caption is always found.
+``explorer.grounding.budget.split_sentences`` cut out of its caption is always found.
 The caption is encoded with the model's context (248): truncation keeps
 positions ``0 .. context - 2`` of words and puts EOT in the last slot. A
 sentence that runs past that point is pooled over the tokens that were kept;
@@ -42,7 +42,7 @@ it). If no pair of the batch has a kept span, the text TSL is 0.
 GOAL vs FAST-GOAL. FAST-GOAL's training is GOAL's (the paper, Supplementary
 A: "the actual training process follows the same architecture as GOAL");
 what changes is how the local pairs are mined: FLISM (detector boxes + four
-quadrants + a centre box, ``explorer.flism``) instead of GOAL's SAM-based
+quadrants + a centre box, ``explorer.grounding.flism``) instead of GOAL's SAM-based
 LISM. Both therefore share this one method. One cheap option follows the
 paper's Eq. (14) instead of the official code: ``tsl_form="matrix"``
 computes the n x n cosine matrix of pooled vs local embeddings and takes
@@ -76,16 +76,16 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ...flism import spatial_regions
-from ..batch import TrainingBatch
-from ..features import ImageFeatures, TextFeatures
-from ..hf_clip_layout import is_hf_clip, openai_to_hf
-from ..losses import info_nce
-from ..positional import LONG_CONTEXT, SHORT_CONTEXT
-from ..tokenizer import count_tokens, tokenize
-from . import register
-from .base import GENERIC_MAP, cosine_matrix
-from .clip import ClipFamily, hf_text_positions
+from explorer.core.regions import spatial_regions
+from explorer.models.batch import TrainingBatch
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.io.hf_clip_layout import is_hf_clip, openai_to_hf
+from explorer.models.methods import register
+from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
+from explorer.models.methods.clip import ClipFamily, hf_text_positions
+from explorer.models.nn.losses import info_nce
+from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT
+from explorer.models.tokenizer import count_tokens, tokenize
 
 SELF_ATTENTION = "self-attention"
 HEAD_PREFIX = "self-attention/head-"

@@ -95,12 +95,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batch import TrainingBatch
-from ..features import ImageFeatures, TextFeatures
-from ..losses import sigmoid_loss
-from . import keys_with_prefix, register
-from .base import GENERIC_MAP
-from .clip import ClipFamily, is_clip_layout
+from explorer.models.batch import TrainingBatch
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods.base import GENERIC_MAP
+from explorer.models.methods.clip import ClipFamily, is_clip_layout
+from explorer.models.nn.losses import sigmoid_loss
 
 SUBCAPTION_ALPHA = "subcaption-alpha"
 CALIBRATION_PREFIX = "calibration."

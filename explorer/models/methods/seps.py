@@ -131,18 +131,18 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from ... import _torchvision_compat
-from ...errors import CheckpointError, CheckpointMismatchError
-from ..batch import TrainingBatch
-from ..checkpoints import KeyReport, RawCheckpoint, pop_ignored, strict_load
-from ..features import ImageFeatures, TextFeatures
-from ..late_interaction import NEGATIVE_SLOPE, token_similarity
-from ..losses import hinge_hardest
-from ..preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
-from ..refinement import TokenRefiner
-from ..tokenizer import TokenBatch
-from . import keys_with_prefix, register
-from .base import GENERIC_MAP, Method
+from explorer.core import compat
+from explorer.core.errors import CheckpointError, CheckpointMismatchError
+from explorer.models.batch import TrainingBatch
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.io.checkpoints import KeyReport, RawCheckpoint, pop_ignored, strict_load
+from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods.base import GENERIC_MAP, Method
+from explorer.models.nn.late_interaction import NEGATIVE_SLOPE, token_similarity
+from explorer.models.nn.losses import hinge_hardest
+from explorer.models.nn.refinement import TokenRefiner
+from explorer.models.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from explorer.models.tokenizer import TokenBatch
 
 VIT_PREFIX = "img_enc.visual_encoder."
 VISION_PROJ_PREFIX = "img_enc.vision_proj."
@@ -183,7 +183,7 @@ OPTIONS = ("vocab_file", "do_lower_case", "sparse_ratio", "aggr_ratio", "vision_
 
 
 def _transformers():
-    _torchvision_compat.ensure_torchvision_importable()
+    compat.ensure_torchvision_importable()
     import transformers
 
     return transformers
@@ -570,7 +570,7 @@ _EXAMPLE_WORDS = ("a an the of on in at to is are and with sits left right top b
 
 def example_vocabulary() -> list[str]:
     """A tiny BERT vocabulary: the specials, then every word of ``example_batch``'s captions (and a few more)."""
-    from .. import batch as batch_module
+    from explorer.models import batch as batch_module
 
     words = set(_EXAMPLE_WORDS)
     for name in ("_COLOURS", "_SHAPES", "_PLACES"):

@@ -2,7 +2,7 @@
 
 When the truth of a picture is known, the Grounding view shows, per sentence,
 the IoU of the predicted mask with the true one and whether the map's peak
-lies inside it (``explorer.evaluation.grounding_metrics``). Truth comes from:
+lies inside it (``explorer.grounding.metrics``). Truth comes from:
 
 - a synthetic scene (``truth_from_scene``): each caption sentence takes the
   mask of the scene sentence with the same text (``normalise_sentence``), so
@@ -31,9 +31,9 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from .errors import ExplorerError, ImageError
-from .evaluation.grounding_metrics import mask_iou, pointing_hits
-from .images import _decode, _open
+from explorer.core.errors import ExplorerError, ImageError
+from explorer.core.images import _decode, _open
+from explorer.grounding.metrics import mask_iou, pointing_hits
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def truth_from_mask_file(path, sentences: Sequence[str], size: tuple[int, int],
 def _read_labels(path, name: str, notes: list[str]) -> tuple[np.ndarray, bool]:
     """(labels [H, W] integer array, whether the file is a 1-bit image), or ``MaskError``.
 
-    The pixel-count limit, decoding errors and EXIF orientation are those of ``explorer.images``.
+    The pixel-count limit, decoding errors and EXIF orientation are those of ``explorer.core.images``.
     """
     try:
         opened, label = _open(path)
@@ -240,7 +240,7 @@ def score_sentences(maps, predicted, truth: Truth) -> tuple[list[SentenceScore],
 
 def truth_path(picture: Image.Image, directory: Path) -> Path:
     """Where the truth of a picture with these pixels is stored: ``directory / '<image_digest>.npz'``."""
-    from .grounding import image_digest  # lazy: grounding pulls in the models
+    from explorer.grounding.sentence_maps import image_digest  # lazy: grounding pulls in the models
 
     return Path(directory) / f"{image_digest(picture)}.npz"
 

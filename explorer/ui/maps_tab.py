@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..grounding import MapCache
-from ..models.zoo import Zoo
-from ..render import COLORMAPS
-from ..views.maps import MapsView, compute_maps, render_maps
-from ..views.panels import compose
-from ..views.settings import MASK_MODES, SCALES, ViewSettings
-from .common import explain
-from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.messages import explain
+from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.views.maps_view import MapsView, compute_maps, render_maps
+from explorer.views.panels import compose
+from explorer.views.render import COLORMAPS
+from explorer.views.settings import MASK_MODES, SCALES, ViewSettings
+from explorer.zoo.zoo import Zoo
 
 SCORE_COLUMNS = ["model", "#", "sentence", "threshold", "mask %", "tokens cut", "IoU", "pointing"]
 

@@ -26,7 +26,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from ..errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError
+from explorer.core.errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError
 
 EXPLORER_METADATA_KEY = "explorer"  # safetensors metadata written by this project
 

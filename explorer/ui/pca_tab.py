@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..grounding import MapCache
-from ..models.zoo import Zoo
-from ..views.panels import compose
-from ..views.pca_view import PcaView, compute_pca, render_pca
-from ..views.settings import PCA_FITS, PCA_SOURCES, ViewSettings
-from .common import explain
-from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.messages import explain
+from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.views.panels import compose
+from explorer.views.pca_view import PcaView, compute_pca, render_pca
+from explorer.views.settings import PCA_FITS, PCA_SOURCES, ViewSettings
+from explorer.zoo.zoo import Zoo
 
 MAX_EXTRA_IMAGES = 3
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from .images import load_image
-from .models.methods.base import GENERIC_MAP
-from .models.model import Model, SentenceMaps
-from .text import CaptionAnalysis, analyse_caption
+from explorer.core.images import load_image
+from explorer.grounding.budget import CaptionAnalysis, analyse_caption
+from explorer.models.methods.base import GENERIC_MAP
+from explorer.models.model import Model, SentenceMaps
 
 WORKING_SIDE = 768  # maps are computed at most this large: enough to see, cheap to upsample
 

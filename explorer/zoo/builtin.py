@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .architecture import ClipArchitecture
-from .methods.clip import LongClipMethod
+from explorer.models.architecture import ClipArchitecture
+from explorer.models.methods.clip import LongClipMethod
 
 BUILTIN_PREFIX = "builtin:"
 

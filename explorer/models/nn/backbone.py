@@ -17,17 +17,12 @@ from __future__ import annotations
 import math
 
 import torch
+from open_clip.transformer import LayerNorm, QuickGELU, Transformer, VisionTransformer
 from torch import nn
 
-from .. import _torchvision_compat
-
-_torchvision_compat.ensure_torchvision_importable()
-
-from open_clip.transformer import LayerNorm, QuickGELU, Transformer, VisionTransformer  # noqa: E402
-
-from .architecture import ClipArchitecture  # noqa: E402
-from .features import ImageFeatures, TextFeatures  # noqa: E402
-from .positional import stretch_positions  # noqa: E402
+from explorer.models.architecture import ClipArchitecture
+from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.nn.positional import stretch_positions
 
 
 class ClipBackbone(nn.Module):

@@ -16,17 +16,17 @@ a manifest points at a local file.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import CheckpointError, ExplorerError, ManifestError
-from .builtin import BUILTIN_PREFIX, BUILTINS
-from .loading import check, load_method
-from .model import Model
+from explorer.core import paths
+from explorer.core.errors import CheckpointError, ExplorerError, ManifestError
+from explorer.models.io.loading import check, load_method
+from explorer.models.model import Model
+from explorer.zoo.builtin import BUILTIN_PREFIX, BUILTINS
 
 REQUIRED = ("name", "method", "weights")
 
@@ -99,15 +99,6 @@ class Manifest:
         return self.weights if self.is_builtin else str(self.weights_path())
 
 
-def default_root() -> Path:
-    """``$EXPLORER_CHECKPOINTS``, else the repository's checkpoints/, else ./checkpoints."""
-    env = os.environ.get("EXPLORER_CHECKPOINTS")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parents[2] / "checkpoints"
-    return repo if repo.is_dir() else Path.cwd() / "checkpoints"
-
-
 def load_manifest(manifest: Manifest, device: str = "auto", precision: str = "fp32") -> Model:
     if manifest.is_builtin:
         key = manifest.weights[len(BUILTIN_PREFIX):]
@@ -166,7 +157,7 @@ PREFERRED_DEFAULTS = ("demo-caft", "demo-flair", "demo-finelip", "demo-longclip"
 class Zoo:
     def __init__(self, root: str | Path | None = None, cache_size: int = 4, device: str = "auto",
                  precision: str = "fp32"):
-        self.root = Path(root) if root is not None else default_root()
+        self.root = Path(root) if root is not None else paths.checkpoints_root()
         self.cache = ModelCache(cache_size)
         self.device, self.precision = device, precision
         self._status: dict[tuple, str] = {}

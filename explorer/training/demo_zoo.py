@@ -25,8 +25,6 @@ from typing import Callable
 
 DEMO_SEED = 0
 IMAGE_SIZE = 64
-DEMO_ROOT = Path(__file__).resolve().parents[1] / "checkpoints" / "demo"
-WORK_ROOT = Path.home() / ".cache" / "explorer" / "demo-build"
 COMMAND = "explorer zoo build-demo"
 
 
@@ -65,7 +63,7 @@ SOURCES = {
 
 def demo_architecture():
     """Small enough to train on a CPU, big enough to ground: 64 px, 8 px patches (8 x 8 grid)."""
-    from .models.architecture import ClipArchitecture
+    from explorer.models.architecture import ClipArchitecture
 
     return ClipArchitecture(embed_dim=128, image_size=IMAGE_SIZE, patch_size=8, vision_width=128, vision_layers=3,
                             vision_heads=2, vision_mlp_ratio=4.0, context_length=77, vocab_size=49408,
@@ -76,7 +74,7 @@ DEMO_SCENES = 6000
 
 
 def write_world(work: Path, log: Callable[[str], None], n_scenes: int = DEMO_SCENES) -> Path:
-    from .data import write_dataset
+    from explorer.data import write_dataset
 
     data = work / "data"
     if (data / "scenes.jsonl").exists():
@@ -90,7 +88,7 @@ def write_world(work: Path, log: Callable[[str], None], n_scenes: int = DEMO_SCE
 
 
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None) -> list:
-    from .training.samples import TrainingSample
+    from explorer.training.samples import TrainingSample
 
     samples = []
     for scene in scenes:
@@ -105,8 +103,8 @@ def training_samples(scenes, captions: str = "long", local_pairs: dict | None = 
 
 def write_samples(data: Path, split: str = "train") -> Path:
     """``samples.jsonl`` beside a synthetic dataset, so ``explorer train --data`` reads it directly."""
-    from .data import read_dataset
-    from .training.samples import SAMPLES_FILE
+    from explorer.data import read_dataset
+    from explorer.training.samples import SAMPLES_FILE
 
     data = Path(data)
     lines = []
@@ -124,7 +122,7 @@ def write_samples(data: Path, split: str = "train") -> Path:
 
 def mine_local_pairs(model, scenes, log: Callable[[str], None]) -> dict:
     """FLISM with ``model`` on every scene: {scene id: (box in [0, 1], sentence)} of the best pair."""
-    from .flism import flism
+    from explorer.grounding.flism import flism
 
     start, pairs = time.perf_counter(), {}
     for scene in scenes:
@@ -148,7 +146,7 @@ def world_vocabulary(scenes) -> list[str]:
 
 def build_model(run: DemoRun, out: Path, vocab_file: Path | None):
     """The model a run starts from."""
-    from .training.warm_start import init_from
+    from explorer.training.warm_start import init_from
 
     if run.init is not None:
         model, report = init_from(run.method, out / f"{run.init}.safetensors", seed=DEMO_SEED, **run.extra)
@@ -156,14 +154,14 @@ def build_model(run: DemoRun, out: Path, vocab_file: Path | None):
     if run.method == "clip":
         import torch
 
-        from .models.methods.clip import ClipMethod
+        from explorer.models.methods.clip import ClipMethod
 
         torch.manual_seed(DEMO_SEED)
         return ClipMethod(demo_architecture()), None
     if run.method == "seps":
         import torch
 
-        from .models.methods.seps import SepsMethod
+        from explorer.models.methods.seps import SepsMethod
 
         torch.manual_seed(DEMO_SEED)
         vocab = vocab_file.read_text().split()
@@ -179,9 +177,9 @@ def publish(model, run: DemoRun, out: Path, steps_done: int, seconds: float, opt
     """fp16 weights + manifest in the demo zoo."""
     import torch
 
-    from .models.loading import save_method
-    from .models.zoo import Manifest
-    from .training.checkpointing import architecture_name
+    from explorer.models.io.loading import save_method
+    from explorer.training.checkpointing import architecture_name
+    from explorer.zoo.zoo import Manifest
 
     weights = out / f"{run.name}.safetensors"
     half = model.to(torch.float16)
@@ -199,12 +197,12 @@ def publish(model, run: DemoRun, out: Path, steps_done: int, seconds: float, opt
     return weights
 
 
-def build_demo(out: Path = DEMO_ROOT, work: Path = WORK_ROOT, n_scenes: int = DEMO_SCENES, scale: float = 1.0,
+def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int = DEMO_SCENES, scale: float = 1.0,
                only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print) -> list[Path]:
     """Train the demo zoo; returns the weight files written."""
-    from .data import read_dataset
-    from .models.model import Model
-    from .training.loop import TrainConfig, train
+    from explorer.data import read_dataset
+    from explorer.models.model import Model
+    from explorer.training.loop import TrainConfig, train
 
     out, work = Path(out), Path(work)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,8 +242,8 @@ def build_demo(out: Path = DEMO_ROOT, work: Path = WORK_ROOT, n_scenes: int = DE
 
 
 def _load(path: Path):
-    from .models.loading import load_method
-    from .models.model import Model
+    from explorer.models.io.loading import load_method
+    from explorer.models.model import Model
 
     method, report, _ = load_method(path)
     return Model(method, name=path.stem, report=report, device="cpu")

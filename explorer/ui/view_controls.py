@@ -14,8 +14,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..views.settings import MAX_MODELS, ViewSettings
-from .common import explain
+from explorer.core import paths
+from explorer.ui.messages import explain
+from explorer.views.settings import MAX_MODELS, ViewSettings
 
 PREVIEW_SIDE = 256  # pixels per panel on the page; figures use the working resolution
 EXPORT_FORMATS = ("png", "pdf", "svg")
@@ -53,7 +54,7 @@ def base_settings(view: str, image, caption, models, kind, dense_caption, truth)
             "kind": kind or "native", "dense_caption": dense_caption or "", "truth": str(truth) if truth else ""}
 
 
-EXPORT_ROOT = Path.home() / ".cache" / "explorer" / "exports"  # the app lets the page download from here
+EXPORT_ROOT = paths.exports_dir()  # the app lets the page download from here
 
 
 def export_dir() -> Path:
@@ -65,7 +66,7 @@ def export_dir() -> Path:
 def export_view(view, settings: ViewSettings | None, fmt: str, width: float,
                 zoo_root: str | Path | None = None) -> tuple[list[str] | None, str]:
     """Write the figure, its settings JSON and copies of its inputs; (files for download, message)."""
-    from ..views.pipeline import bundle_inputs, write_figure
+    from explorer.views.pipeline import bundle_inputs, write_figure
 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."

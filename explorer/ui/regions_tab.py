@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..detectors import detector_setting
-from ..grounding import MapCache
-from ..models.zoo import Zoo
-from ..views.panels import compose
-from ..views.regions import RegionsView, compute_regions, render_regions, similarity_matrix, similarity_plot
-from ..views.settings import ViewSettings
-from .common import explain
-from .view_common import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.grounding.detectors import detector_setting
+from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.messages import explain
+from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.views.panels import compose
+from explorer.views.regions_view import RegionsView, compute_regions, render_regions, similarity_matrix, similarity_plot
+from explorer.views.settings import ViewSettings
+from explorer.zoo.zoo import Zoo
 
 MATCH_COLUMNS = ["model", "#", "sentence", "best region", "source", "label", "cosine", "best pair"]
 

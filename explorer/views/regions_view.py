@@ -1,8 +1,8 @@
 """FLISM regions view: proposed boxes by source, the sentence x region similarity, the best matches.
 
 Regions are the detector's boxes (YOLOS from a local directory when configured, else the
-classical proposals of ``explorer.detectors``), the four quadrants and the centre box
-(``explorer.flism``). Each model embeds the crops and the sentences itself; results are cached
+classical proposals of ``explorer.grounding.detectors``), the four quadrants and the centre box
+(``explorer.grounding.flism``). Each model embeds the crops and the sentences itself; results are cached
 per (model, picture, sentences, detector), so re-drawing never re-runs a model.
 """
 
@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..detectors import load_detector
-from ..flism import FlismResult, flism
-from ..grounding import MapCache, image_digest, prepare_image
-from ..text import analyse_caption
-from .maps import Loader
-from .panels import Panel, PanelGrid, ui_font
-from .settings import ViewSettings
+from explorer.grounding.budget import analyse_caption
+from explorer.grounding.detectors import load_detector
+from explorer.grounding.flism import FlismResult, flism
+from explorer.grounding.sentence_maps import MapCache, image_digest, prepare_image
+from explorer.views.maps_view import Loader
+from explorer.views.panels import Panel, PanelGrid, ui_font
+from explorer.views.settings import ViewSettings
 
 SOURCE_COLOURS = {"detector": (255, 127, 14), "quadrant": (31, 119, 180), "centre": (44, 160, 44)}
 SOURCE_COLOUR_NAMES = {"detector": "orange", "quadrant": "blue", "centre": "green"}

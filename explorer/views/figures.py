@@ -15,15 +15,15 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.cm import ScalarMappable
+from matplotlib.figure import Figure
+from matplotlib.colors import Normalize
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")  # no display: figures are files
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.cm import ScalarMappable  # noqa: E402
-from matplotlib.colors import Normalize  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from explorer.core.errors import ExplorerError
+from explorer.views.panels import PanelGrid
 
-from .errors import ExplorerError  # noqa: E402
-from .views.panels import PanelGrid  # noqa: E402
+
 
 
 class FigureError(ExplorerError, ValueError):
@@ -64,17 +64,17 @@ def save_figure(grid: PanelGrid, out: str | Path, width: float = 7.0, dpi: int =
     out.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context({"svg.hashsalt": "explorer", "pdf.compression": 6}):
         fig.savefig(out, dpi=dpi, metadata=METADATA[out.suffix.lower()])
-    plt.close(fig)
     return out
 
 
-def build_figure(grid: PanelGrid, width: float = 7.0) -> plt.Figure:
+def build_figure(grid: PanelGrid, width: float = 7.0) -> Figure:
     layout = plan(grid, width)
     rows = [(row, _title_lines(row, layout), _row_height(row, layout)) for row in grid.rows]
     caption = textwrap.wrap(grid.caption, _chars(width)) if grid.caption else []
     colorbar = 0.42 if grid.colorbar else 0.0
     height = sum(h for *_, h in rows) + GAP * (len(rows) - 1) + colorbar + len(caption) * LINE
-    fig = plt.figure(figsize=(width, height))
+    # matplotlib's object API: no pyplot, so no backend to choose, no global figure list to close
+    fig = Figure(figsize=(width, height))
     fig.patch.set_facecolor("white")
     top = height
     for index, (row, titles, row_height) in enumerate(rows):

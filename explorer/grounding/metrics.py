@@ -1,7 +1,7 @@
 """How well per-sentence maps, scores and region choices agree with the truth.
 
 - ``mask_iou`` / ``mean_iou``: intersection over union of a predicted mask
-  (e.g. the Otsu mask of a sentence map, ``explorer.masks``) with the
+  (e.g. the Otsu mask of a sentence map, ``explorer.grounding.masks``) with the
   ground-truth mask of the sentence's object; mean over sentences.
   Two empty masks agree perfectly: IoU 1 (nothing to find, nothing found).
 - ``pointing_game``: a map points where it peaks; a hit when the peak lies in

@@ -15,12 +15,22 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from ..grounding import GroundingResult, MapCache, ground
-from ..masks import otsu_masks
-from ..models.methods.base import GENERIC_MAP
-from ..models.model import Model
-from .panels import Colorbar, PanelGrid, fit_size, map_panels, outline, picture_panel, resize_maps, resize_masks
-from .settings import NATIVE, ViewSettings
+from explorer.core import paths
+from explorer.grounding.masks import otsu_masks
+from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground
+from explorer.models.methods.base import GENERIC_MAP
+from explorer.models.model import Model
+from explorer.views.panels import (
+    Colorbar,
+    PanelGrid,
+    fit_size,
+    map_panels,
+    outline,
+    picture_panel,
+    resize_maps,
+    resize_masks,
+)
+from explorer.views.settings import NATIVE, ViewSettings
 
 Loader = Callable[[str], Model]
 
@@ -93,7 +103,7 @@ class MapsView:
     picture: object  # PIL.Image, the working picture every model saw
     sentences: list[str]
     models: list[ModelMaps]
-    truth: object | None = None  # explorer.truth.Truth when a ground-truth mask is known
+    truth: object | None = None  # explorer.grounding.truth.Truth when a ground-truth mask is known
     truth_file: Path | None = None  # where that truth was read from (a label mask, or a scene's .npz)
     notes: list[str] = field(default_factory=list)
     _memo: MapCache = field(default_factory=lambda: MapCache(MEMO_SIZE), repr=False)
@@ -128,7 +138,7 @@ class MapsView:
         return self._memo.get(("scores", _threshold_key(fraction)), lambda: self._score_rows(fraction))
 
     def _score_rows(self, fraction: float | None) -> list[dict]:
-        from ..truth import score_sentences
+        from explorer.grounding.truth import score_sentences
 
         rows = []
         for m, model in enumerate(self.models):
@@ -150,7 +160,7 @@ class MapsView:
             return []
 
         def compute():
-            from ..truth import score_sentences
+            from explorer.grounding.truth import score_sentences
 
             return [{"model": model.name, "row": m,
                      **score_sentences(model.maps, model.masks(fraction), self.truth)[1]}
@@ -189,10 +199,10 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
     Scenes are looked up by the picture's pixels in ``truth_dir``, else ``settings.truth_dir``,
     else the folder where the app keeps its examples' truth.
     """
-    from .. import truth
+    from explorer.grounding import truth
 
     if settings.truth:
-        from ..images import load_image
+        from explorer.core.images import load_image
 
         original = load_image(settings.image).original_size
         found = truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original)
@@ -200,9 +210,7 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
     if truth_dir is None and settings.truth_dir:
         truth_dir = Path(settings.truth_dir)
     if truth_dir is None:
-        from ..ui.examples import truth_dir as default_truth_dir
-
-        truth_dir = default_truth_dir()
+        truth_dir = paths.example_truth_dir()
     found = truth.find_truth(picture, sentences, truth_dir)
     if found is None or not found.available:
         return None, None

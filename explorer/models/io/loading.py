@@ -16,10 +16,10 @@ from typing import Mapping
 
 import torch
 
-from ..errors import CheckpointError
-from .checkpoints import KeyReport, RawCheckpoint, read_checkpoint, save_safetensors, strict_load
-from .methods import detect_format, get_method
-from .methods.base import Method
+from explorer.core.errors import CheckpointError
+from explorer.models.io.checkpoints import KeyReport, RawCheckpoint, read_checkpoint, save_safetensors, strict_load
+from explorer.models.methods import detect_format, get_method
+from explorer.models.methods.base import Method
 
 EXPLORER_FORMAT = "explorer"
 

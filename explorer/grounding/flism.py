@@ -23,7 +23,6 @@ Everything here is a plain function (no UI code): ``spatial_regions`` and
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol, Sequence
 
@@ -31,37 +30,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from explorer.core.regions import Box, Region, clip_box, pixel_box, spatial_regions
+
 if TYPE_CHECKING:  # the public model wrapper; only named in annotations
-    from .models.model import Model
-
-Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in pixels, x1 > x0, y1 > y0
-SOURCES = ("detector", "quadrant", "centre")
-QUADRANT_LABELS = ("top-left", "top-right", "bottom-left", "bottom-right")
-
-
-@dataclass(frozen=True)
-class Region:
-    box: Box  # (x0, y0, x1, y1) in pixels of the image the regions were proposed on
-    source: str  # "detector", "quadrant" or "centre"
-    label: str = ""  # detector class name (and score), or the quadrant's name
-
-    def __post_init__(self):
-        if self.source not in SOURCES:
-            raise ValueError(f"a region's source is one of {SOURCES}, not {self.source!r}")
-
-    @property
-    def width(self) -> float:
-        return self.box[2] - self.box[0]
-
-    @property
-    def height(self) -> float:
-        return self.box[3] - self.box[1]
-
-    def unit_box(self, image_width: float, image_height: float) -> Box:
-        """The box in [0, 1] coordinates of the whole image (what ``TrainingBatch.local_boxes`` holds)."""
-        x0, y0, x1, y1 = self.box
-        return (x0 / image_width, y0 / image_height, x1 / image_width, y1 / image_height)
-
+    from explorer.models.model import Model
 
 class Detector(Protocol):
     """An object detector: boxes (with labels) for one RGB picture. Its regions' source is "detector"."""
@@ -94,28 +66,6 @@ class FlismResult:
 # ---- proposals ----------------------------------------------------------------------------------
 
 
-def spatial_regions(width: float, height: float) -> list[Region]:
-    """The four quadrants (top-left, top-right, bottom-left, bottom-right), then the centre box."""
-    if width <= 0 or height <= 0:
-        raise ValueError(f"an image has a positive size, not {width} x {height}")
-    w2, h2 = width / 2, height / 2
-    corners = ((0.0, 0.0), (w2, 0.0), (0.0, h2), (w2, h2))
-    regions = [Region((x, y, x + w2, y + h2), "quadrant", name) for (x, y), name in zip(corners, QUADRANT_LABELS)]
-    # The quadrants' midpoints are (w/4, h/4), (3w/4, h/4), (w/4, 3h/4), (3w/4, 3h/4): they span this box.
-    regions.append(Region((width / 4, height / 4, 3 * width / 4, 3 * height / 4), "centre", "centre"))
-    return regions
-
-
-def clip_box(box: Sequence[float], width: float, height: float) -> Box | None:
-    """The box inside the image, or None if nothing of it is left."""
-    x0, y0, x1, y1 = (float(v) for v in box)
-    x0, x1 = max(0.0, min(x0, x1)), min(float(width), max(x0, x1))
-    y0, y1 = max(0.0, min(y0, y1)), min(float(height), max(y0, y1))
-    if x1 <= x0 or y1 <= y0:
-        return None
-    return (x0, y0, x1, y1)
-
-
 def region_proposals(image: Image.Image, detector: Detector | None = None) -> list[Region]:
     """Detector boxes (kept inside the image, labelled source="detector"), then the 5 spatial regions."""
     width, height = image.size
@@ -125,14 +75,6 @@ def region_proposals(image: Image.Image, detector: Detector | None = None) -> li
         if box is not None:  # a box wholly outside the picture proposes nothing
             regions.append(replace(found, box=box, source="detector"))
     return regions + spatial_regions(width, height)
-
-
-def pixel_box(box: Box, width: int, height: int) -> tuple[int, int, int, int]:
-    """Whole pixels covering the box (floor the start, ceil the end), at least one pixel wide and high."""
-    x0, y0 = max(0, math.floor(box[0])), max(0, math.floor(box[1]))
-    x1, y1 = min(width, math.ceil(box[2])), min(height, math.ceil(box[3]))
-    x1, y1 = max(x1, min(width, x0 + 1)), max(y1, min(height, y0 + 1))
-    return (x0, y0, x1, y1)
 
 
 def crop_regions(image: Image.Image, regions: Sequence[Region]) -> list[Image.Image]:
@@ -171,7 +113,7 @@ def flism(model: "Model", image, sentences: Sequence[str], detector: Detector | 
     model's own inputs are (``fit="crop"``: resize the short side, centre crop, as CLIP's
     preprocessing does in the official pipeline; ``"squash"`` keeps the whole crop).
     """
-    from .images import load_image
+    from explorer.core.images import load_image
 
     sentences = list(sentences)  # indices in the result are indices into this list: nothing is dropped
     if not any(s and s.strip() for s in sentences):

@@ -27,8 +27,9 @@ from PIL import Image
 from scipy import ndimage
 from skimage.segmentation import felzenszwalb
 
-from .errors import ExplorerError
-from .flism import Detector, Region, clip_box
+from explorer.core.errors import ExplorerError
+from explorer.core.regions import Region, clip_box
+from explorer.grounding.flism import Detector
 
 DETECTOR_ENV = "EXPLORER_DETECTOR"  # a local Hugging Face directory with a YOLOS model
 CLASSICAL = "felzenszwalb"  # the detector setting that names the classical proposals
@@ -184,7 +185,7 @@ class YolosDetector:
 def _load_yolos(directory: str, device: str) -> tuple[Any, Any]:
     """(image processor, model) from ``directory``; DetectorError saying what is wrong otherwise."""
     _check_directory(Path(directory))
-    from ._torchvision_compat import ensure_torchvision_importable
+    from explorer.core.compat import ensure_torchvision_importable
 
     ensure_torchvision_importable()  # before transformers: its image processors import torchvision
     from transformers import AutoImageProcessor, YolosForObjectDetection

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import traceback
 
-from ..errors import ExplorerError
+from explorer.core.errors import ExplorerError
 
 log = logging.getLogger("explorer.ui")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageError
+from explorer.core.errors import ImageError
 
 MAX_DECODE_PIXELS = 64_000_000  # never decode more than this (about 256 MB as RGBA)
 MAX_SIDE = 4096  # images are worked on at most this large; maps do not need more

@@ -1,0 +1,1 @@
+"""Base utilities below the models: errors, images, sentences, paths, caches, compat."""

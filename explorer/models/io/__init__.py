@@ -1,0 +1,1 @@
+"""Checkpoint files: reading them safely, released key layouts, strict loading."""

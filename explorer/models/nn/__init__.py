@@ -1,0 +1,1 @@
+"""Layers and losses shared by several methods."""

@@ -1,0 +1,1 @@
+"""The model zoo: manifests, the zoo folder, built-in models."""

@@ -1,0 +1,111 @@
+"""The package layout keeps its layers: imports only go down ``explorer.LAYERS``, no module is too
+long to read, and no module reaches for another module's private names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import explorer
+
+PACKAGE = Path(explorer.__file__).parent
+MAX_LINES = 600
+RANK = {name: rank for rank, names in enumerate(explorer.LAYERS) for name in names}
+FACADE_RANK = RANK["zoo"]  # `explorer` itself: load() reaches models and the zoo
+
+
+def modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found.append((name, path))
+    return found
+
+
+def imported(name: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, names imported from it, line) for every import in the file, relative ones resolved."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    result = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            result += [(alias.name, [], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            result.append((target, [alias.name for alias in node.names], node.lineno))
+    return result
+
+
+def layer_of(module: str) -> tuple[str, int] | None:
+    parts = module.split(".")
+    if parts[0] != "explorer":
+        return None
+    if len(parts) == 1:
+        return "explorer", FACADE_RANK
+    top = parts[1]
+    if top not in RANK:
+        raise AssertionError(f"{module}: the package {top!r} is in no layer; add it to explorer.LAYERS")
+    return top, RANK[top]
+
+
+def test_every_package_has_a_layer():
+    for name, _ in modules():
+        if name != "explorer":
+            assert layer_of(name) is not None
+
+
+def test_imports_only_go_down_the_layers():
+    wrong = []
+    for name, path in modules():
+        if name == "explorer":
+            continue
+        source, rank = layer_of(name)
+        for target, names, line in imported(name, path):
+            if target == "explorer":  # `from explorer import x` may name a subpackage
+                targets = [f"explorer.{n}" if (PACKAGE / n).exists() or (PACKAGE / f"{n}.py").exists()
+                           else "explorer" for n in names]
+            else:
+                targets = [target]
+            for each in targets:
+                found = layer_of(each)
+                if found is None:
+                    continue
+                package, target_rank = found
+                if package != source and target_rank >= rank:
+                    wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({source}) imports {each} ({package})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_check_catches_an_upward_import(tmp_path):
+    """The check itself works: a models module importing the UI is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from explorer.ui.app import build_app\nfrom ..views import settings\n")
+    found = imported("explorer.models.bad", bad)
+    assert [layer_of(t)[0] for t, _, _ in found] == ["ui", "views"]
+    assert all(layer_of(t)[1] > RANK["models"] for t, _, _ in found)
+
+
+@pytest.mark.parametrize("name,path", modules(), ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_no_module_is_too_long(name, path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines (at most {MAX_LINES}): split it by concept"
+
+
+def test_no_private_name_is_imported_across_modules():
+    wrong = []
+    for name, path in modules():
+        for target, names, line in imported(name, path):
+            if target == "__future__":
+                continue
+            private = [n for n in names if n.startswith("_")]
+            if target.split(".")[-1].startswith("_") and target.startswith("explorer"):
+                private.append(target)
+            if private:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {', '.join(private)} from {target}")
+    assert not wrong, "private names imported across modules:\n" + "\n".join(wrong)
