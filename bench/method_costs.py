@@ -17,7 +17,7 @@ import time
 import torch
 
 from explorer.models.batch import example_batch
-from explorer.models.methods import METHODS, _import_all
+from explorer.models.methods import METHODS, discover_methods
 
 LONG_CAPTION = (
     "A red cube sits on the left of a wooden table. A small blue ball rests in front of it. "
@@ -70,7 +70,7 @@ def training_step_cost(method, device, runs: int) -> float:
 
 
 def main() -> None:
-    _import_all()
+    discover_methods()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="*", default=sorted(METHODS))
     parser.add_argument("--runs", type=int, default=3)

@@ -76,7 +76,7 @@ def load(source: str | Path, device: str = "auto", precision: str = "fp32", allo
     """
     from explorer.models.io.loading import load_method
     from explorer.models.model import Model
-    from explorer.zoo.zoo import Manifest, Zoo, load_manifest
+    from explorer.zoo import Manifest, Zoo, load_manifest
 
     path = Path(source).expanduser()
     looks_like_a_file = path.suffix in WEIGHT_SUFFIXES or "/" in str(source) or "\\" in str(source)
@@ -86,8 +86,8 @@ def load(source: str | Path, device: str = "auto", precision: str = "fp32", allo
             manifest.allow_pickle = True
         return load_manifest(manifest, device=device, precision=precision)
     if path.exists() or looks_like_a_file:  # a missing file is reported as such, not as an unknown zoo name
-        model, report, _ = load_method(path, method=method, overrides=options, allow_pickle=allow_pickle)
-        return Model(model, name=path.stem, report=report, device=device, precision=precision)
+        loaded, report = load_method(path, method=method, overrides=options, allow_pickle=allow_pickle)
+        return Model(loaded, name=path.stem, report=report, device=device, precision=precision)
     zoo = Zoo(zoo_root, device=device, precision=precision)
     return zoo.load(str(source))
 

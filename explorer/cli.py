@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 from explorer.core.errors import ExplorerError
+from explorer.core.runtime import prepare_process
 from explorer.views.render import COLORMAPS
 from explorer.views.settings import MASK_MODES, PCA_FITS, PCA_SOURCES, SCALES
 
 
 def main(argv: list[str] | None = None) -> int:
+    prepare_process()  # offline, no telemetry, torchvision importable: before any heavy import
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
@@ -38,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     app.add_argument("--share", action="store_true", help="make a public Gradio share link (explicit opt-in)")
     app.add_argument("--auth", help="USER:PASSWORD required to open the page")
     app.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ...")
+    # Also after the command (`python app.py --checkpoints DIR`), not only before it.
+    app.add_argument("--checkpoints", default=argparse.SUPPRESS, help="zoo folder of manifests")
     app.set_defaults(run=_run_app)
 
     models = commands.add_parser("models", help="list, add and check models").add_subparsers(title="models")
@@ -119,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _zoo(args):
-    from explorer.zoo.zoo import Zoo
+    from explorer.zoo import Zoo
 
     return Zoo(args.checkpoints, device=getattr(args, "device", "auto"))
 
@@ -352,8 +356,9 @@ def _write_figure(args, settings, out: Path) -> int:
 
 def _run_eval(args) -> int:
     from explorer.core import paths
-    from explorer.evaluation.benchmark import evaluate_zoo, write_results
     from explorer.evaluation.report import results_markdown, results_table, update_readme
+    from explorer.evaluation.results import write_results
+    from explorer.evaluation.runner import evaluate_zoo
     from explorer.training.demo_zoo import write_world
 
     zoo = paths.demo_zoo_root() if args.zoo == "demo" else (args.zoo or args.checkpoints)

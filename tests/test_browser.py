@@ -36,7 +36,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def app_url():
     from explorer.ui.app import build_app, page_options
-    from explorer.zoo.zoo import Zoo
+    from explorer.zoo import Zoo
 
     port = _free_port()
     app = build_app(Zoo())

@@ -8,14 +8,8 @@ import random
 import pytest
 import torch
 
-from explorer.models.chunking import (
-    balanced_chunks,
-    balanced_sizes,
-    chunk_caption,
-    chunk_texts,
-    random_chunk_plan,
-    random_chunks,
-)
+from explorer.models.chunking import (balanced_chunks, balanced_sizes, chunk_caption, chunk_texts, random_chunk_plan,
+                                      random_chunks)
 
 S = [f"s{i}" for i in range(20)]
 

@@ -10,18 +10,8 @@ import pytest
 from PIL import Image
 
 from explorer.core.errors import ExplorerError
-from explorer.data import (
-    DatasetError,
-    detect_layout,
-    export_docci,
-    export_urban1k,
-    generate_scene,
-    read_dataset,
-    read_docci,
-    read_records,
-    read_urban1k,
-    write_dataset,
-)
+from explorer.data import (DatasetError, detect_layout, export_docci, export_urban1k, generate_scene, read_dataset,
+                           read_docci, read_records, read_urban1k, write_dataset)
 
 SIZE = 48
 

@@ -9,7 +9,7 @@ import pytest
 
 import explorer
 from explorer.training.demo_zoo import build_demo, world_vocabulary
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 pytestmark = pytest.mark.slow
 

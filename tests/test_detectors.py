@@ -1,4 +1,4 @@
-"""Region proposals (explorer/detectors.py): segments find a planted object, YOLOS loads from a local dir,
+"""Region proposals (explorer/grounding/detectors.py): segments find a planted object, YOLOS loads from a local dir,
 and every bad configuration falls back to the segments with a note that names the problem."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The benchmark (explorer/evaluation/benchmark.py) and its report (explorer/evaluation/report.py).
+"""The benchmark (explorer/evaluation/: runner, grounding_eval, baselines, results) and its report
+(explorer/evaluation/report.py).
 
 A tiny synthetic dataset (12 scenes, 64 px) is evaluated with the built-in untrained model (every
 metric is there and is a share), with an oracle that knows the truth (every metric is perfect),
@@ -19,21 +20,14 @@ import pytest
 import torch
 
 from explorer.data import Background, Scene, SceneObject, Sentence, read_dataset, write_dataset
-from explorer.evaluation.benchmark import (
-    METRIC_KEYS,
-    NATIVE_PREFERENCE,
-    baselines,
-    centre_box_mask,
-    evaluate_model,
-    evaluate_zoo,
-    native_kind,
-    object_sentences,
-    write_results,
-)
+from explorer.evaluation.baselines import baselines, centre_box_mask
+from explorer.evaluation.grounding_eval import NATIVE_PREFERENCE, native_kind, object_sentences
 from explorer.evaluation.report import results_markdown, results_table, update_readme
+from explorer.evaluation.results import METRIC_KEYS, write_results
+from explorer.evaluation.runner import evaluate_model, evaluate_zoo
 from explorer.grounding.flism import crop_regions, region_proposals
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 REPO = Path(__file__).resolve().parents[1]
 

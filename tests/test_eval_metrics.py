@@ -6,16 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.evaluation import (
-    box_iou,
-    flism_region_accuracy,
-    hard_negative_accuracy,
-    mask_iou,
-    mean_iou,
-    pointing_game,
-    pointing_hits,
-    recall_at_k,
-)
+from explorer.evaluation import (box_iou, flism_region_accuracy, hard_negative_accuracy, mask_iou, mean_iou,
+                                 pointing_game, pointing_hits, recall_at_k)
+from explorer.grounding.metrics import score_maps
 
 # ---- Recall@K ---------------------------------------------------------------------------------------
 
@@ -140,6 +133,35 @@ def test_pointing_game_on_crafted_maps():
     near[0, 3, 1] = 1.0  # one pixel below the square
     assert pointing_game(near, truth[:1]) == 0.0
     assert pointing_game(near, truth[:1], tolerance=1) == 1.0
+
+
+def test_score_maps_decides_nan_flat_and_empty_truth_once():
+    truth = np.stack([square(0, 0, 3)] * 5 + [np.zeros((10, 10), bool), np.ones((10, 10), bool)])
+    maps = np.zeros((7, 10, 10))
+    maps[0, 1, 1], maps[0, 8, 8] = 5.0, np.nan  # NaN never peaks: a hit, Otsu picks the one pixel
+    maps[1] = np.nan  # no finite value: selects nothing, flat for pointing -> a miss, not left out
+    maps[2] = 3.0  # constant: an empty Otsu mask, peak everywhere -> a miss
+    maps[3] = -np.inf
+    maps[3, 8, 8] = np.nan  # NaN ranks below -inf: the peak is every -inf pixel, some outside -> a miss
+    maps[4, :3, :3] = np.nan
+    maps[4, 8, 8] = -np.inf  # the only non-NaN pixel is the peak, outside -> a miss
+    maps[5, 2, 2] = 1.0  # empty truth: the pointing game misses; IoU 0 against a non-empty mask
+    maps[6] = np.nan  # no finite value, truth everywhere: the flat peak lies inside -> a hit
+    ious, hits = score_maps(maps, truth)
+    assert ious == [pytest.approx(1 / 9), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert hits == [True, False, False, False, False, False, True]
+    assert all(type(hit) is bool for hit in hits)
+    flat = np.zeros((1, 10, 10))
+    assert score_maps(flat, np.zeros((1, 10, 10), bool)) == ([1.0], [False])  # nothing to find, nothing found
+    box = square(0, 0, 3)[None]
+    assert score_maps(maps[:1], truth[:1], predicted=box) == ([1.0], [True])  # IoU of the given mask
+    assert score_maps(torch.tensor(maps[:1]), torch.tensor(truth[:1])) == score_maps(maps[:1], truth[:1])
+    with pytest.raises(ValueError):
+        score_maps(maps[0], truth[0])  # one map, not a stack
+    with pytest.raises(ValueError):
+        score_maps(maps, truth[:3])
+    with pytest.raises(ValueError):
+        score_maps(maps[:1], truth[:1], predicted=box[:, :5])
 
 
 def test_hard_negative_accuracy_is_strict():

@@ -1,4 +1,4 @@
-"""Paper figures (explorer/figures.py): exact width in inches, the dpi asked for, reproducible bytes."""
+"""Paper figures (explorer/views/figures.py): exact width in inches, the dpi asked for, reproducible bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FLISM (explorer/flism.py): region proposals, sentence x region matching, the chosen pair.
+"""FLISM (explorer/grounding/flism.py): region proposals, sentence x region matching, the chosen pair.
 
 Expectations are worked out by hand from the paper's description: four
 quadrants + one centre box spanned by the quadrants' midpoints, every
@@ -14,14 +14,8 @@ import torch
 from PIL import Image, ImageDraw
 
 from explorer.core.regions import Region, pixel_box, spatial_regions
-from explorer.grounding.flism import (
-    FlismResult,
-    crop_regions,
-    flism,
-    match_sentences,
-    match_similarity,
-    region_proposals,
-)
+from explorer.grounding.flism import (FlismResult, crop_regions, flism, match_sentences, match_similarity,
+                                      region_proposals)
 from explorer.models.features import ImageFeatures, TextFeatures
 
 # ---- matching on crafted similarities -------------------------------------------------------------

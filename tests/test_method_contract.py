@@ -14,10 +14,10 @@ import torch
 import explorer
 from explorer.models.batch import example_batch
 from explorer.models.io.loading import save_method, save_released
-from explorer.models.methods import METHODS, _import_all
+from explorer.models.methods import METHODS, discover_methods
 from explorer.models.model import Model
 
-_import_all()
+discover_methods()
 NAMES = sorted(METHODS)
 SENTENCES = ["A red cube sits on the left.", "A blue ball sits at the top.", "The floor is grey."]
 

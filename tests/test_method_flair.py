@@ -19,7 +19,8 @@ import explorer
 from explorer.models.batch import TrainingBatch, example_batch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.loading import save_released
-from explorer.models.methods.flair import FlairMethod, TextConditionedPool
+from explorer.models.methods.flair import FlairMethod
+from explorer.models.nn.attention_pool import TextConditionedPool
 
 D, HEADS, GRID = 32, 8, (4, 4)  # the tiny example: d = 32, 8 pooling heads (head width 4), 4 x 4 patches
 P = GRID[0] * GRID[1]

@@ -18,13 +18,8 @@ import explorer
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.batch import TrainingBatch, example_batch
 from explorer.models.io.loading import save_released
-from explorer.models.methods.goal import (
-    GoalImageFeatures,
-    GoalMethod,
-    box_patch_mask,
-    sentence_token_span,
-    span_weights,
-)
+from explorer.models.methods.goal import (GoalImageFeatures, GoalMethod, box_patch_mask, sentence_token_span,
+                                          span_weights)
 from explorer.models.model import Model
 from explorer.models.nn.losses import info_nce
 from explorer.models.tokenizer import tokenize

@@ -16,24 +16,11 @@ from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import read_checkpoint
 from explorer.models.io.loading import check, load_method, save_method, save_released
 from explorer.models.methods import detect_format
-from explorer.models.methods.seps import (
-    POOLER_PREFIXES,
-    RELEASED_VIT_NAMING,
-    SepsMethod,
-    aggregate_kept,
-    consensus,
-    from_released_layout,
-    gumbel_keep,
-    installed_vit_naming,
-    late_interaction_batch,
-    min_max,
-    released_state_dict,
-    select_patches,
-    seps_loss_terms,
-    top_k_mask,
-    view_scores,
-)
-from explorer.models.nn.late_interaction import late_interaction_score
+from explorer.models.methods.seps import (POOLER_PREFIXES, RELEASED_VIT_NAMING, SepsMethod, aggregate_kept, consensus,
+                                          from_released_layout, gumbel_keep, installed_vit_naming, min_max,
+                                          released_state_dict, select_patches, seps_loss_terms, top_k_mask, view_scores)
+from explorer.models.nn.late_interaction import late_interaction_score  # [B] for [B, P, d]
+from explorer.models.nn.late_interaction import late_interaction_score as late_interaction_batch
 
 WIDTH, EMBED, IMAGE, PATCH = 64, 48, 32, 16
 N_PATCHES = (IMAGE // PATCH) ** 2
@@ -311,13 +298,13 @@ def test_preprocess_squashes_for_scores_too(loaded):
 
 def test_safetensors_round_trip(tmp_path, loaded):
     path = save_method(loaded.method, tmp_path / "seps.safetensors")
-    method, report, _ = load_method(path)
+    method, report = load_method(path)
     assert report.ok and isinstance(method, SepsMethod)
     assert method.config() == loaded.method.config()
     x = pixels(1, seed=9)
     with torch.no_grad():
         assert torch.allclose(method.eval().encode_image(x).patches, loaded.method.encode_image(x).patches)
-    dry, dry_report, _ = load_method(path, dry_run=True)
+    dry, dry_report = load_method(path, dry_run=True)
     assert dry_report.ok and next(dry.parameters()).device.type == "meta"
 
 
@@ -616,3 +603,20 @@ def test_native_maps(loaded, paper, variant):
         assert method.word_maps(image, text, 0).shape == (int(text.mask[0].sum()) - 2, rows, cols)
     with pytest.raises(ValueError, match="no map kind"):
         method.sentence_maps(image, text, "attention")
+
+
+def test_seps_counts_its_token_budget_in_word_pieces_not_clip_bpe():
+    """The token budget of a SEPS model is what its BERT tokenizer makes of the caption."""
+    from explorer.grounding.budget import analyse_caption
+    from explorer.models.tokenizer import CLIP_TOKENS
+
+    method = SepsMethod.example()
+    caption = "A red cube sits on the left. A blue ball is on the right."
+    counter = method.token_counter
+    analysis = analyse_caption(caption, counter, (method.context_length,))
+    assert [s.n_tokens for s in analysis.sentences] == [method.tokenize([s.text]).n_tokens[0]
+                                                       for s in analysis.sentences]
+    assert analysis.n_tokens == method.tokenize([caption]).n_tokens[0]
+    assert counter.name != CLIP_TOKENS.name
+    cut = counter.budget(caption, 8)  # [CLS] + 6 pieces + [SEP]: the cut falls inside the first sentence
+    assert cut.cut_at_char is not None and 0 < cut.cut_at_char < caption.index(".")

@@ -12,16 +12,8 @@ from explorer.core.sentences import split_sentences
 from explorer.data import generate_scene, generate_scenes
 from explorer.data.captions import NEGATIVE_ATTRIBUTES
 from explorer.data.drawing import texture_colour
-from explorer.data.vocabulary import (
-    BACKGROUND_COLOURS,
-    COLOURS,
-    COUNT_WORDS,
-    POSITION_PHRASES,
-    POSITIONS,
-    SHAPES,
-    SIZES,
-    TEXTURES,
-)
+from explorer.data.vocabulary import (BACKGROUND_COLOURS, COLOURS, COUNT_WORDS, POSITION_PHRASES, POSITIONS, SHAPES,
+                                      SIZES, TEXTURES)
 from explorer.models.tokenizer import count_tokens
 
 SIZE = 64

@@ -19,22 +19,10 @@ from explorer.models.io.loading import save_method
 from explorer.models.methods.base import Method
 from explorer.models.methods.clip import ClipMethod, LongClipMethod
 from explorer.models.nn.positional import stretch_positions
-from explorer.training import (
-    METRIC_FIELDS,
-    BatchList,
-    SampleLoader,
-    TrainConfig,
-    TrainingError,
-    TrainingSample,
-    WarmupCosine,
-    add_train_arguments,
-    init_from,
-    optimizer_groups,
-    read_jsonl,
-    run_train_command,
-    train,
-)
-from explorer.zoo.zoo import Manifest, Zoo
+from explorer.training import (METRIC_FIELDS, BatchList, SampleLoader, TrainConfig, TrainingError, TrainingSample,
+                               WarmupCosine, add_train_arguments, init_from, optimizer_groups, read_jsonl,
+                               run_train_command, train)
+from explorer.zoo import Manifest, Zoo
 
 FAST = dict(lr_backbone=1e-4, warmup_steps=2, weight_decay=0.0)
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from explorer.models.batch import example_batch
-from explorer.models.methods import METHODS, _import_all
+from explorer.models.methods import METHODS, discover_methods
 from explorer.training.loop import TrainConfig, train
 from explorer.training.samples import BatchList
 
-_import_all()
+discover_methods()
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))

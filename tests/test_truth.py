@@ -10,19 +10,9 @@ from PIL import Image
 
 from explorer.core.errors import ExplorerError
 from explorer.data import generate_scenes
-from explorer.grounding.metrics import mask_iou
-from explorer.grounding.truth import (
-    MaskError,
-    SentenceScore,
-    Truth,
-    find_truth,
-    normalise_sentence,
-    save_scene_truth,
-    score_sentences,
-    truth_from_mask_file,
-    truth_from_scene,
-    truth_path,
-)
+from explorer.grounding.metrics import mask_iou, score_maps
+from explorer.grounding.truth import (MaskError, SentenceScore, Truth, find_truth, normalise_sentence, save_scene_truth,
+                                      score_sentences, truth_from_mask_file, truth_from_scene, truth_path)
 
 
 @pytest.fixture(scope="module")
@@ -289,6 +279,19 @@ def test_scores_ignore_nan_pixels_and_check_shapes():
         score_sentences(maps, maps > 0.5, Truth(masks=[truth_mask, None], source="x"))
     with pytest.raises(ValueError):
         score_sentences(maps, np.zeros((1, 3, 3), dtype=bool), Truth(masks=[truth_mask], source="x"))
+
+
+def test_a_map_without_a_finite_value_is_a_miss_as_in_the_benchmark():
+    truth_mask = _square(0, 2, 0, 2, (4, 4))
+    maps = np.full((2, 4, 4), np.nan)
+    maps[1, 0, 0] = 1.0
+    predicted = np.zeros((2, 4, 4), dtype=bool)
+    scores, summary = score_sentences(maps, predicted, Truth(masks=[truth_mask, truth_mask], source="x"))
+    assert scores[0] == SentenceScore(index=0, iou=0.0, hit=False)  # scored, not left out of the means
+    assert scores[1] == SentenceScore(index=1, iou=0.0, hit=True)
+    assert summary == {"miou": 0.0, "pointing": 0.5, "n": 2}
+    ious, hits = score_maps(maps, np.stack([truth_mask, truth_mask]), predicted)
+    assert [s.iou for s in scores] == ious and [s.hit for s in scores] == hits
 
 
 def test_scene_truth_scores_perfectly_against_itself(scenes):

@@ -8,7 +8,7 @@ from PIL import Image
 
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui import grounding_tab, maps_tab, models_tab, pca_tab, regions_tab
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from explorer.models.architecture import ClipArchitecture
 from explorer.models.io.loading import save_method
 from explorer.models.methods.clip import ClipMethod, LongClipMethod
 from explorer.models.model import Model
-from explorer.zoo.zoo import Manifest, ModelCache, Zoo
+from explorer.zoo import Manifest, ModelCache, Zoo
 
 # Small enough to write and read in a blink; a real vocabulary so text can be encoded.
 SMALL_LONG = ClipArchitecture(

@@ -9,6 +9,7 @@ UI can say what happened to the picture.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import threading
@@ -40,10 +41,10 @@ def load_image(source, max_side: int | None = None) -> LoadedImage:
     elif isinstance(source, np.ndarray):
         image, label = _from_array(source), "array"
     else:
-        image, label = _open(source)
+        image, label = open_image(source)
     notes: list[str] = []
     original_size = image.size
-    image = _decode(image, label, notes)
+    image = decode_image(image, label, notes)
     image = _to_rgb(image, notes)
     if max(image.size) > max_side:
         before = image.size
@@ -52,7 +53,8 @@ def load_image(source, max_side: int | None = None) -> LoadedImage:
     return LoadedImage(image=image, notes=notes, original_size=original_size)
 
 
-def _open(source) -> tuple[Image.Image, str]:
+def open_image(source) -> tuple[Image.Image, str]:
+    """Open (not decode) a path or bytes: (lazy PIL image, a label naming it for messages)."""
     if isinstance(source, (bytes, bytearray)):
         handle, label = io.BytesIO(source), "the uploaded data"
     elif isinstance(source, (str, os.PathLike)):
@@ -78,7 +80,8 @@ def _open(source) -> tuple[Image.Image, str]:
     return image, label
 
 
-def _decode(image: Image.Image, label: str, notes: list[str]) -> Image.Image:
+def decode_image(image: Image.Image, label: str, notes: list[str]) -> Image.Image:
+    """Decode an opened image within the pixel limit (large JPEGs at reduced scale), EXIF-rotated."""
     width, height = image.size
     if width < 1 or height < 1:
         raise ImageError(f"{label} has no pixels ({width}x{height}).")
@@ -128,6 +131,11 @@ def _to_rgb(image: Image.Image, notes: list[str]) -> Image.Image:
     if mode in ("L", "1"):
         notes.append("grayscale image repeated on three channels")
     return image.convert("RGB")
+
+
+def image_digest(image: Image.Image) -> str:
+    """A key for a picture's content (pixels and size), for caches and ground-truth lookup."""
+    return hashlib.blake2b(image.tobytes(), digest_size=16).hexdigest() + f"-{image.width}x{image.height}"
 
 
 def _from_array(array: np.ndarray) -> Image.Image:

@@ -9,16 +9,8 @@
 from __future__ import annotations
 
 from explorer.data.errors import DatasetError
-from explorer.data.formats import (
-    LongCaptionRecord,
-    detect_layout,
-    export_docci,
-    export_urban1k,
-    read_docci,
-    read_records,
-    read_urban1k,
-    synthetic_records,
-)
+from explorer.data.formats import (LongCaptionRecord, detect_layout, export_docci, export_urban1k, read_docci,
+                                   read_records, read_urban1k, synthetic_records)
 from explorer.data.scene import Background, HardNegative, Scene, SceneObject, Sentence
 from explorer.data.store import read_dataset, write_dataset
 from explorer.data.synthetic import generate_scene, generate_scenes

@@ -6,7 +6,7 @@
   smaller than), the object and relation sentences shuffled together. Each
   kind has several paraphrase templates, so a model cannot key on one
   wording, and facts land anywhere in the caption, often past token 77.
-- Long caption: the sentences joined by single spaces. ``explorer.grounding.budget.split_sentences``
+- Long caption: the sentences joined by single spaces. ``explorer.core.sentences.split_sentences``
   splits it back into exactly these sentences.
 - Short caption (what a 77-token CLIP is trained on): the objects by colour
   and shape in reading order (top left to bottom right) and the background,
@@ -36,19 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from explorer.data.scene import Background, HardNegative, SceneObject, Sentence
-from explorer.data.vocabulary import (
-    BACKGROUND_COLOURS,
-    COLOURS,
-    COUNT_WORDS,
-    POSITION_PHRASES,
-    POSITIONS,
-    SHAPES,
-    SIZES,
-    TEXTURES,
-    gradient_end,
-    luminance,
-    shade_of,
-)
+from explorer.data.vocabulary import (BACKGROUND_COLOURS, COLOURS, COUNT_WORDS, POSITION_PHRASES, POSITIONS, SHAPES,
+                                      SIZES, TEXTURES, gradient_end, luminance, shade_of)
 
 SUMMARY_TEMPLATES = (
     "A picture of {count} shapes on {background} background.",

@@ -30,7 +30,6 @@ scenes 1..N in the order given. Both write JPEG pictures, as the releases do.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from pathlib import Path
 from PIL import Image
 
 from explorer.core.images import load_image
+from explorer.core.jsonl import JsonlError, read_jsonl, write_jsonl
 from explorer.data.errors import DatasetError
 from explorer.data.scene import Scene
 from explorer.data.store import SCENES_FILE, read_dataset
@@ -93,14 +93,8 @@ def read_docci(path: str | os.PathLike, split: str | None = None, *, images_dir:
         raise DatasetError(f"no {DOCCI_FILE} in {path}: point at the folder that holds DOCCI's descriptions.")
     images = Path(images_dir) if images_dir is not None else file.parent / "images"
     records = []
-    with open(file, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except ValueError as error:
-                raise DatasetError(f"{file}, line {number}: not JSON ({error})") from error
+    try:
+        for number, item in read_jsonl(file):
             absent = [k for k in DOCCI_KEYS if not isinstance(item, dict) or k not in item]
             if absent:
                 raise DatasetError(f"{file}, line {number}: no {', '.join(absent)} (a DOCCI line has "
@@ -110,6 +104,8 @@ def read_docci(path: str | os.PathLike, split: str | None = None, *, images_dir:
             records.append(LongCaptionRecord(id=str(item["example_id"]), image_path=images / item["image_file"],
                                              long_caption=str(item["description"]).strip(),
                                              split=str(item["split"]), source="docci"))
+    except JsonlError as error:
+        raise DatasetError(str(error)) from error
     return _check_missing(records, missing, images)
 
 
@@ -126,8 +122,8 @@ def export_docci(scenes: Iterable[Scene], out_dir: str | os.PathLike, *, split_o
         raise DatasetError(f"{file} exists; pass overwrite=True to replace it.")
     (root / "images").mkdir(parents=True, exist_ok=True)
     counters: dict[str, int] = {}
-    partial = root / (DOCCI_FILE + ".partial")
-    with open(partial, "w", encoding="utf-8") as lines:
+
+    def lines():
         for scene in scenes:
             split = split_of.get(scene.split, "test") if scene.split is not None else "test"
             if split not in DOCCI_SPLITS:
@@ -137,11 +133,10 @@ def export_docci(scenes: Iterable[Scene], out_dir: str | os.PathLike, *, split_o
             example_id = f"{split}_{number:05d}"
             image_file = f"{example_id}.jpg"
             scene.image.save(root / "images" / image_file, "JPEG", quality=JPEG_QUALITY)
-            line = {"example_id": example_id, "split": split, "image_file": image_file,
-                    "description": scene.long_caption, "explorer_scene_id": scene.id}
-            lines.write(json.dumps(line, ensure_ascii=False) + "\n")
-    partial.replace(file)
-    return file
+            yield {"example_id": example_id, "split": split, "image_file": image_file,
+                   "description": scene.long_caption, "explorer_scene_id": scene.id}
+
+    return write_jsonl(file, lines())  # the file appears only once every picture is on disk
 
 
 # -- Urban1k ------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from explorer.core.jsonl import JsonlError, read_jsonl, write_jsonl
 from explorer.data.errors import DatasetError
 from explorer.data.scene import Scene
 from explorer.data.synthetic import DEFAULT_IMAGE_SIZE, STREAMS, generate_scenes
@@ -75,7 +76,7 @@ One line of `scenes.jsonl`:
 ```
 
 `hard_negatives[j].caption == long_caption[:start] + replacement + long_caption[start + len(original):]`.
-`explorer.grounding.budget.split_sentences(long_caption)` returns exactly the sentences' texts.
+`explorer.core.sentences.split_sentences(long_caption)` returns exactly the sentences' texts.
 """
 
 
@@ -135,15 +136,16 @@ def write_dataset(out_dir: str | os.PathLike, n_scenes: int, seed: int = 0, imag
     counts = _split_counts(n_scenes, fractions)
     root = Path(out_dir)
     _prepare(root, overwrite)
-    partial = root / (SCENES_FILE + ".partial")
-    with open(partial, "w", encoding="utf-8") as lines:
+
+    def records():
         for split in SPLITS:
             for scene in generate_scenes(counts[split], seed, image_size, split=split, n_objects=n_objects):
                 image, mask = f"images/{scene.id}.png", f"masks/{scene.id}.png"
                 scene.image.save(root / image, compress_level=1)
                 Image.fromarray(scene.labels, "L").save(root / mask, compress_level=1)
-                lines.write(json.dumps(scene.to_record(image, mask), ensure_ascii=False) + "\n")
-    partial.replace(root / SCENES_FILE)  # the dataset exists only once every scene is on disk
+                yield scene.to_record(image, mask)
+
+    write_jsonl(root / SCENES_FILE, records())  # the dataset exists only once every scene is on disk
     info = {"format": FORMAT, "version": VERSION, "seed": seed, "image_size": image_size,
             "split_fractions": dict(zip(SPLITS, fractions)),
             "n_objects": list(n_objects) if isinstance(n_objects, tuple) else n_objects, "counts": counts}
@@ -161,15 +163,14 @@ def read_dataset(path: str | os.PathLike, split: str | None = None) -> list[Scen
     if not file.is_file():
         raise DatasetError(f"no {SCENES_FILE} in {path}: write one with explorer.data.write_dataset.")
     scenes = []
-    with open(file, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
+    try:
+        for number, record in read_jsonl(file):
             try:
-                record = json.loads(line)
                 if split is not None and record.get("split") != split:
                     continue
                 scenes.append(Scene.from_record(record, root=file.parent))
-            except (ValueError, KeyError, TypeError) as error:
+            except (AttributeError, ValueError, KeyError, TypeError) as error:
                 raise DatasetError(f"{file}, line {number}: not a scene record ({error!r})") from error
+    except JsonlError as error:
+        raise DatasetError(str(error)) from error
     return scenes

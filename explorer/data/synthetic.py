@@ -29,20 +29,8 @@ import numpy as np
 from explorer.data.captions import write_captions
 from explorer.data.drawing import background_colours, box_of, render
 from explorer.data.scene import Background, Scene, SceneObject
-from explorer.data.vocabulary import (
-    BACKGROUND_COLOURS,
-    BACKGROUND_KINDS,
-    COLOURS,
-    GRADIENT_DIRECTIONS,
-    MAX_OBJECTS,
-    MIN_CONTRAST,
-    MIN_OBJECTS,
-    POSITIONS,
-    SHAPES,
-    SIZES,
-    TEXTURES,
-    colour_distance,
-)
+from explorer.data.vocabulary import (BACKGROUND_COLOURS, BACKGROUND_KINDS, COLOURS, GRADIENT_DIRECTIONS, MAX_OBJECTS,
+                                      MIN_CONTRAST, MIN_OBJECTS, POSITIONS, SHAPES, SIZES, TEXTURES, colour_distance)
 
 DEFAULT_IMAGE_SIZE = 224
 MIN_IMAGE_SIZE = 32  # below this a small object covers less than a pixel

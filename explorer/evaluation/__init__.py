@@ -2,21 +2,21 @@
 
 Plain functions over arrays and tensors; no model, no UI. Masks from maps come
 from ``explorer.grounding.masks`` (Otsu).
+
+The benchmark over a zoo (``explorer eval``) is in the modules, imported by name:
+
+    runner           evaluate_model, evaluate_zoo: retrieval and hard negatives, and the run itself
+    grounding_eval   mIoU, pointing and FLISM of a model's maps on the scenes' object sentences
+    baselines        the reference rows: centre box, uniform map, chance
+    results          the metric keys, and the results JSON (write_results, read_results)
+    report           the results as a Markdown table, and the README section that holds it
 """
 
 from __future__ import annotations
 
 from explorer.evaluation.retrieval_metrics import DEFAULT_KS, RetrievalRecall, recall_at_k
-from explorer.grounding.metrics import (
-    RegionAccuracy,
-    box_iou,
-    flism_region_accuracy,
-    hard_negative_accuracy,
-    mask_iou,
-    mean_iou,
-    pointing_game,
-    pointing_hits,
-)
+from explorer.grounding.metrics import (RegionAccuracy, box_iou, flism_region_accuracy, hard_negative_accuracy,
+                                        mask_iou, mean_iou, pointing_game, pointing_hits)
 
 __all__ = ["DEFAULT_KS", "RegionAccuracy", "RetrievalRecall", "box_iou", "flism_region_accuracy",
            "hard_negative_accuracy", "mask_iou", "mean_iou", "pointing_game", "pointing_hits", "recall_at_k"]

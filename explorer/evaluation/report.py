@@ -3,7 +3,7 @@
     from explorer.evaluation.report import results_markdown, update_readme
     update_readme("README.md", results_markdown(results))
 
-``results_table(results)`` takes what ``explorer.evaluation.benchmark.evaluate_zoo`` returns
+``results_table(results)`` takes what ``explorer.evaluation.runner.evaluate_zoo`` returns
 (or one ``evaluate_model`` result, or a list of them) and writes one row per model, then one
 per baseline; values are percentages with one decimal, "—" where a metric does not apply.
 ``update_readme`` replaces the text between ``<!-- eval-table:start -->`` and
@@ -13,10 +13,10 @@ appended at its end. The file is replaced atomically.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
+
+from explorer.core.files import atomic_write
 
 DASH = "—"
 HEADINGS = "## Evaluation"
@@ -118,27 +118,9 @@ def update_readme(readme_path, table: str, marker: str = "eval-table", heading: 
                          "marker(s); fix them by hand")
     if updated == text:
         return False
-    _write_atomically(path, updated.encode("utf-8"))
+    with atomic_write(path, binary=True) as out:  # bytes: the file's own line ends are kept
+        out.write(updated.encode("utf-8"))
     return True
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o644  # mkstemp's file is 0600; a new README is readable like any other
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _parts(results) -> tuple[list[dict], dict, dict]:

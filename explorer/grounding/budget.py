@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from explorer.core.errors import CaptionError
 from explorer.core.sentences import split_sentences
-from explorer.models.tokenizer import budget, count_tokens
+from explorer.models.tokenizer import CLIP_TOKENS, TokenCounter
 
 CONTEXTS = (77, 248)
 
@@ -39,17 +39,23 @@ class CaptionAnalysis:
         return self.cut_at_char[context] is None
 
 
-def analyse_caption(caption: str) -> CaptionAnalysis:
-    """Split and count; raise ``CaptionError`` if there is nothing to read."""
+def caption_sentences(caption: str) -> list[str]:
+    """The caption's sentences; ``CaptionError`` if there is nothing to read."""
     if caption is None or not caption.strip():
         raise CaptionError("The caption is empty: type or paste at least one sentence.")
-    sentences = split_sentences(caption)
-    budgets, position = [], 1  # position 0 is SOT
+    return split_sentences(caption)
+
+
+def analyse_caption(caption: str, counter: TokenCounter = CLIP_TOKENS,
+                    contexts: tuple[int, ...] = CONTEXTS) -> CaptionAnalysis:
+    """Split and count with ``counter`` (a model's own tokenizer; CLIP's BPE by default) against
+    each context; raise ``CaptionError`` if there is nothing to read."""
+    sentences = caption_sentences(caption)
+    budgets, position = [], 1  # position 0 is the start token
     for sentence in sentences:
-        n = count_tokens(sentence)
-        words = n - 2
+        n = counter.count(sentence)
+        words = n - counter.specials
         budgets.append(SentenceBudget(sentence, n, position, position + words))
         position += words
-    whole = budget(caption, CONTEXTS[0])
-    cuts = {context: budget(caption, context).cut_at_char for context in CONTEXTS}
-    return CaptionAnalysis(caption=caption, sentences=budgets, n_tokens=whole.n_tokens, cut_at_char=cuts)
+    cuts = {context: counter.budget(caption, context).cut_at_char for context in contexts}
+    return CaptionAnalysis(caption=caption, sentences=budgets, n_tokens=counter.count(caption), cut_at_char=cuts)

@@ -1,6 +1,6 @@
 """Region proposals for FLISM: YOLOS from a local directory, or Felzenszwalb segments.
 
-FAST-GOAL's FLISM (explorer/flism.py) proposes detector boxes besides its
+FAST-GOAL's FLISM (explorer/grounding/flism.py) proposes detector boxes besides its
 quadrants and centre box; the paper's detector is YOLOS. Nothing may be
 downloaded, so YOLOS is used only when a local Hugging Face directory holding
 one is configured (``load_detector(DIR)`` or ``EXPLORER_DETECTOR=DIR``).
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,6 +26,7 @@ from PIL import Image
 from scipy import ndimage
 from skimage.segmentation import felzenszwalb
 
+from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import ExplorerError
 from explorer.core.regions import Region, clip_box
 from explorer.grounding.flism import Detector
@@ -153,7 +153,8 @@ class YolosDetector:
             raise ValueError(f"need 0 <= threshold < 1 and max_boxes >= 1, got {threshold}, {max_boxes}")
         self.directory = Path(directory).expanduser().resolve()
         self.threshold, self.max_boxes, self.device = float(threshold), int(max_boxes), str(device)
-        self.processor, self.model = _load_yolos(str(self.directory), self.device)
+        self.processor, self.model = LOADED_DETECTORS.get((str(self.directory), self.device),
+                                                          lambda: load_yolos(str(self.directory), self.device))
         self.name = f"YOLOS ({self.directory.name})"
 
     def __call__(self, image: Image.Image) -> list[Region]:
@@ -181,8 +182,11 @@ class YolosDetector:
         return str(names.get(index, names.get(str(index), f"class {index}")))
 
 
-@lru_cache(maxsize=4)  # the app asks per request; a model is loaded once per (directory, device)
-def _load_yolos(directory: str, device: str) -> tuple[Any, Any]:
+# The app asks per request; a detector is loaded once per (directory, device) and kept while used.
+LOADED_DETECTORS = BoundedCache("YOLOS detectors", max_items=2, max_bytes=2 * GB)
+
+
+def load_yolos(directory: str, device: str) -> tuple[Any, Any]:
     """(image processor, model) from ``directory``; DetectorError saying what is wrong otherwise."""
     _check_directory(Path(directory))
     from explorer.core.compat import ensure_torchvision_importable

@@ -10,6 +10,9 @@
   lie inside, so a flat map hits only if the truth covers the whole image.
   ``tolerance`` (pixels) grows the truth by a disk first, as the original
   protocol does with 15 px.
+- ``score_maps``: both of the above for a stack of sentence maps against their
+  true masks, with the handling of NaN, flat maps and empty truth that the
+  benchmark and the Grounding view share (written down at the function).
 - ``hard_negative_accuracy``: the score of the true caption beats the score of
   its hard negative(s) strictly (a tie is a miss).
 - ``flism_region_accuracy``: for each sentence, FLISM picks one region; the
@@ -73,6 +76,43 @@ def pointing_hits(maps, truth, tolerance: int = 0) -> np.ndarray:
 def pointing_game(maps, truth, tolerance: int = 0) -> float:
     """Share of maps whose peak lies in the true mask."""
     return float(pointing_hits(maps, truth, tolerance).mean())
+
+
+def score_maps(maps, truth, predicted=None) -> tuple[list[float], list[bool]]:
+    """(IoU, pointing hit) of each map of a stack [M, H, W] against its true mask [M, H, W].
+
+    The IoU is that of ``predicted`` ([M, H, W] bool: a threshold the user chose, a box) or, when
+    it is None, of each map's Otsu mask (``explorer.grounding.masks``); the hit is the pointing
+    game on the map itself. The benchmark (``explorer.evaluation``) and the Grounding view
+    (``explorer.grounding.truth.score_sentences``) both score through here.
+    """
+    # Maps without a clear peak, decided once (the benchmark computed its published numbers so):
+    # - NaN is "no value": it is never in the Otsu mask and ranks below every value, -inf
+    #   included, when the peak is sought (+-inf are clipped to the largest finite values, so
+    #   they still rank at the ends).
+    # - A map with no finite value (all NaN, say) selects nothing and, for the pointing game, is
+    #   flat: its peak is every pixel, so it hits only when the truth covers the whole image. That
+    #   is what a constant map scores too (Otsu finds one class: an empty mask). Such a map is
+    #   scored as the miss it is, never left out of the means: leaving it out would let a method
+    #   raise its pointing score by answering NaN where it is unsure. (The Grounding view used to
+    #   leave an all-NaN map out of its pointing mean; it now counts it, as the benchmark does.)
+    # - An empty truth mask: IoU 1 when the predicted mask is empty too (nothing to find, nothing
+    #   found: ``mask_iou``), else 0; the pointing game misses (no peak pixel lies inside it).
+    from explorer.grounding.masks import otsu_mask
+
+    values, masks = _as_float(maps), _as_bool(truth)
+    if values.ndim != 3:
+        raise ValueError(f"expected a stack of maps [M, H, W], got shape {values.shape}")
+    _same_shape(values, masks, "maps", "truth masks")
+    if predicted is None:
+        predicted = [otsu_mask(one)[0] if np.isfinite(one).any() else np.zeros(one.shape, dtype=bool)
+                     for one in values]
+    else:
+        predicted = _as_bool(predicted)
+        _same_shape(predicted, masks, "predicted masks", "truth masks")
+    ious = [mask_iou(guess, mask) for guess, mask in zip(predicted, masks)]
+    hits = pointing_hits(np.nan_to_num(values, nan=-np.inf), masks)
+    return ious, [bool(hit) for hit in hits]
 
 
 def hard_negative_accuracy(true_scores, negative_scores) -> float:
@@ -144,7 +184,7 @@ def flism_region_accuracy(predicted_regions, sentence_boxes, region_boxes) -> Re
 
 def _as_float(values) -> np.ndarray:
     if isinstance(values, torch.Tensor):
-        values = values.detach().float().cpu().numpy()
+        values = values.detach().double().cpu().numpy()  # float64 directly: exact for every float dtype
     return np.asarray(values, dtype=np.float64)
 
 

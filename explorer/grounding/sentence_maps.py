@@ -2,20 +2,18 @@
 
 The UI and the CLI both call ``ground``. Its result holds the maps at the
 working picture's resolution, so re-colouring or changing the opacity only
-re-renders (render.py); the model runs once per (model, image, sentences,
+re-renders (explorer/views/render.py); the model runs once per (model, image, sentences,
 map kind), and the cache keeps the last few results.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from PIL import Image
 
-from explorer.core.images import load_image
+from explorer.core.cache import GB, BoundedCache
+from explorer.core.images import image_digest, load_image
 from explorer.grounding.budget import CaptionAnalysis, analyse_caption
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.models.model import Model, SentenceMaps
@@ -32,37 +30,14 @@ class GroundingResult:
     notes: list[str] = field(default_factory=list)  # what happened to the inputs, for the user
 
 
-class MapCache:
-    """Least-recently-used results, keyed by model, picture content, sentences and map kind.
+class MapCache(BoundedCache):
+    """Grounding results (maps per model, picture, sentences and kind), shared by every session.
 
-    Shared by every session of the app, so the bookkeeping is locked; the computation runs
-    outside the lock (two sessions asking for the same new key may both compute it once).
+    Bounded in entries and bytes: a 60-sentence caption on a large picture is tens of MB of maps.
     """
 
-    def __init__(self, capacity: int = 32):
-        self.capacity = capacity
-        self._items: OrderedDict[tuple, object] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    def get(self, key: tuple, compute):
-        with self._lock:
-            if key in self._items:
-                self.hits += 1
-                self._items.move_to_end(key)
-                return self._items[key]
-            self.misses += 1
-        value = compute()
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return value
-
-
-def image_digest(image: Image.Image) -> str:
-    return hashlib.blake2b(image.tobytes(), digest_size=16).hexdigest() + f"-{image.width}x{image.height}"
+    def __init__(self, capacity: int = 32, max_bytes: int = 1 * GB, name: str = "grounding results"):
+        super().__init__(name, max_items=capacity, max_bytes=max_bytes)
 
 
 def prepare_image(source, working_side: int = WORKING_SIDE):
@@ -75,15 +50,31 @@ def prepare_image(source, working_side: int = WORKING_SIDE):
     return picture, notes
 
 
+@dataclass(frozen=True)
+class WorkingPicture:
+    """A picture decoded and shrunk once, with its content key: what every model of a request sees."""
+
+    image: Image.Image
+    notes: tuple[str, ...]
+    digest: str
+
+
+def working_picture(source, working_side: int = WORKING_SIDE) -> WorkingPicture:
+    picture, notes = prepare_image(source, working_side)
+    return WorkingPicture(picture, tuple(notes), image_digest(picture))
+
+
 def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: MapCache | None = None,
            working_side: int = WORKING_SIDE, dense_caption: str | None = None) -> GroundingResult:
     """Split the caption, and draw one map per sentence of the chosen kind.
 
-    ``dense_caption`` goes to methods that read one (SEPS); when they get none, the long
-    caption stands in for it, and the notes say so.
+    ``image`` is any image input, or a ``WorkingPicture`` when several models see the same one
+    (decoded once). ``dense_caption`` goes to methods that read one (SEPS); when they get none,
+    the long caption stands in for it, and the notes say so.
     """
-    analysis = analyse_caption(caption)
-    picture, notes = prepare_image(image, working_side)
+    analysis = analyse_caption(caption, model.token_counter, (model.context_length,))
+    working = image if isinstance(image, WorkingPicture) else working_picture(image, working_side)
+    picture, notes = working.image, list(working.notes)
     sentences = [s.text for s in analysis.sentences]
     if kind not in model.map_kinds:
         raise ValueError(f"{model.name} offers the maps {', '.join(model.map_kinds)}, not {kind!r}.")
@@ -97,7 +88,7 @@ def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: Ma
     def compute() -> SentenceMaps:
         return model.sentence_maps(picture, sentences, kind=kind, dense_caption=dense)
 
-    key = (model.name, id(model), image_digest(picture), tuple(sentences), kind, dense)
+    key = (model.name, id(model), working.digest, tuple(sentences), kind, dense)
     maps = cache.get(key, compute) if cache is not None else compute()
     if len(sentences) == 1:
         notes.append("one sentence: one map (split the caption with . ! ? to compare sentences)")

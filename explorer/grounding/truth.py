@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -32,8 +31,9 @@ import numpy as np
 from PIL import Image
 
 from explorer.core.errors import ExplorerError, ImageError
-from explorer.core.images import _decode, _open
-from explorer.grounding.metrics import mask_iou, pointing_hits
+from explorer.core.files import atomic_write
+from explorer.core.images import decode_image, open_image
+from explorer.grounding.metrics import score_maps
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def _read_labels(path, name: str, notes: list[str]) -> tuple[np.ndarray, bool]:
     The pixel-count limit, decoding errors and EXIF orientation are those of ``explorer.core.images``.
     """
     try:
-        opened, label = _open(path)
+        opened, label = open_image(path)
     except ImageError as error:
         raise MaskError(f"The mask cannot be read: {error}") from error
     try:
@@ -147,7 +147,7 @@ def _read_labels(path, name: str, notes: list[str]) -> tuple[np.ndarray, bool]:
             raise MaskError(f"{name} is a JPEG: lossy compression changes label values along edges, so it "
                             "cannot be read as a mask. Save the mask as PNG (or another lossless format).")
         try:
-            image = _decode(opened, label, notes)
+            image = decode_image(opened, label, notes)
         except ImageError as error:
             raise MaskError(f"The mask cannot be read: {error}") from error
         mode = image.mode
@@ -197,7 +197,7 @@ def _fit(labels: np.ndarray, name: str, size: tuple[int, int], original_size: tu
 class SentenceScore:
     index: int  # 0-based position of the sentence in the caption
     iou: float | None  # IoU of the predicted mask with the truth; None: no truth for this sentence
-    hit: bool | None  # pointing game: the map's peak lies in the truth; None: no truth (or no peak)
+    hit: bool | None  # pointing game: the map's peak lies in the truth; None: no truth for this sentence
 
 
 def score_sentences(maps, predicted, truth: Truth) -> tuple[list[SentenceScore], dict]:
@@ -206,6 +206,7 @@ def score_sentences(maps, predicted, truth: Truth) -> tuple[list[SentenceScore],
     ``maps`` [M, H, W] float, ``predicted`` [M, H, W] bool (Otsu or a threshold), one truth
     mask (or None) per sentence. Sentences without truth score None and are left out of the
     means; the means are None when no sentence has truth. ``n`` counts the sentences with truth.
+    NaN pixels, flat maps and empty masks score as in the benchmark (``score_maps``).
     """
     values = _as_numpy(maps).astype(np.float64, copy=False)
     guesses = _as_numpy(predicted)
@@ -215,18 +216,13 @@ def score_sentences(maps, predicted, truth: Truth) -> tuple[list[SentenceScore],
         raise ValueError(f"predicted masks {guesses.shape} and maps {values.shape} differ in shape")
     if len(truth.masks) != len(values):
         raise ValueError(f"{len(values)} maps for {len(truth.masks)} truth entries")
-    scores = []
-    for i, (one, guess, mask) in enumerate(zip(values, guesses, truth.masks)):
-        if mask is None:
-            scores.append(SentenceScore(index=i, iou=None, hit=None))
-            continue
-        iou = mask_iou(guess, mask)
-        nan = np.isnan(one)
-        if nan.all():
-            hit = None  # no peak to point with
-        else:
-            hit = bool(pointing_hits(np.where(nan, -np.inf, one), mask)[0])  # a NaN pixel is never the peak
-        scores.append(SentenceScore(index=i, iou=iou, hit=hit))
+    scores = [SentenceScore(index=i, iou=None, hit=None) for i in range(len(values))]
+    known = [i for i, mask in enumerate(truth.masks) if mask is not None]
+    if known:
+        ious, hits = score_maps(values[known], np.stack([np.asarray(truth.masks[i]) for i in known]),
+                                guesses[known])
+        for i, iou, hit in zip(known, ious, hits):
+            scores[i] = SentenceScore(index=i, iou=iou, hit=hit)
     ious = [s.iou for s in scores if s.iou is not None]
     hits = [s.hit for s in scores if s.hit is not None]
     summary = {"miou": float(np.mean(ious)) if ious else None,
@@ -254,14 +250,8 @@ def save_scene_truth(scene, directory: Path) -> Path:
     payload = {"version": np.int64(_REGISTRY_VERSION), "scene_id": np.array(str(scene.id)),
                "sentences": np.array(list(scene.sentence_texts), dtype=str),
                "shape": np.array(masks.shape, dtype=np.int64), "masks": np.packbits(masks, axis=-1)}
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.savez_compressed(file, **payload)
-        os.replace(temporary, path)  # readers never see a half-written file
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, binary=True) as file:  # readers never see a half-written file
+        np.savez_compressed(file, **payload)
     return path
 
 

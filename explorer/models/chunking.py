@@ -1,6 +1,6 @@
 """CAFT's sentence chunking: a long caption -> N sub-captions (papers/caft.txt, Sec. 3.2 and App. B.2).
 
-A caption is split into sentences S_1 .. S_L (``explorer.grounding.budget.split_sentences``),
+A caption is split into sentences S_1 .. S_L (``explorer.core.sentences.split_sentences``),
 and consecutive sentences are grouped into N chunks (N = 4 in the paper).
 A chunk's text is its sentences joined by one space.
 

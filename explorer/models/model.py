@@ -24,7 +24,7 @@ from explorer.core.images import load_image
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport
 from explorer.models.methods.base import GENERIC_MAP, Method
-from explorer.models.tokenizer import TokenBatch
+from explorer.models.tokenizer import TokenBatch, TokenCounter
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -92,6 +92,11 @@ class Model:
 
     def tokenize(self, texts: Sequence[str]) -> TokenBatch:
         return self.method.tokenize(list(texts))
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The method's own token counting (CLIP BPE, or SEPS's BERT word pieces)."""
+        return self.method.token_counter
 
     @torch.inference_mode()
     def encode_image(self, images: Sequence, fit: str = "crop") -> ImageFeatures:

@@ -26,6 +26,7 @@ def _bpe() -> SimpleTokenizer:
 SOT_ID = 49406
 EOT_ID = 49407
 SPECIAL_TOKENS = 2  # start-of-text and end-of-text
+_WORD = re.compile(r"\S+")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,39 @@ class TokenBudget:
         return max(0, self.n_tokens - self.limit)
 
 
+class TokenCounter:
+    """How many tokens texts take in one tokenizer, and where a context cuts them.
+
+    Both tokenizers here (CLIP's BPE, BERT's word pieces) never merge across white space, so a
+    text's count is the sum of its white-space separated words' counts plus the special tokens;
+    walking the words finds the first one that no longer fits. A method whose tokenizer is not
+    CLIP's gives its own counter (``Method.token_counter``).
+    """
+
+    name = "CLIP BPE"
+    specials = SPECIAL_TOKENS  # start-of-text and end-of-text
+
+    def word_tokens(self, word: str) -> int:
+        return len(_bpe().encode(word))
+
+    def count(self, text: str) -> int:
+        """Tokens the whole text takes, special tokens included."""
+        return sum(self.word_tokens(m.group()) for m in _WORD.finditer(text)) + self.specials
+
+    def budget(self, text: str, limit: int) -> TokenBudget:
+        """Count the text's tokens against ``limit`` and find where truncation would cut."""
+        room = limit - self.specials
+        used, cut_at = 0, None
+        for match in _WORD.finditer(text):
+            used += self.word_tokens(match.group())
+            if cut_at is None and used > room:
+                cut_at = match.start()
+        return TokenBudget(n_tokens=used + self.specials, limit=limit, cut_at_char=cut_at)
+
+
+CLIP_TOKENS = TokenCounter()
+
+
 def count_tokens(text: str) -> int:
     """Tokens the text takes in a CLIP context, SOT and EOT included."""
     return len(_bpe().encode(text)) + SPECIAL_TOKENS
@@ -76,21 +110,7 @@ def tokenize(texts: list[str], context_length: int) -> TokenBatch:
     return TokenBatch(ids=ids, n_tokens=n_tokens, n_cut=n_cut)
 
 
-_WORD = re.compile(r"\S+")
-
 
 def budget(text: str, limit: int) -> TokenBudget:
-    """Count the text's tokens against ``limit`` and find where truncation would cut.
-
-    CLIP's BPE never merges across white space, so the count of a text is the
-    sum of the counts of its white-space separated words; walking the words
-    finds the first one that no longer fits.
-    """
-    bpe = _bpe()
-    room = limit - SPECIAL_TOKENS  # SOT and EOT
-    used, cut_at = 0, None
-    for match in _WORD.finditer(text):
-        used += len(bpe.encode(match.group()))
-        if cut_at is None and used > room:
-            cut_at = match.start()
-    return TokenBudget(n_tokens=used + SPECIAL_TOKENS, limit=limit, cut_at_char=cut_at)
+    """How ``text`` fits ``limit`` CLIP tokens (``TokenCounter.budget``)."""
+    return CLIP_TOKENS.budget(text, limit)

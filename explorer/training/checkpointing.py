@@ -35,9 +35,10 @@ import numpy as np
 import torch
 
 from explorer.core.errors import CheckpointError
+from explorer.core.files import atomic_path, write_text_atomic
 from explorer.models.io.checkpoints import KeyReport, read_checkpoint, strict_load
 from explorer.models.io.loading import save_method
-from explorer.zoo.zoo import Manifest
+from explorer.zoo import Manifest
 
 RESUME_DIR = "resume"
 LATEST_FILE = "LATEST"
@@ -79,7 +80,7 @@ def save_checkpoint(out_dir: Path, method, state: dict, metadata: dict, keep_las
     weights = save_method(method, folder / WEIGHTS_FILE, extra_metadata=metadata)
     _atomic_torch_save(state, folder / STATE_FILE)
     _publish(weights, out_dir / WEIGHTS_FILE)
-    _atomic_write_text(resume / LATEST_FILE, folder.name + "\n")
+    write_text_atomic(resume / LATEST_FILE, folder.name + "\n")
     for old in sorted(_step_folders(resume))[:-max(1, keep_last)]:
         if old[1] != folder:
             shutil.rmtree(old[1], ignore_errors=True)
@@ -157,26 +158,17 @@ def _step_folders(resume: Path) -> list[tuple[int, Path]]:
 
 
 def _publish(source: Path, target: Path) -> None:
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copy2(source, tmp)
-    tmp.replace(target)
+    with atomic_path(target) as tmp:
+        tmp.unlink()  # a hard link (no copy) when the file system allows it
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copy2(source, tmp)
 
 
 def _atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _json(value) -> str:

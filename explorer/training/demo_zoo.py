@@ -23,6 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from explorer.core import paths
+from explorer.core.jsonl import write_jsonl
+
 DEMO_SEED = 0
 IMAGE_SIZE = 64
 COMMAND = "explorer zoo build-demo"
@@ -107,17 +110,10 @@ def write_samples(data: Path, split: str = "train") -> Path:
     from explorer.training.samples import SAMPLES_FILE
 
     data = Path(data)
-    lines = []
-    for scene in read_dataset(data, split=split):
-        lines.append(json.dumps({"image": f"images/{scene.id}.png", "caption": scene.long_caption,
-                                 "short_caption": scene.short_caption,
-                                 "sentences": [s.text for s in scene.sentences],
-                                 "dense_caption": scene.dense_caption}))
-    path = data / SAMPLES_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
-    return path
+    records = ({"image": f"images/{scene.id}.png", "caption": scene.long_caption,
+                "short_caption": scene.short_caption, "sentences": [s.text for s in scene.sentences],
+                "dense_caption": scene.dense_caption} for scene in read_dataset(data, split=split))
+    return write_jsonl(data / SAMPLES_FILE, records)
 
 
 def mine_local_pairs(model, scenes, log: Callable[[str], None]) -> dict:
@@ -144,13 +140,12 @@ def world_vocabulary(scenes) -> list[str]:
     return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
 
 
-def build_model(run: DemoRun, out: Path, vocab_file: Path | None):
-    """The model a run starts from."""
+def build_method(run: DemoRun, out: Path, vocab_file: Path | None):
+    """The method (and the warm-start report, or None) a run starts from."""
     from explorer.training.warm_start import init_from
 
     if run.init is not None:
-        model, report = init_from(run.method, out / f"{run.init}.safetensors", seed=DEMO_SEED, **run.extra)
-        return model, report
+        return init_from(run.method, out / f"{run.init}.safetensors", seed=DEMO_SEED, **run.extra)
     if run.method == "clip":
         import torch
 
@@ -173,24 +168,24 @@ def build_model(run: DemoRun, out: Path, vocab_file: Path | None):
     raise ValueError(f"no from-scratch recipe for {run.method}")
 
 
-def publish(model, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None) -> Path:
+def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None) -> Path:
     """fp16 weights + manifest in the demo zoo."""
     import torch
 
     from explorer.models.io.loading import save_method
     from explorer.training.checkpointing import architecture_name
-    from explorer.zoo.zoo import Manifest
+    from explorer.zoo import Manifest
 
     weights = out / f"{run.name}.safetensors"
-    half = model.to(torch.float16)
+    half = method.to(torch.float16)
     save_method(half, weights, {"seed": DEMO_SEED, "steps": steps_done, "command": COMMAND})
-    model.to(torch.float32)
-    source = SOURCES.get(run.name.split("-")[0], f"fine-tuned from demo clip-base with {model.title}'s losses "
+    method.to(torch.float32)
+    source = SOURCES.get(run.name.split("-")[0], f"fine-tuned from demo clip-base with {method.title}'s losses "
                                                   "on the synthetic world's long captions")
     manifest = Manifest(
-        name=f"demo-{run.name}", method=model.name, weights=weights.name, architecture=architecture_name(model),
-        context_length=model.context_length, source=f"{source}; `{COMMAND}` (seed {DEMO_SEED})",
-        format=f"explorer ({model.name})", options=dict(options or {}),
+        name=f"demo-{run.name}", method=method.name, weights=weights.name, architecture=architecture_name(method),
+        context_length=method.context_length, source=f"{source}; `{COMMAND}` (seed {DEMO_SEED})",
+        format=f"explorer ({method.name})", options=dict(options or {}),
         notes=f"{steps_done} steps, batch {run.batch_size}, {seconds / 60:.1f} min on CPU; "
               f"lr backbone {run.lr_backbone:g}, new modules {run.lr_new:g}")
     manifest.write(out / f"{run.name}.json")
@@ -204,7 +199,7 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     from explorer.models.model import Model
     from explorer.training.loop import TrainConfig, train
 
-    out, work = Path(out), Path(work)
+    out, work = Path(out or paths.demo_zoo_root()), Path(work or paths.demo_build_dir())
     out.mkdir(parents=True, exist_ok=True)
     data = write_world(work, log, n_scenes)
     scenes = read_dataset(data, split="train")
@@ -216,10 +211,10 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
         if only and run.name not in only:
             continue
         steps = max(10, int(run.steps * scale))
-        model, report = build_model(run, out, vocab_file)
+        method, report = build_method(run, out, vocab_file)
         if run.method == "goal":
             if local_pairs is None:
-                base = Model(build_model(replace(run, init=None, method="clip"), out, None)[0], device="cpu") \
+                base = Model(build_method(replace(run, init=None, method="clip"), out, None)[0], device="cpu") \
                     if not (out / "clip-base.safetensors").exists() else _load(out / "clip-base.safetensors")
                 local_pairs = mine_local_pairs(base, scenes, log)
         samples = training_samples(scenes, run.captions, local_pairs if run.method == "goal" else None)
@@ -230,10 +225,10 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
         start = time.perf_counter()
         run_dir = work / "runs" / run.name
         resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
-        result = train(model, samples, config, run_dir, init=report, resume=resume, progress=progress)
+        result = train(method, samples, config, run_dir, init=report, resume=resume, progress=progress)
         seconds = time.perf_counter() - start
         options = {"vocab_file": vocab_file.name} if run.method == "seps" else None
-        written.append(publish(model, run, out, result.steps, seconds, options))
+        written.append(publish(method, run, out, result.steps, seconds, options))
         last = result.last or {}
         log(f"{run.name}: {result.steps} steps in {seconds / 60:.1f} min, last loss {last.get('loss', float('nan')):.4f}")
     (out / "BUILD.txt").write_text(json.dumps({"command": COMMAND, "seed": DEMO_SEED, "n_scenes": n_scenes,
@@ -245,5 +240,5 @@ def _load(path: Path):
     from explorer.models.io.loading import load_method
     from explorer.models.model import Model
 
-    method, report, _ = load_method(path)
+    method, report = load_method(path)
     return Model(method, name=path.stem, report=report, device="cpu")

@@ -94,11 +94,11 @@ def train_from_args(method: str, data: str | Path, out: str | Path | None = None
     out = Path(out).expanduser()
     folder = latest_checkpoint(out) if resume and out.exists() else None
     if folder is not None:  # the run's own weights say what the model is; the init file is not needed again
-        model, _, _ = load_method(folder / WEIGHTS_FILE)
-        if model.name != method:
-            raise TrainingError(f"{out} is a {model.name} run, not {method}.")
+        built, _ = load_method(folder / WEIGHTS_FILE)
+        if built.name != method:
+            raise TrainingError(f"{out} is a {built.name} run, not {method}.")
         report = None
     else:
-        model, report = init_from(method, init, size=size, seed=config.seed, context_length=context_length,
+        built, report = init_from(method, init, size=size, seed=config.seed, context_length=context_length,
                                   allow_pickle=allow_pickle)
-    return train(model, samples, config, out, init=report, resume=resume, progress=progress, on_metrics=on_metrics)
+    return train(built, samples, config, out, init=report, resume=resume, progress=progress, on_metrics=on_metrics)

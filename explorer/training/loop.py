@@ -44,16 +44,8 @@ import torch
 
 from explorer.core.errors import ExplorerError
 from explorer.models.model import resolve_device
-from explorer.training.checkpointing import (
-    WEIGHTS_FILE,
-    capture_rng,
-    latest_checkpoint,
-    load_checkpoint,
-    manifest_name,
-    restore_rng,
-    save_checkpoint,
-    write_manifest,
-)
+from explorer.training.checkpointing import (WEIGHTS_FILE, capture_rng, latest_checkpoint, load_checkpoint,
+                                             manifest_name, restore_rng, save_checkpoint, write_manifest)
 from explorer.training.metrics_log import METRICS_FILE, RUN_LOG_FILE, JsonlLog
 from explorer.training.optimizer import build_adamw, group_lrs
 from explorer.training.samples import BatchSource, SampleLoader

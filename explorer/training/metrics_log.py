@@ -19,6 +19,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from explorer.core import jsonl
+from explorer.core.jsonl import write_jsonl
+
 METRICS_FILE = "metrics.jsonl"
 RUN_LOG_FILE = "run.jsonl"
 # Always present in a metrics row (besides loss/<term> and lr/<group>).
@@ -46,26 +49,13 @@ class JsonlLog:
         rows = read_jsonl(self.path)
         kept = [row for row in rows if row.get("step", 0) <= step]
         if len(kept) != len(rows):
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
-            tmp.replace(self.path)
+            write_jsonl(self.path, kept)
         return len(rows) - len(kept)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Every row of a JSON Lines file (a torn last line, from a crash mid-write, is skipped)."""
-    rows = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines) - 1:
-                break
-            raise
-    return rows
+    return [row for _, row in jsonl.read_jsonl(path, skip_torn_tail=True)]
 
 
 def _plain(value):

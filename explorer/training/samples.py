@@ -26,7 +26,6 @@ rather than training a method on a silently half-filled field.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,6 +35,7 @@ import torch
 from PIL import Image
 
 from explorer.core.errors import ExplorerError
+from explorer.core.jsonl import read_jsonl
 from explorer.models.batch import TrainingBatch
 from explorer.models.preprocess import Preprocess
 
@@ -213,13 +213,7 @@ class SampleFolder:
             raise ExplorerError(f"No {SAMPLES_FILE} in {self.root}: a training folder lists its samples there, "
                                 'one JSON object per line ({"image": ..., "caption": ..., ...}).')
         self.records = []
-        for number, line in enumerate(index.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ExplorerError(f"{index}, line {number}: not JSON ({error}).") from error
+        for number, record in read_jsonl(index):  # a line that is not JSON: JsonlError, an ExplorerError
             if not isinstance(record, dict) or not record.get("image") or not record.get("caption"):
                 raise ExplorerError(f"{index}, line {number}: a sample needs at least \"image\" and \"caption\".")
             unknown = sorted(set(record) - set(TrainingSample.__dataclass_fields__))

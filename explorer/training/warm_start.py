@@ -102,7 +102,7 @@ def init_from(method: str, init: str | Path | None = None, size: str | None = No
         return _from_scratch(cls, size or "tiny", seed, context_length, extra)
     if size is not None:
         raise ValueError(f"size={size!r} is for models built from scratch; the init {init} sets the architecture")
-    source, load_report, _ = load_method(init, allow_pickle=allow_pickle, overrides=options)
+    source, load_report = load_method(init, allow_pickle=allow_pickle, overrides=options)
     report = InitReport(target=cls.name, source=str(init), source_method=source.name,
                         source_format=load_report.format, load_report=load_report)
     if not issubclass(cls, ClipFamily):

@@ -7,8 +7,7 @@ import gradio as gr
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui import grounding_tab, models_tab
 from explorer.ui.view_controls import EXPORT_ROOT
-from explorer.zoo.zoo import Zoo
-
+from explorer.zoo import Zoo
 
 TITLE = "explorer: what long-text CLIP models see"
 

@@ -19,7 +19,7 @@ from explorer.ui.examples import example_images
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, as_list
 from explorer.views.settings import MAX_MODELS, NATIVE
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 SENTENCE_COLUMNS = ["#", "sentence", "tokens", "kept by CLIP (77)", "kept by Long-CLIP (248)"]
 PAST = {77: "past 77: CLIP cuts this", 248: "past 248: Long-CLIP cuts this too"}

@@ -10,13 +10,14 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.examples import truth_dir
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
 from explorer.views.maps_view import MapsView, compute_maps, render_maps
 from explorer.views.panels import compose
 from explorer.views.render import COLORMAPS
 from explorer.views.settings import MASK_MODES, SCALES, ViewSettings
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 SCORE_COLUMNS = ["model", "#", "sentence", "threshold", "mask %", "tokens cut", "IoU", "pointing"]
 
@@ -59,7 +60,7 @@ def draw(load, cache: MapCache, *values):
     common, display = values[:6], values[6:]
     try:
         settings = ViewSettings(**base_settings("maps", *common), **display_settings(*display))
-        view = compute_maps(load, settings, cache)
+        view = compute_maps(load, settings, cache, truth_dir=truth_dir())  # the examples' scene truth
         settings.page = min(settings.page, view.pages(settings.per_page) - 1)
         picture = compose(render_maps(view, settings, PREVIEW_SIDE))
     except Exception as error:  # noqa: BLE001 - the page shows it and keeps serving

@@ -8,7 +8,7 @@ import gradio as gr
 
 from explorer.models.io.loading import check
 from explorer.ui.messages import explain
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 COLUMNS = ["name", "method", "architecture", "context", "weights", "source", "status"]
 
@@ -27,10 +27,10 @@ def zoo_table(zoo: Zoo) -> list[list]:
 
 def methods_table() -> list[list]:
     """Every registered method: its name, the maps it draws, and what it is (first docstring line)."""
-    from explorer.models.methods import METHODS, _import_all
+    from explorer.models.methods import METHODS, discover_methods
     from explorer.models.methods.base import GENERIC_MAP
 
-    _import_all()
+    discover_methods()
     rows = []
     for name, cls in sorted(METHODS.items()):
         doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()

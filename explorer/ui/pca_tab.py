@@ -14,7 +14,7 @@ from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, expor
 from explorer.views.panels import compose
 from explorer.views.pca_view import PcaView, compute_pca, render_pca
 from explorer.views.settings import PCA_FITS, PCA_SOURCES, ViewSettings
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 MAX_EXTRA_IMAGES = 3
 

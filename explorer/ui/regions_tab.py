@@ -11,7 +11,7 @@ from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, expor
 from explorer.views.panels import compose
 from explorer.views.regions_view import RegionsView, compute_regions, render_regions, similarity_matrix, similarity_plot
 from explorer.views.settings import ViewSettings
-from explorer.zoo.zoo import Zoo
+from explorer.zoo import Zoo
 
 MATCH_COLUMNS = ["model", "#", "sentence", "best region", "source", "label", "cosine", "best pair"]
 

@@ -16,14 +16,12 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 from matplotlib.cm import ScalarMappable
-from matplotlib.figure import Figure
 from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from explorer.core.errors import ExplorerError
 from explorer.views.panels import PanelGrid
-
-
 
 
 class FigureError(ExplorerError, ValueError):

@@ -16,20 +16,13 @@ import numpy as np
 from PIL import Image
 
 from explorer.core import paths
+from explorer.core.cache import MB, BoundedCache
 from explorer.grounding.masks import otsu_masks
-from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground
+from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.models.model import Model
-from explorer.views.panels import (
-    Colorbar,
-    PanelGrid,
-    fit_size,
-    map_panels,
-    outline,
-    picture_panel,
-    resize_maps,
-    resize_masks,
-)
+from explorer.views.panels import (Colorbar, PanelGrid, fit_size, map_panels, outline, picture_panel, resize_maps,
+                                   resize_masks)
 from explorer.views.settings import NATIVE, ViewSettings
 
 Loader = Callable[[str], Model]
@@ -47,6 +40,11 @@ def resolve_kind(model: Model, wanted: str) -> tuple[str, str | None]:
 
 
 MEMO_SIZE = 16  # display variants kept per model (thresholds x sizes): enough for slider work, bounded
+MEMO_BYTES = 128 * MB
+
+
+def display_memo() -> BoundedCache:
+    return BoundedCache("display variants of one view", max_items=MEMO_SIZE, max_bytes=MEMO_BYTES)
 
 
 def _threshold_key(fraction: float | None):
@@ -60,7 +58,7 @@ class ModelMaps:
     name: str
     result: GroundingResult
     trained: bool = True
-    _memo: MapCache = field(default_factory=lambda: MapCache(MEMO_SIZE), repr=False)
+    _memo: BoundedCache = field(default_factory=display_memo, repr=False)
 
     @property
     def maps(self) -> np.ndarray:
@@ -106,7 +104,7 @@ class MapsView:
     truth: object | None = None  # explorer.grounding.truth.Truth when a ground-truth mask is known
     truth_file: Path | None = None  # where that truth was read from (a label mask, or a scene's .npz)
     notes: list[str] = field(default_factory=list)
-    _memo: MapCache = field(default_factory=lambda: MapCache(MEMO_SIZE), repr=False)
+    _memo: BoundedCache = field(default_factory=display_memo, repr=False)
 
     def picture_at(self, size: tuple[int, int]):
         """The picture at a panel's size (memoised)."""
@@ -175,12 +173,13 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
     if not settings.models:
         raise ValueError("Pick at least one model.")
     models, notes, picture, sentences = [], [], None, None
+    working = working_picture(settings.image)  # decoded once, seen by every model
     for name in settings.models:
         model = load(name)
         kind, note = resolve_kind(model, settings.kind)
         if note:
             notes.append(note)
-        result = ground(model, settings.image, settings.caption, kind=kind, cache=cache,
+        result = ground(model, working, settings.caption, kind=kind, cache=cache,
                         dense_caption=settings.dense_caption)
         notes.extend(n for n in result.notes if n not in notes)
         picture, sentences = result.image, result.maps.sentences

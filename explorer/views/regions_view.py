@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, ImageDraw
 
-from explorer.grounding.budget import analyse_caption
+from explorer.grounding.budget import caption_sentences
 from explorer.grounding.detectors import load_detector
 from explorer.grounding.flism import FlismResult, flism
 from explorer.grounding.sentence_maps import MapCache, image_digest, prepare_image
@@ -62,8 +62,7 @@ def region_label(index: int, region) -> str:
 def compute_regions(load: Loader, settings: ViewSettings, cache: MapCache | None = None) -> RegionsView:
     if not settings.models:
         raise ValueError("Pick at least one model.")
-    analysis = analyse_caption(settings.caption)
-    sentences = [s.text for s in analysis.sentences]
+    sentences = caption_sentences(settings.caption)  # only the split: no model's token count is shown here
     picture, notes = prepare_image(settings.image)
     detector, detector_notes = load_detector(settings.detector or None)
     notes.extend(detector_notes)

@@ -1,142 +1,26 @@
-"""The model zoo: one JSON manifest per model under ``checkpoints/``.
-
-A manifest says what a model is and where its weights are:
-
-    {"name": "longclip-B", "method": "longclip", "architecture": "ViT-B/16",
-     "weights": "/data/longclip-B.pt", "context_length": 248,
-     "source": "Long-CLIP release (beichenzbc/Long-CLIP)"}
-
-optional: "format" (as detected), "options" (architecture overrides such
-as {"quick_gelu": false}), "allow_pickle" (the user's recorded opt-in),
-"trained" (false for the built-in untrained model), "notes".
-Relative weight paths are relative to the manifest. Nothing is ever fetched:
-a manifest points at a local file.
-"""
+"""The zoo folder: every manifest under ``checkpoints/`` (read once, re-read when it changes),
+whether each loads, adding a checkpoint, and the cache of loaded models."""
 
 from __future__ import annotations
 
-import json
 import re
-from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from explorer.core import paths
+from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import CheckpointError, ExplorerError, ManifestError
-from explorer.models.io.loading import check, load_method
+from explorer.models.io.loading import check
 from explorer.models.model import Model
 from explorer.zoo.builtin import BUILTIN_PREFIX, BUILTINS
-
-REQUIRED = ("name", "method", "weights")
-
-
-@dataclass
-class Manifest:
-    name: str
-    method: str
-    weights: str
-    architecture: str = ""
-    context_length: int = 0
-    source: str = ""
-    format: str = ""
-    options: dict = field(default_factory=dict)
-    allow_pickle: bool = False
-    trained: bool = True
-    notes: str = ""
-    path: Path | None = None  # where the manifest itself lives (not written)
-
-    @classmethod
-    def read(cls, path: str | Path) -> "Manifest":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError as error:
-            raise ManifestError(f"No manifest at {path}.") from error
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ManifestError(f"{path} is not valid JSON ({error}).") from error
-        if not isinstance(data, dict):
-            raise ManifestError(f"{path} must hold a JSON object.")
-        missing = [key for key in REQUIRED if not data.get(key)]
-        if missing:
-            raise ManifestError(f"{path} lacks {', '.join(missing)}.")
-        known = {f for f in cls.__dataclass_fields__ if f != "path"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ManifestError(f"{path} has unknown fields {unknown}; known: {sorted(known)}.")
-        return cls(**data, path=path)
-
-    def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {k: v for k, v in asdict(self).items() if k != "path"}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(path)
-        self.path = path
-        return path
-
-    @property
-    def is_builtin(self) -> bool:
-        return self.weights.startswith(BUILTIN_PREFIX)
-
-    def weights_path(self) -> Path:
-        weights = Path(self.weights).expanduser()
-        if not weights.is_absolute() and self.path is not None:
-            weights = self.path.parent / weights
-        return weights
-
-    def resolved_options(self) -> dict:
-        """Options with file paths (keys ending in _file or _dir) made relative to the manifest, like weights."""
-        options = dict(self.options)
-        for key, value in options.items():
-            if key.endswith(("_file", "_dir")) and isinstance(value, str) and self.path is not None:
-                path = Path(value).expanduser()
-                options[key] = str(path if path.is_absolute() else self.path.parent / path)
-        return options
-
-    def display_weights(self) -> str:
-        return self.weights if self.is_builtin else str(self.weights_path())
+from explorer.zoo.manifest import Manifest, load_manifest
 
 
-def load_manifest(manifest: Manifest, device: str = "auto", precision: str = "fp32") -> Model:
-    if manifest.is_builtin:
-        key = manifest.weights[len(BUILTIN_PREFIX):]
-        if key not in BUILTINS:
-            raise ManifestError(f"{manifest.name}: unknown built-in model {key!r}; known: {sorted(BUILTINS)}.")
-        method = BUILTINS[key]()
-        return Model(method, name=manifest.name, device=device, precision=precision, trained=manifest.trained)
-    method, report, _ = load_method(manifest.weights_path(), method=manifest.method,
-                                    overrides=manifest.resolved_options(),
-                                    allow_pickle=manifest.allow_pickle)
-    return Model(method, name=manifest.name, report=report, device=device, precision=precision,
-                 trained=manifest.trained)
+class ModelCache(BoundedCache):
+    """Loaded models (their weights), least recently used dropped first."""
 
-
-class ModelCache:
-    """At most ``capacity`` loaded models, least recently used dropped first."""
-
-    def __init__(self, capacity: int = 2):
-        if capacity < 1:
-            raise ValueError("the model cache holds at least one model")
-        self.capacity = capacity
-        self._models: OrderedDict[tuple, Model] = OrderedDict()
-
-    def get(self, key: tuple, load: Callable[[], Model]) -> Model:
-        if key in self._models:
-            self._models.move_to_end(key)
-            return self._models[key]
-        model = load()
-        self._models[key] = model
-        while len(self._models) > self.capacity:
-            self._models.popitem(last=False)
-        return model
-
-    def __len__(self) -> int:
-        return len(self._models)
-
-    def keys(self) -> list[tuple]:
-        return list(self._models)
+    def __init__(self, capacity: int = 2, max_bytes: int | None = 8 * GB):
+        super().__init__("loaded models", max_items=capacity, max_bytes=max_bytes)
 
 
 @dataclass
@@ -161,6 +45,9 @@ class Zoo:
         self.cache = ModelCache(cache_size)
         self.device, self.precision = device, precision
         self._status: dict[tuple, str] = {}
+        # Manifests as last read, keyed by path, with the file's (mtime, size) when read: a list or a
+        # load reads each file once and again only after it changes, so the zoo stays live.
+        self._read: dict[Path, tuple[tuple[int, int], Manifest | ManifestError]] = {}
 
     def manifest_paths(self) -> list[Path]:
         if not self.root.is_dir():
@@ -172,16 +59,37 @@ class Zoo:
 
     def entries(self, check_weights: bool = True) -> list[ZooEntry]:
         """Every manifest, readable or not, with whether its weights load (a malformed one is listed, not fatal)."""
-        entries = []
-        for path in self.manifest_paths():
+        entries, paths = [], self.manifest_paths()
+        for gone in set(self._read) - set(paths):
+            self._read.pop(gone, None)
+        for path in paths:
             try:
-                manifest = Manifest.read(path)
+                manifest = self.read_manifest(path)
             except ManifestError as error:
                 entries.append(ZooEntry(None, path, f"error: {error}"))
                 continue
             status = self.status(manifest) if check_weights else ""
             entries.append(ZooEntry(manifest, path, status))
         return entries
+
+    def read_manifest(self, path: Path) -> Manifest:
+        """The manifest at ``path``, read again only if the file changed since the last read."""
+        try:
+            stat = path.stat()
+        except OSError as error:
+            self._read.pop(path, None)
+            raise ManifestError(f"No manifest at {path}.") from error
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        cached = self._read.get(path)
+        if cached is None or cached[0] != stamp:
+            try:
+                cached = (stamp, Manifest.read(path))
+            except ManifestError as error:
+                cached = (stamp, error)
+            self._read[path] = cached
+        if isinstance(cached[1], ManifestError):
+            raise cached[1]
+        return cached[1]
 
     def status(self, manifest: Manifest) -> str:
         if manifest.is_builtin:
@@ -214,7 +122,8 @@ class Zoo:
 
     def load(self, name: str) -> Model:
         manifest = self.get(name)
-        key = (name, str(manifest.path), self.device, self.precision)
+        stamp = self._read[manifest.path][0] if manifest.path in self._read else None
+        key = (name, str(manifest.path), stamp, self.device, self.precision)  # an edited manifest loads anew
         return self.cache.get(key, lambda: load_manifest(manifest, self.device, self.precision))
 
     def add(self, weights: str | Path, name: str | None = None, source: str = "", method: str | None = None,

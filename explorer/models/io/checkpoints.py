@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from explorer.core.errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError
+from explorer.core.files import atomic_path
 
 EXPLORER_METADATA_KEY = "explorer"  # safetensors metadata written by this project
 
@@ -241,9 +242,7 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: str | Path, meta
     from safetensors.torch import save_file
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     contiguous = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-    save_file(contiguous, str(tmp), metadata={EXPLORER_METADATA_KEY: json.dumps(dict(metadata))})
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file(contiguous, str(tmp), metadata={EXPLORER_METADATA_KEY: json.dumps(dict(metadata))})
     return path

@@ -17,6 +17,7 @@ from typing import Mapping
 import torch
 
 from explorer.core.errors import CheckpointError
+from explorer.core.files import atomic_path
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint, read_checkpoint, save_safetensors, strict_load
 from explorer.models.methods import detect_format, get_method
 from explorer.models.methods.base import Method
@@ -49,44 +50,47 @@ class CheckResult:
 
 
 def load_method(path: str | Path, method: str | None = None, overrides: Mapping | None = None,
-                allow_pickle: bool = False, dry_run: bool = False) -> tuple[Method, KeyReport, RawCheckpoint]:
-    """Build the method a weights file holds. ``method`` forces a method instead of detecting it."""
+                allow_pickle: bool = False, dry_run: bool = False) -> tuple[Method, KeyReport]:
+    """Build the method a weights file holds, and the report of its keys. ``method`` forces a method
+    instead of detecting it; ``dry_run`` builds it on the meta device (keys and shapes only)."""
     raw = read_checkpoint(path, allow_pickle=allow_pickle)
+    return method_from_raw(raw, method, overrides, dry_run)
+
+
+def method_from_raw(raw: RawCheckpoint, method: str | None = None, overrides: Mapping | None = None,
+                    dry_run: bool = False) -> tuple[Method, KeyReport]:
     if raw.metadata.get("format") == EXPLORER_FORMAT:
-        model, report = _from_explorer_file(raw, overrides, dry_run)
-        return model, report, raw
+        return _from_explorer_file(raw, overrides, dry_run)
     cls, fmt = detect_format(raw)
     if method is not None and method != cls.name:
         forced = get_method(method)
         fmt = forced.detect(raw.tensors, raw) or fmt
         cls = forced
-    model, report = cls.from_checkpoint(raw, fmt, overrides=overrides, dry_run=dry_run)
-    return model, report, raw
+    return cls.from_checkpoint(raw, fmt, overrides=overrides, dry_run=dry_run)
 
 
 def check(path: str | Path, allow_pickle: bool = False) -> CheckResult:
     """Detect the format and compare keys without filling a model (built on the meta device)."""
-    model, report, raw = load_method(path, allow_pickle=allow_pickle, dry_run=True)
-    arch = getattr(model, "arch", None)
-    return CheckResult(path=Path(path), method=model.name, format=report.format, wrapper=raw.wrapper,
-                       architecture=arch.name if arch is not None else model.architecture_name,
-                       context_length=model.context_length, report=report)
+    raw = read_checkpoint(path, allow_pickle=allow_pickle)
+    method, report = method_from_raw(raw, dry_run=True)
+    arch = getattr(method, "arch", None)
+    return CheckResult(path=Path(path), method=method.name, format=report.format, wrapper=raw.wrapper,
+                       architecture=arch.name if arch is not None else method.architecture_name,
+                       context_length=method.context_length, report=report)
 
 
-def save_method(model: Method, path: str | Path, extra_metadata: Mapping | None = None) -> Path:
-    """Write a model in this project's own format: its state dict plus what rebuilds it."""
-    metadata = {"format": EXPLORER_FORMAT, "method": model.name, "config": model.config(),
+def save_method(method: Method, path: str | Path, extra_metadata: Mapping | None = None) -> Path:
+    """Write a method in this project's own format: its state dict plus what rebuilds it."""
+    metadata = {"format": EXPLORER_FORMAT, "method": method.name, "config": method.config(),
                 **(extra_metadata or {})}
-    return save_safetensors(model.state_dict(), path, metadata)
+    return save_safetensors(method.state_dict(), path, metadata)
 
 
-def save_released(model: Method, path: str | Path) -> Path:
-    """Write a model in its method's official layout (what its release code would read)."""
+def save_released(method: Method, path: str | Path) -> Path:
+    """Write a method in its official layout (what its release code would read)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(model.released_file_object(), tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        torch.save(method.released_file_object(), tmp)
     return path
 
 
@@ -96,8 +100,8 @@ def _from_explorer_file(raw: RawCheckpoint, overrides: Mapping | None, dry_run: 
         cls = get_method(meta["method"])
         report = KeyReport(source=str(raw.path), format=f"{EXPLORER_FORMAT} ({meta['method']})")
         with torch.device("meta") if dry_run else contextlib.nullcontext():
-            model = cls.build(cls.merge_config(meta["config"], overrides))
+            method = cls.build(cls.merge_config(meta["config"], overrides))
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{raw.path}: its explorer metadata is incomplete or wrong ({error}).") from error
-    strict_load(model, raw.tensors, report, dry_run=dry_run)
-    return model, report
+    strict_load(method, raw.tensors, report, dry_run=dry_run)
+    return method, report

@@ -1,11 +1,13 @@
-"""The method registry: one module per method, each registered by name.
+"""The method registry: one module (or package) per method, each registered by name.
 
-Adding a method is one new module here (a class with the ``Method``
-surface, decorated with ``@register``) plus a manifest in checkpoints/.
+Adding a method is one new module here (a class with the ``Method`` surface, decorated with
+``@register``) plus a manifest in checkpoints/: modules are discovered, not listed.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Mapping
 
 import torch
@@ -25,7 +27,7 @@ def register(cls: type[Method]) -> type[Method]:
 
 
 def get_method(name: str) -> type[Method]:
-    _import_all()
+    discover_methods()
     if name not in METHODS:
         raise CheckpointError(f"Unknown method {name!r}; known: {', '.join(sorted(METHODS))}.")
     return METHODS[name]
@@ -33,7 +35,7 @@ def get_method(name: str) -> type[Method]:
 
 def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
     """Which method's released layout the file is in, most specific layout first."""
-    _import_all()
+    discover_methods()
     for cls in sorted(METHODS.values(), key=lambda c: -c.detect_priority):
         fmt = cls.detect(raw.tensors, raw)
         if fmt is not None:
@@ -44,13 +46,19 @@ def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
         f"{', '.join(sorted(METHODS))}. First keys: {sample}.")
 
 
-def _import_all() -> None:
-    # Importing the modules runs their @register decorators.
-    from explorer.models.methods import caft, clip, finelip, flair, goal, mulclip, seps  # noqa: F401
+NOT_METHODS = {"base"}  # modules here that hold the shared surface, not a method
+
+
+def discover_methods() -> dict[str, type[Method]]:
+    """Import every method module in this package (running its ``@register``); the registry."""
+    for module in pkgutil.iter_modules(__path__):
+        if module.name not in NOT_METHODS and not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+    return METHODS
 
 
 def keys_with_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> bool:
     return any(key.startswith(prefix) for key in tensors)
 
 
-__all__ = ["GENERIC_MAP", "METHODS", "Method", "detect_format", "get_method", "register"]
+__all__ = ["GENERIC_MAP", "METHODS", "Method", "detect_format", "discover_methods", "get_method", "register"]

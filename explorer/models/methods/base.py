@@ -25,7 +25,7 @@ from explorer.models.batch import TrainingBatch  # noqa: F401  (named in annotat
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
 from explorer.models.preprocess import Preprocess
-from explorer.models.tokenizer import TokenBatch, tokenize
+from explorer.models.tokenizer import CLIP_TOKENS, TokenBatch, TokenCounter, tokenize
 
 GENERIC_MAP = "generic"
 
@@ -83,6 +83,11 @@ class Method:
 
     def tokenize(self, texts: list[str]) -> TokenBatch:
         return tokenize(texts, self.context_length)
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """Counts tokens the way ``tokenize`` does (token budgets, cut marks); CLIP's BPE here."""
+        return CLIP_TOKENS
 
     @property
     def map_kinds(self) -> tuple[str, ...]:

@@ -113,7 +113,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -129,16 +128,12 @@ from explorer.models.batch import TrainingBatch
 from explorer.models.chunking import N_CHUNKS, balanced_chunks, chunk_texts, random_chunks
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods import keys_with_prefix, register
-from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
+from explorer.models.methods.base import cosine_matrix
 from explorer.models.methods.clip import ClipFamily, example_architecture
-from explorer.models.methods.flair import TextConditionedPool
+from explorer.models.nn.attention_pool import ATTENTION_MAP, DEFAULT_POOL_HEADS, AttentionPoolMaps, TextConditionedPool
 from explorer.models.nn.losses import sigmoid_loss
 
-
-ATTENTION_MAP = "attention-pool"
-_HEAD_KIND = re.compile(re.escape(ATTENTION_MAP) + r"/head-(\d+)")
 DEFAULT_STAGES = ((64, 2), (32, 2), (16, 2))  # (tokens, ViT blocks) per grouping stage: 196 -> 64 -> 32 -> 16
-DEFAULT_POOL_HEADS = 8
 DEFAULT_ALPHA = 0.3  # CAFT++
 DEFAULT_ADAPTER_RATIO = 0.2  # CLIP-Adapter's residual ratio
 INIT_LOGIT_SCALE = math.log(1 / 0.07)  # the paper: temperatures start at 0.07
@@ -259,7 +254,7 @@ def _as_stage_list(stages) -> list[list[int]]:
 
 
 @register
-class CaftMethod(ClipFamily):
+class CaftMethod(AttentionPoolMaps, ClipFamily):
     """CAFT: fine-to-coarse vision, hierarchical text, part (AttnPool) and whole sigmoid losses."""
 
     name = "caft"
@@ -308,10 +303,6 @@ class CaftMethod(ClipFamily):
     @property
     def n_chunks(self) -> int:
         return self.text_whole.n_chunks
-
-    @property
-    def pool_heads(self) -> int:
-        return self.visual_proj.attn.num_heads
 
     # ---- sizes and files ---------------------------------------------------------------------
 
@@ -480,38 +471,16 @@ class CaftMethod(ClipFamily):
 
     # ---- maps ----------------------------------------------------------------------------------
 
-    @property
-    def map_kinds(self) -> tuple[str, ...]:
-        heads = tuple(f"{ATTENTION_MAP}/head-{k}" for k in range(self.pool_heads))
-        return (GENERIC_MAP, *self.native_map_kinds, *heads)
+    def pool_queries(self, text: TextFeatures) -> torch.Tensor:
+        return self._sub(text)  # each sentence's sub-caption embedding queries the fine tokens
 
-    def attention_weights(self, image: ImageFeatures, text: TextFeatures, average_heads: bool = True):
-        """AttnPool weights of each sentence over ONE image's fine tokens: [M, F + 1] (head-averaged)
-        or [heads, M, F + 1]; the last column is the zero-attention slot."""
-        if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
-        _, weights = self.visual_proj(self._sub(text)[None], self._fine(image), average_heads=average_heads)
-        return weights[0]
-
-    def zero_slot_weight(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
-        """[M] head-averaged attention mass each sentence puts on the zero slot (1 = attends to nothing)."""
-        return self.attention_weights(image, text)[:, -1]
+    def pool_tokens(self, image: ImageFeatures) -> torch.Tensor:
+        return self._fine(image)
 
     def patch_attention(self, image: ImageFeatures, text: TextFeatures, average_heads: bool = True):
         """The pooling weights carried to the patches through the fine grouping: [(heads,) M, P]."""
-        weights = self.attention_weights(image, text, average_heads)[..., :-1]
+        weights = super().patch_attention(image, text, average_heads)
         return weights @ image.fine_assignment[0].to(weights.dtype)
-
-    def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
-        match = _HEAD_KIND.fullmatch(kind)
-        if kind == ATTENTION_MAP:
-            maps = self.patch_attention(image, text)
-        elif match and int(match.group(1)) < self.pool_heads:
-            maps = self.patch_attention(image, text, average_heads=False)[int(match.group(1))]
-        else:
-            return super().sentence_maps(image, text, kind)
-        rows, cols = image.grid_hw
-        return maps.reshape(len(text), rows, cols)
 
     # ---- training ------------------------------------------------------------------------------
 

@@ -55,6 +55,10 @@ class ClipFamily(ClipBackbone, Method):
 
     default_quick_gelu: bool = True
     default_context: int = LONG_CONTEXT  # for ``example``; CLIP and FLAIR say 77
+    # Token modules a method adds to the CLIP state dict: (config key, module class with
+    # ``sizes_from(tensors, prefix)``, key prefix). A CLIP layout holding the first prefix is this
+    # method's released layout, and each module's sizes are read from its tensors.
+    token_modules: tuple[tuple[str, type, str], ...] = ()
 
     def __init__(self, arch: ClipArchitecture, **extra):
         super().__init__(arch)
@@ -82,9 +86,16 @@ class ClipFamily(ClipBackbone, Method):
         return {**config, **rest, "architecture": arch}
 
     @classmethod
+    def detect(cls, tensors: Mapping[str, torch.Tensor], raw: RawCheckpoint) -> str | None:
+        """This method's name if the file is a CLIP layout carrying its first token module."""
+        if cls.token_modules and is_clip_layout(tensors) and keys_with_prefix(tensors, cls.token_modules[0][2]):
+            return cls.name
+        return None
+
+    @classmethod
     def extra_config_from(cls, tensors: Mapping[str, torch.Tensor]) -> dict:
         """Sizes of the method's own modules, read from the file's tensors."""
-        return {}
+        return {key: module.sizes_from(tensors, prefix) for key, module, prefix in cls.token_modules}
 
     # ---- loading -------------------------------------------------------------------------------
 

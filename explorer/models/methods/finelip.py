@@ -37,9 +37,9 @@ from torch import nn
 
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods import register
 from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
-from explorer.models.methods.clip import ClipFamily, is_clip_layout
+from explorer.models.methods.clip import ClipFamily
 from explorer.models.nn.late_interaction import NEGATIVE_SLOPE, token_similarity
 from explorer.models.nn.losses import hinge_hardest
 from explorer.models.nn.refinement import TokenRefiner
@@ -80,6 +80,7 @@ class FineLipMethod(ClipFamily):
     detect_priority = 20
     native_map_kinds = (LATE_INTERACTION_MAP, REFINEMENT_MAP)
     new_module_prefixes = ("cross_net.",)
+    token_modules = (("image_refiner", TokenRefiner, IMAGE_PREFIX), ("text_refiner", TokenRefiner, TEXT_PREFIX))
 
     def __init__(self, arch, image_refiner: Mapping | None = None, text_refiner: Mapping | None = None,
                  mode: str = "finelip*"):
@@ -94,16 +95,8 @@ class FineLipMethod(ClipFamily):
         self.logit_scale.requires_grad_(False)
 
     @classmethod
-    def detect(cls, tensors, raw):
-        if is_clip_layout(tensors) and keys_with_prefix(tensors, IMAGE_PREFIX):
-            return "finelip"
-        return None
-
-    @classmethod
     def extra_config_from(cls, tensors):
-        return {"image_refiner": TokenRefiner.sizes_from(tensors, IMAGE_PREFIX),
-                "text_refiner": TokenRefiner.sizes_from(tensors, TEXT_PREFIX),
-                "mode": "finelip*"}  # listed so that a manifest can choose the mode
+        return {**super().extra_config_from(tensors), "mode": "finelip*"}  # listed so a manifest can choose the mode
 
     def released_state_dict(self) -> dict:
         """Long-CLIP's two position tables (rows < 20 read from the first, the rest from ``_res``) + cross_net.*"""

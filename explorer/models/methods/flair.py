@@ -36,7 +36,6 @@ Scale and bias start at SigLIP's values, exp(scale) = 10 and bias = -10.
 from __future__ import annotations
 
 import math
-import re
 from typing import Mapping
 
 import torch
@@ -47,40 +46,20 @@ from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
 from explorer.models.methods import keys_with_prefix, register
-from explorer.models.methods.base import GENERIC_MAP
 from explorer.models.methods.clip import ClipFamily
+from explorer.models.nn.attention_pool import ATTENTION_MAP, DEFAULT_POOL_HEADS, AttentionPoolMaps, TextConditionedPool
 from explorer.models.nn.losses import sigmoid_loss
 from explorer.models.nn.positional import SHORT_CONTEXT
 
 POOL_PREFIX = "visual_proj."
 RENAMES = {"image_post.proj": "visual.proj", "text_post.proj": "text_projection"}
-DEFAULT_POOL_HEADS = 8
-ATTENTION_MAP = "attention-pool"
-_HEAD_KIND = re.compile(re.escape(ATTENTION_MAP) + r"/head-(\d+)")
 LOSS_TEXTS = ("captions", "sub-captions")
 INIT_LOGIT_SCALE = math.log(10.0)  # SigLIP's initialisation, also FLAIR's
 INIT_LOGIT_BIAS = -10.0
 
 
-class TextConditionedPool(nn.Module):
-    """FLAIR's ``visual_proj``: a caption queries the patch tokens; a zero slot lets it attend to nothing."""
-
-    def __init__(self, dim: int, heads: int = DEFAULT_POOL_HEADS):
-        super().__init__()
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True, add_zero_attn=True)
-        self.ln_q, self.ln_k, self.ln_v = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
-
-    def forward(self, queries: torch.Tensor, tokens: torch.Tensor, average_heads: bool = True):
-        """queries [B, Q, d], tokens [B, P, d] -> pooled [B, Q, d] and weights [B, (heads,) Q, P + 1].
-
-        The last column of the weights is the zero-attention slot.
-        """
-        return self.attn(self.ln_q(queries), self.ln_k(tokens), self.ln_v(tokens),
-                         need_weights=True, average_attn_weights=average_heads)
-
-
 @register
-class FlairMethod(ClipFamily):
+class FlairMethod(AttentionPoolMaps, ClipFamily):
     """FLAIR: each caption pools the patches it attends to; scores compare that pooling with the caption."""
 
     name = "flair"
@@ -138,10 +117,6 @@ class FlairMethod(ClipFamily):
 
     # ---- scores --------------------------------------------------------------------------------
 
-    @property
-    def pool_heads(self) -> int:
-        return self.visual_proj.attn.num_heads
-
     def conditioned_image(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
         """[n_images, n_texts, d]: each image pooled by each caption."""
         queries = text.eot[None].expand(len(image), -1, -1)
@@ -179,40 +154,11 @@ class FlairMethod(ClipFamily):
 
     # ---- maps ----------------------------------------------------------------------------------
 
-    @property
-    def map_kinds(self) -> tuple[str, ...]:
-        heads = tuple(f"{ATTENTION_MAP}/head-{k}" for k in range(self.pool_heads))
-        return (GENERIC_MAP, *self.native_map_kinds, *heads)
+    def pool_queries(self, text: TextFeatures) -> torch.Tensor:
+        return text.eot  # each caption's global embedding queries the patches
 
-    def attention_weights(self, image: ImageFeatures, text: TextFeatures, average_heads: bool = True):
-        """The pooling weights of each sentence over one image: [M, P + 1] (head-averaged) or
-        [heads, M, P + 1]; the last column is the zero-attention slot."""
-        if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
-        _, weights = self.visual_proj(text.eot[None], image.patches, average_heads=average_heads)
-        return weights[0]
-
-    def zero_slot_weight(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
-        """[M] head-averaged attention mass each sentence puts on the zero slot (1 = attends to nothing)."""
-        return self.attention_weights(image, text)[:, -1]
-
-    def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
-        """Native kinds:
-
-        - "attention-pool": the head-averaged pooling attention of each sentence over the patches,
-          with the zero slot dropped and NOT renormalised: a map sums to 1 - ``zero_slot_weight``,
-          so a sentence that attends to nothing draws a flat, near-zero map.
-        - "attention-pool/head-k": the same for head k alone (the head maps average to the first).
-        """
-        match = _HEAD_KIND.fullmatch(kind)
-        if kind == ATTENTION_MAP:
-            weights = self.attention_weights(image, text)  # [M, P + 1]
-        elif match and int(match.group(1)) < self.pool_heads:
-            weights = self.attention_weights(image, text, average_heads=False)[int(match.group(1))]
-        else:
-            return super().sentence_maps(image, text, kind)
-        rows, cols = image.grid_hw
-        return weights[:, :-1].reshape(len(text), rows, cols)
+    def pool_tokens(self, image: ImageFeatures) -> torch.Tensor:
+        return image.patches
 
 
 def released_flair_keys(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

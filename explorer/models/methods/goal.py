@@ -31,7 +31,7 @@ The span of a sentence inside its caption is found token-wise
 (``sentence_token_span``): the caption is tokenized in full and the
 sentence's BPE tokens are looked up as a contiguous run (first occurrence).
 CLIP's BPE splits words at white space and punctuation, so a sentence that
-``explorer.grounding.budget.split_sentences`` cut out of its caption is always found.
+``explorer.core.sentences.split_sentences`` cut out of its caption is always found.
 The caption is encoded with the model's context (248): truncation keeps
 positions ``0 .. context - 2`` of words and puts EOT in the last slot. A
 sentence that runs past that point is pooled over the tokens that were kept;

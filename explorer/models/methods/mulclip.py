@@ -97,9 +97,9 @@ from torch import nn
 
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.methods import keys_with_prefix, register
+from explorer.models.methods import register
 from explorer.models.methods.base import GENERIC_MAP
-from explorer.models.methods.clip import ClipFamily, is_clip_layout
+from explorer.models.methods.clip import ClipFamily
 from explorer.models.nn.losses import sigmoid_loss
 
 SUBCAPTION_ALPHA = "subcaption-alpha"
@@ -188,6 +188,8 @@ class MulClipMethod(ClipFamily):
     detect_priority = 20
     native_map_kinds = (SUBCAPTION_ALPHA,)
     new_module_prefixes = (CALIBRATION_PREFIX, "logit_bias")
+    token_modules = (("image_calibration", TokenCalibration, IMAGE_PREFIX),
+                     ("text_calibration", TokenCalibration, TEXT_PREFIX))
 
     def __init__(self, arch, image_calibration: Mapping | None = None, text_calibration: Mapping | None = None):
         d = arch.embed_dim
@@ -200,17 +202,6 @@ class MulClipMethod(ClipFamily):
             self.logit_scale.fill_(math.log(SIGLIP_SCALE_INIT))
 
     # ---- checkpoints ---------------------------------------------------------------------------
-
-    @classmethod
-    def detect(cls, tensors, raw):
-        if is_clip_layout(tensors) and keys_with_prefix(tensors, IMAGE_PREFIX):
-            return "mulclip"
-        return None
-
-    @classmethod
-    def extra_config_from(cls, tensors):
-        return {"image_calibration": TokenCalibration.sizes_from(tensors, IMAGE_PREFIX),
-                "text_calibration": TokenCalibration.sizes_from(tensors, TEXT_PREFIX)}
 
     # ---- calibrated tokens ---------------------------------------------------------------------
 

@@ -15,12 +15,21 @@ NEGATIVE_SLOPE = 0.1
 
 
 def token_similarity(text_tokens: torch.Tensor, image_tokens: torch.Tensor) -> torch.Tensor:
-    """[K, P] leaky-ReLU cosine between one caption's tokens and one image's tokens."""
-    sim = F.normalize(text_tokens.float(), dim=-1) @ F.normalize(image_tokens.float(), dim=-1).T
+    """[K, P] leaky-ReLU cosine between one caption's tokens and one image's tokens.
+
+    ``image_tokens`` may also be a batch of images ([B, P, d]): then [B, K, P].
+    """
+    text = F.normalize(text_tokens.float(), dim=-1)
+    image = F.normalize(image_tokens.float(), dim=-1)
+    # A batch is one einsum over all images (as SEPS always computed it, so its scores keep their bits).
+    sim = text @ image.T if image.ndim == 2 else torch.einsum("kd,bnd->bkn", text, image)
     return F.leaky_relu(sim, NEGATIVE_SLOPE)
 
 
 def late_interaction_score(text_tokens: torch.Tensor, image_tokens: torch.Tensor) -> torch.Tensor:
-    """Scalar score of one caption ([K, d], valid tokens only) against one image ([P, d])."""
+    """Score of one caption ([K, d], valid tokens only) against one image ([P, d]): a scalar.
+
+    Against a batch of images ([B, P, d]) it is the [B] scores, one per image.
+    """
     sim = token_similarity(text_tokens, image_tokens)
-    return sim.max(dim=1).values.mean() + sim.max(dim=0).values.mean()
+    return sim.max(dim=-1).values.mean(dim=-1) + sim.max(dim=-2).values.mean(dim=-1)

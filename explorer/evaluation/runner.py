@@ -1,6 +1,7 @@
 """The benchmark: every model of a zoo on a held-out split of the synthetic world.
 
-    from explorer.evaluation.benchmark import evaluate_zoo, write_results
+    from explorer.evaluation.runner import evaluate_zoo
+    from explorer.evaluation.results import write_results
     results = evaluate_zoo("checkpoints/", "data/synthetic", split="test")
     write_results(results, "results.json")
 
@@ -24,35 +25,12 @@ Hard negatives (``hard_negative_accuracy``; a tie is a miss)
     size, texture, position): share of that attribute's negatives that the long caption
     beats. The long caption and its negatives are scored in the same call.
 
-Grounding (``otsu_mask``, ``mask_iou``, ``pointing_hits``)
-    Each OBJECT sentence (kind "object", one object) of a scene gets its map from one call
-    ``model.sentence_maps(scene.image, object_sentences, kind)`` (all object sentences of
-    the scene at once); the map's Otsu mask is compared with the object's mask.
-    ``miou_generic`` / ``pointing_generic``: the generic map (cosine of the sentence with
-    each patch). ``miou_native`` / ``pointing_native``: the method's preferred native map,
-    the first of ``NATIVE_PREFERENCE`` among ``model.map_kinds`` (its name is the model's
-    ``native_kind``); None when the method has none of them. Means are over sentences
-    (every object sentence of every grounding scene weighs the same). Pointing is the
-    strict game of ``pointing_hits``: every pixel where the map peaks must be in the mask.
-
-FLISM (``flism``, ``flism_region_accuracy``)
-    ``flism_acc``: the object sentences of a scene are matched with FLISM's regions (four
-    quadrants and the centre box, no detector); a sentence is right when its region is the
-    one its object's box overlaps most. Pooled over scenes: hits / scored sentences.
+Grounding (``miou_*``, ``pointing_*``) and FLISM (``flism_acc``)
+    ``explorer.evaluation.grounding_eval``.
 
 Every value is a share in [0, 1], or None where it is undefined (no native map, nothing
-scored). ``baselines(scenes)`` gives the reference rows, computed once per dataset on the
-grounding scenes (they see no text):
-
-- ``centre-box``: every sentence's mask is the central box (pixels whose centres lie in the
-  middle third of the width and of the height); its pointing map peaks at the image centre
-  (the centre pixel, or the 2 or 4 pixels around the centre of an even side); for FLISM it
-  always picks the centre region.
-- ``uniform``: a flat map. Otsu finds no two classes in a flat map, so its mask is empty
-  (``explorer.grounding.masks``): mIoU 0 against any non-empty object; its peak is the whole image,
-  so it points right only when an object covers the whole image: 0.
-- ``chance``: the expected value of random scores: R@K = K / N, hard negatives
-  1 / (1 + negatives of the scene), FLISM (best regions) / (regions) per sentence.
+scored); the keys and the results file are ``explorer.evaluation.results``. The reference
+rows (centre box, uniform map, chance) are ``explorer.evaluation.baselines``.
 
 Scenes are the first ``limit`` of the split, in the dataset's order (the dataset's seed
 fixes them); ``seed`` seeds torch and numpy inside each model's run, so a run is repeatable.
@@ -61,8 +39,6 @@ fixes them); ``seed`` seeds torch and numpy inside each model's run, so a run is
 from __future__ import annotations
 
 import json
-import math
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,25 +47,18 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from explorer.evaluation.baselines import baselines
+from explorer.evaluation.grounding_eval import (NATIVE_PREFERENCE, flism_metrics, grounding_metrics, native_kind,
+                                                object_sentences)
+from explorer.evaluation.progress import progress as progress_bar
+from explorer.evaluation.results import ATTRIBUTES, FORMAT, METRIC_KEYS, VERSION, finite_or_none
 from explorer.evaluation.retrieval_metrics import recall_at_k
-from explorer.grounding.masks import otsu_mask
-from explorer.grounding.metrics import box_iou, flism_region_accuracy, hard_negative_accuracy, mask_iou, pointing_hits
+from explorer.grounding.metrics import hard_negative_accuracy
 
-FORMAT = "explorer-eval"
-VERSION = 1
 DEFAULT_LIMIT = 300  # scenes for retrieval and hard negatives
 DEFAULT_GROUNDING_LIMIT = 100  # the first scenes, for grounding and FLISM
 DEFAULT_CAPTION_CHUNK = 64  # captions scored against all images at once
 DEFAULT_IMAGE_BATCH = 32  # images encoded at once
-NATIVE_PREFERENCE = ("subcaption-alpha", "attention-pool", "late-interaction", "word-max")
-GENERIC_KIND = "generic"
-ATTRIBUTES = ("colour", "shape", "size", "texture", "position")
-
-RETRIEVAL_KEYS = ("long_t2i_R@1", "long_t2i_R@5", "long_i2t_R@1", "long_i2t_R@5", "short_t2i_R@1")
-GROUNDING_KEYS = ("miou_generic", "pointing_generic", "miou_native", "pointing_native")
-METRIC_KEYS = (*RETRIEVAL_KEYS, "hard_negative_acc", *(f"hard_negative_acc/{a}" for a in ATTRIBUTES),
-               *GROUNDING_KEYS, "flism_acc")
-BASELINES = ("centre-box", "uniform", "chance")
 
 
 # ---- one model --------------------------------------------------------------------------------------
@@ -150,14 +119,8 @@ def evaluate_model(model, scenes: Sequence, *, grounding_limit: int | None = DEF
     return {"name": getattr(model, "name", ""), "method": getattr(model, "method_name", ""),
             "context_length": int(getattr(model, "context_length", 0) or 0),
             "trained": bool(getattr(model, "trained", True)), "native_kind": native,
-            "metrics": {key: _clean(metrics.get(key)) for key in METRIC_KEYS}, "counts": counts,
+            "metrics": {key: finite_or_none(metrics.get(key)) for key in METRIC_KEYS}, "counts": counts,
             "seconds": {key: round(value, 3) for key, value in seconds.items()}}
-
-
-def native_kind(model) -> str | None:
-    """The method's preferred native map: the first of ``NATIVE_PREFERENCE`` it offers, or None."""
-    kinds = tuple(getattr(model, "map_kinds", ()) or ())
-    return next((kind for kind in NATIVE_PREFERENCE if kind in kinds), None)
 
 
 def encode_images(model, images: Sequence, batch: int = DEFAULT_IMAGE_BATCH, progress: bool = False):
@@ -165,7 +128,7 @@ def encode_images(model, images: Sequence, batch: int = DEFAULT_IMAGE_BATCH, pro
     from explorer.models.features import concat_features
 
     parts = []
-    for start in _progress(range(0, len(images), batch), progress, "encode images", unit="batch"):
+    for start in progress_bar(range(0, len(images), batch), progress, "encode images", unit="batch"):
         parts.append(model.encode_image(list(images[start:start + batch])))
     return concat_features(parts)
 
@@ -238,158 +201,6 @@ def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = 
     return metrics, len(positives)
 
 
-def object_sentences(scene) -> list:
-    """The scene's sentences about exactly one object (kind "object"), in caption order."""
-    return [s for s in scene.sentences if s.kind == "object" and len(s.objects) == 1]
-
-
-def grounding_metrics(model, scenes: Sequence, native: str | None = None, progress: bool = False
-                      ) -> tuple[dict[str, float | None], int]:
-    """mIoU and pointing of the generic map and of ``native`` (if any), pooled over object sentences."""
-    kinds = [GENERIC_KIND] + ([native] if native and native != GENERIC_KIND else [])
-    ious: dict[str, list[float]] = {k: [] for k in kinds}
-    hits: dict[str, list[bool]] = {k: [] for k in kinds}
-    n_sentences = 0
-    for scene in _progress(scenes, progress, "grounding", unit="scene"):
-        sentences = object_sentences(scene)
-        if not sentences:
-            continue
-        n_sentences += len(sentences)
-        truth = np.stack([scene.mask(s.objects[0]) for s in sentences])
-        for kind in kinds:
-            maps = np.asarray(model.sentence_maps(scene.image, [s.text for s in sentences], kind).maps)
-            if maps.shape != truth.shape:
-                raise ValueError(f"{kind} maps of scene {scene.id} are {maps.shape}, its masks {truth.shape}")
-            ious[kind].extend(map_ious(maps, truth))
-            hits[kind].extend(map_pointing(maps, truth))
-    metrics: dict[str, float | None] = {key: None for key in GROUNDING_KEYS}
-    for kind in kinds:
-        slot = "generic" if kind == GENERIC_KIND else "native"
-        if ious[kind]:
-            metrics[f"miou_{slot}"] = float(np.mean(ious[kind]))
-            metrics[f"pointing_{slot}"] = float(np.mean(hits[kind]))
-    return metrics, n_sentences
-
-
-def map_ious(maps, truth) -> list[float]:
-    """IoU of each map's Otsu mask with its true mask (a map with no finite value selects nothing)."""
-    out = []
-    for one, mask in zip(maps, truth):
-        try:
-            predicted, _ = otsu_mask(one)
-        except ValueError:
-            predicted = np.zeros(mask.shape, dtype=bool)
-        out.append(mask_iou(predicted, mask))
-    return out
-
-
-def map_pointing(maps, truth) -> list[bool]:
-    """Pointing-game hit of each map (NaN pixels never count as the peak)."""
-    values = np.nan_to_num(np.asarray(maps, dtype=np.float64), nan=-np.inf)
-    return [bool(h) for h in pointing_hits(values, truth)]
-
-
-def flism_metrics(model, scenes: Sequence, progress: bool = False) -> tuple[float | None, int]:
-    """(accuracy, scored sentences) of FLISM's sentence -> region choices, pooled over scenes."""
-    from explorer.grounding.flism import flism
-
-    hit_total = scored_total = 0
-    for scene in _progress(scenes, progress, "FLISM", unit="scene"):
-        sentences = object_sentences(scene)
-        if not sentences:
-            continue
-        result = flism(model, scene.image, [s.text for s in sentences])
-        accuracy = flism_region_accuracy(result.best_region.numpy(), _sentence_boxes(scene, sentences),
-                                         [r.box for r in result.regions])
-        hit_total += accuracy.hits
-        scored_total += accuracy.scored
-    return (hit_total / scored_total if scored_total else None), scored_total
-
-
-def _sentence_boxes(scene, sentences) -> np.ndarray:
-    return np.array([scene.objects[s.objects[0]].box for s in sentences], dtype=np.float64)
-
-
-# ---- baselines --------------------------------------------------------------------------------------
-
-
-def centre_box_mask(height: int, width: int) -> np.ndarray:
-    """bool [H, W]: pixels whose centres lie in the middle third of the width and of the height."""
-    def middle(n):
-        centres = np.arange(n) + 0.5
-        return (centres >= n / 3) & (centres < 2 * n / 3)
-
-    return middle(height)[:, None] & middle(width)[None, :]
-
-
-def centre_point_map(height: int, width: int) -> np.ndarray:
-    """float [H, W] peaking at the image centre: minus the distance of each pixel centre to it."""
-    ys = np.arange(height) + 0.5 - height / 2
-    xs = np.arange(width) + 0.5 - width / 2
-    return -np.hypot(ys[:, None], xs[None, :])
-
-
-def baselines(scenes: Sequence, retrieval_scenes: Sequence | None = None) -> dict[str, dict]:
-    """The reference rows of the module docstring, on ``scenes`` (grounding, FLISM) and
-    ``retrieval_scenes`` (chance retrieval and hard negatives; default: ``scenes``)."""
-    from explorer.core.regions import spatial_regions
-
-    retrieval_scenes = list(scenes if retrieval_scenes is None else retrieval_scenes)
-    centre_iou, centre_hits, flat_iou, flat_hits = [], [], [], []
-    centre_flism: list[bool] = []
-    chance_flism: list[float] = []
-    for scene in scenes:
-        sentences = object_sentences(scene)
-        if not sentences:
-            continue
-        truth = np.stack([scene.mask(s.objects[0]) for s in sentences])
-        height, width = truth.shape[1:]
-        box = centre_box_mask(height, width)
-        centre_iou.extend(mask_iou(box, mask) for mask in truth)
-        centre_hits.extend(map_pointing(np.broadcast_to(centre_point_map(height, width), truth.shape), truth))
-        flat = np.zeros(truth.shape, dtype=np.float64)
-        flat_iou.extend(map_ious(flat, truth))
-        flat_hits.extend(map_pointing(flat, truth))
-        regions = spatial_regions(width, height)
-        centre = next(i for i, r in enumerate(regions) if r.source == "centre")
-        boxes = _sentence_boxes(scene, sentences)
-        picked = flism_region_accuracy([centre] * len(sentences), boxes, [r.box for r in regions])
-        overlap = box_iou(boxes, [r.box for r in regions])
-        for row, target in zip(overlap, picked.targets):
-            if target >= 0:
-                chance_flism.append(float((row == row.max()).sum() / len(row)))
-        centre_flism.extend([True] * picked.hits + [False] * (picked.scored - picked.hits))
-
-    def mean(values):
-        return float(np.mean(values)) if len(values) else None
-
-    empty = {key: None for key in METRIC_KEYS}
-    n = len(retrieval_scenes)
-    with_negatives = [s for s in retrieval_scenes if s.hard_negatives]
-    chance = dict(empty)
-    if n:
-        chance.update({"long_t2i_R@1": 1 / n, "long_t2i_R@5": min(5, n) / n, "long_i2t_R@1": 1 / n,
-                       "long_i2t_R@5": min(5, n) / n, "short_t2i_R@1": 1 / n})
-    if with_negatives:
-        chance["hard_negative_acc"] = float(np.mean([1 / (1 + len(s.hard_negatives)) for s in with_negatives]))
-        for attribute in ATTRIBUTES:
-            if any(neg.attribute == attribute for s in with_negatives for neg in s.hard_negatives):
-                chance[f"hard_negative_acc/{attribute}"] = 0.5
-    chance["flism_acc"] = mean(chance_flism)
-    centre = {**empty, "miou_generic": mean(centre_iou), "pointing_generic": mean(centre_hits),
-              "flism_acc": mean(centre_flism)}
-    uniform = {**empty, "miou_generic": mean(flat_iou), "pointing_generic": mean(flat_hits)}
-    return {
-        "centre-box": {"metrics": {k: _clean(v) for k, v in centre.items()},
-                       "about": "central box (middle third of width and height); points at the image centre; "
-                                "FLISM always picks the centre region"},
-        "uniform": {"metrics": {k: _clean(v) for k, v in uniform.items()},
-                    "about": "flat map: Otsu finds one class, so the mask is empty; its peak is the whole image"},
-        "chance": {"metrics": {k: _clean(v) for k, v in chance.items()},
-                   "about": "expected value of random scores"},
-    }
-
-
 # ---- a zoo ------------------------------------------------------------------------------------------
 
 
@@ -408,7 +219,7 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
     """
     from explorer.core.errors import ExplorerError
     from explorer.data import read_dataset
-    from explorer.zoo.zoo import ModelCache, Zoo
+    from explorer.zoo import ModelCache, Zoo
 
     limit = DEFAULT_LIMIT if limit is None else int(limit)
     if limit < 1 or grounding_limit < 0:
@@ -436,7 +247,7 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
         "models": [], "errors": {},
         "baselines": baselines(grounding_scenes, scenes),
     }
-    for name in _progress(names, progress and len(names) > 1, "models", unit="model"):
+    for name in progress_bar(names, progress and len(names) > 1, "models", unit="model"):
         try:
             model = zoo.load(name)
         except (ExplorerError, OSError, RuntimeError) as error:
@@ -460,25 +271,6 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
     return results
 
 
-def write_results(results: dict, path) -> Path:
-    """Write ``results`` as JSON (NaN and infinities as null), atomically; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_json_safe(results), indent=2, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def read_results(path) -> dict:
-    """Results written by ``write_results``."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
 # ---- helpers ----------------------------------------------------------------------------------------
 
 
@@ -494,29 +286,6 @@ def _error_text(stage: str, error: BaseException) -> str:
     return f"{stage}: {type(error).__name__}: {first}".rstrip(": ")
 
 
-def _clean(value):
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return _clean(value)
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
 @contextmanager
 def _seeded(seed: int):
     """torch and numpy seeded with ``seed`` inside, the caller's random state restored after."""
@@ -530,17 +299,5 @@ def _seeded(seed: int):
             np.random.set_state(state)
 
 
-def _progress(iterable, enabled: bool, description: str, **kwargs):
-    if not enabled:
-        return iterable
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # tqdm comes with transformers; without it, no bar
-        return iterable
-    return tqdm(iterable, desc=description, leave=False, **kwargs)
-
-
-__all__ = ["ATTRIBUTES", "BASELINES", "DEFAULT_GROUNDING_LIMIT", "DEFAULT_LIMIT", "METRIC_KEYS", "NATIVE_PREFERENCE",
-           "baselines", "centre_box_mask", "centre_point_map", "encode_images", "evaluate_model", "evaluate_zoo",
-           "grounding_metrics", "hard_negative_metrics", "native_kind", "object_sentences", "read_results",
-           "score_captions", "write_results"]
+__all__ = ["DEFAULT_CAPTION_CHUNK", "DEFAULT_GROUNDING_LIMIT", "DEFAULT_IMAGE_BATCH", "DEFAULT_LIMIT",
+           "encode_images", "evaluate_model", "evaluate_zoo", "hard_negative_metrics", "score_captions"]

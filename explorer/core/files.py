@@ -1,0 +1,59 @@
+"""Writing files atomically: a reader sees the old file or the whole new one, never part of it.
+
+    with atomic_path(target) as tmp:        # a fresh temporary path beside the target
+        save_file(tensors, tmp)             # any writer that takes a path
+    with atomic_write(target) as out:       # or a handle (text UTF-8, or binary)
+        out.write(text)
+    write_text_atomic(target, text)
+
+The temporary file is unique (two writers never share one), replaces the target only when the
+block ends without an error, and is removed when it does not; a crash leaves at most a hidden
+``.<name>.*.tmp`` beside the target. The new file keeps the target's permissions, or gets 0644.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+NEW_FILE_MODE = 0o644  # mkstemp makes 0600 files; a data file is readable like any other
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = NEW_FILE_MODE
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    os.close(handle)
+    try:
+        yield Path(temporary)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike, *, binary: bool = False) -> Iterator[IO]:
+    """A handle whose contents replace ``path`` when the block ends without an error (synced to disk)."""
+    with atomic_path(path) as temporary:
+        with open(temporary, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    with atomic_write(path) as out:
+        out.write(text)
+    return Path(path)

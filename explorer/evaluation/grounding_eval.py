@@ -1,0 +1,103 @@
+"""The benchmark's grounding and FLISM metrics: a model's maps and regions against the scenes' truth.
+
+Grounding (``grounding_metrics``; scoring: ``explorer.grounding.metrics.score_maps``)
+    Each OBJECT sentence (kind "object", one object) of a scene gets its map from one call
+    ``model.sentence_maps(scene.image, object_sentences, kind)`` (all object sentences of
+    the scene at once); the map's Otsu mask is compared with the object's mask.
+    ``miou_generic`` / ``pointing_generic``: the generic map (cosine of the sentence with
+    each patch). ``miou_native`` / ``pointing_native``: the method's preferred native map,
+    the first of ``NATIVE_PREFERENCE`` among ``model.map_kinds`` (its name is the model's
+    ``native_kind``); None when the method has none of them. Means are over sentences
+    (every object sentence of every grounding scene weighs the same). Pointing is the
+    strict game of ``pointing_hits``: every pixel where the map peaks must be in the mask.
+    NaN pixels, maps with no finite value and flat maps score as ``score_maps`` decides.
+
+FLISM (``flism_metrics``; ``flism``, ``flism_region_accuracy``)
+    ``flism_acc``: the object sentences of a scene are matched with FLISM's regions (four
+    quadrants and the centre box, no detector); a sentence is right when its region is the
+    one its object's box overlaps most. Pooled over scenes: hits / scored sentences.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from explorer.evaluation.progress import progress as progress_bar
+from explorer.evaluation.results import GROUNDING_KEYS
+from explorer.grounding.metrics import flism_region_accuracy, score_maps
+
+NATIVE_PREFERENCE = ("subcaption-alpha", "attention-pool", "late-interaction", "word-max")
+GENERIC_KIND = "generic"
+
+
+def native_kind(model) -> str | None:
+    """The method's preferred native map: the first of ``NATIVE_PREFERENCE`` it offers, or None."""
+    kinds = tuple(getattr(model, "map_kinds", ()) or ())
+    return next((kind for kind in NATIVE_PREFERENCE if kind in kinds), None)
+
+
+def object_sentences(scene) -> list:
+    """The scene's sentences about exactly one object (kind "object"), in caption order."""
+    return [s for s in scene.sentences if s.kind == "object" and len(s.objects) == 1]
+
+
+def object_masks(scene, sentences) -> np.ndarray:
+    """bool [M, H, W]: the mask of each (object) sentence's object."""
+    return np.stack([scene.mask(s.objects[0]) for s in sentences])
+
+
+def sentence_boxes(scene, sentences) -> np.ndarray:
+    """float [M, 4]: the box (x0, y0, x1, y1) of each (object) sentence's object, in pixels."""
+    return np.array([scene.objects[s.objects[0]].box for s in sentences], dtype=np.float64)
+
+
+def grounding_metrics(model, scenes: Sequence, native: str | None = None, progress: bool = False
+                      ) -> tuple[dict[str, float | None], int]:
+    """mIoU and pointing of the generic map and of ``native`` (if any), pooled over object sentences."""
+    kinds = [GENERIC_KIND] + ([native] if native and native != GENERIC_KIND else [])
+    ious: dict[str, list[float]] = {k: [] for k in kinds}
+    hits: dict[str, list[bool]] = {k: [] for k in kinds}
+    n_sentences = 0
+    for scene in progress_bar(scenes, progress, "grounding", unit="scene"):
+        sentences = object_sentences(scene)
+        if not sentences:
+            continue
+        n_sentences += len(sentences)
+        truth = object_masks(scene, sentences)
+        for kind in kinds:
+            maps = np.asarray(model.sentence_maps(scene.image, [s.text for s in sentences], kind).maps)
+            if maps.shape != truth.shape:
+                raise ValueError(f"{kind} maps of scene {scene.id} are {maps.shape}, its masks {truth.shape}")
+            scene_ious, scene_hits = score_maps(maps, truth)
+            ious[kind].extend(scene_ious)
+            hits[kind].extend(scene_hits)
+    metrics: dict[str, float | None] = {key: None for key in GROUNDING_KEYS}
+    for kind in kinds:
+        slot = "generic" if kind == GENERIC_KIND else "native"
+        if ious[kind]:
+            metrics[f"miou_{slot}"] = float(np.mean(ious[kind]))
+            metrics[f"pointing_{slot}"] = float(np.mean(hits[kind]))
+    return metrics, n_sentences
+
+
+def flism_metrics(model, scenes: Sequence, progress: bool = False) -> tuple[float | None, int]:
+    """(accuracy, scored sentences) of FLISM's sentence -> region choices, pooled over scenes."""
+    from explorer.grounding.flism import flism
+
+    hit_total = scored_total = 0
+    for scene in progress_bar(scenes, progress, "FLISM", unit="scene"):
+        sentences = object_sentences(scene)
+        if not sentences:
+            continue
+        result = flism(model, scene.image, [s.text for s in sentences])
+        accuracy = flism_region_accuracy(result.best_region.numpy(), sentence_boxes(scene, sentences),
+                                         [r.box for r in result.regions])
+        hit_total += accuracy.hits
+        scored_total += accuracy.scored
+    return (hit_total / scored_total if scored_total else None), scored_total
+
+
+__all__ = ["GENERIC_KIND", "NATIVE_PREFERENCE", "flism_metrics", "grounding_metrics", "native_kind",
+           "object_masks", "object_sentences", "sentence_boxes"]

@@ -1,0 +1,36 @@
+"""SEPS's training objective.
+
+Hinge with the hardest negatives (margin 0.2) on the [B, B] matrix of full
+scores (official: sparse + dense branch; paper: the joint score), plus
+``2.0 * mean_pairs (lambda_1 r_s + lambda_2 r_d - rho)^2`` with r_s, r_d the
+keep ratios of the two branches per (image, caption) pair, lambda_1 = lambda_2
+= 0.5 (eq. 8; the paper gives no values), so the target is the mean keep ratio
+of the two branches. For the official top-k it is the constant 2 (ceil(P rho) /
+P - rho)^2 (0 when P rho is whole) and trains nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from explorer.models.nn.losses import hinge_hardest
+
+MARGIN = 0.2  # hinge margin (LAPS/SEPS)
+RATIO_LOSS_WEIGHT = 2.0
+BRANCH_RATIO_WEIGHTS = (0.5, 0.5)  # lambda_1 (sparse), lambda_2 (dense) of eq. 8
+
+
+def seps_loss_terms(scores: torch.Tensor, keep_sparse: torch.Tensor, keep_dense: torch.Tensor, target: float,
+                    margin: float = MARGIN, ratio_weight: float = RATIO_LOSS_WEIGHT,
+                    branch_weights: tuple[float, float] = BRANCH_RATIO_WEIGHTS) -> dict[str, torch.Tensor]:
+    """The weighted SEPS loss terms.
+
+    ``scores`` [B, B] image x caption (positives on the diagonal); ``keep_*``
+    [B, B, P] the decisions of each pair's branches. ``hinge``: VSE++'s hardest
+    negative hinge summed over the batch; ``ratio``: ``ratio_weight * mean over
+    pairs of (l1 r_s + l2 r_d - target)^2``, r = the pair's mean decision.
+    """
+    l1, l2 = branch_weights
+    ratio = l1 * keep_sparse.float().mean(dim=-1) + l2 * keep_dense.float().mean(dim=-1)
+    return {"hinge": hinge_hardest(scores, margin),
+            "ratio": ratio_weight * ((ratio - target) ** 2).mean()}

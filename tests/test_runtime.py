@@ -1,0 +1,38 @@
+"""Start-up happens in one place: importing the UI changes no environment; the entry points set
+the offline environment (respecting what the user set) and accept the README's app options."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from explorer.cli import _parser
+from explorer.core import runtime
+
+
+def test_importing_the_app_module_sets_no_environment():
+    code = ("import os; before = dict(os.environ); import explorer.ui.app, explorer.views.figures; "
+            "changed = sorted(k for k in os.environ if os.environ.get(k) != before.get(k)); print(changed); "
+            "import sys; print('matplotlib.pyplot' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k not in runtime.OFFLINE_ENVIRONMENT}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    changed, pyplot = out.strip().splitlines()[-2:]
+    assert not any(name in changed for name in runtime.OFFLINE_ENVIRONMENT), changed
+    assert pyplot == "False"  # figures use matplotlib's object API: no pyplot, no backend switch
+
+
+def test_prepare_process_goes_offline_but_keeps_what_the_user_set(monkeypatch):
+    for name in runtime.OFFLINE_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    runtime.prepare_process()
+    assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+    assert os.environ["HF_HUB_DISABLE_TELEMETRY"] == "1"
+    assert os.environ["HF_HUB_OFFLINE"] == "0"
+
+
+def test_the_app_takes_its_zoo_folder_after_the_command_too():
+    assert _parser().parse_args(["app", "--checkpoints", "zoo-a"]).checkpoints == "zoo-a"  # python app.py --checkpoints
+    assert _parser().parse_args(["--checkpoints", "zoo-b", "app"]).checkpoints == "zoo-b"
+    assert _parser().parse_args(["app"]).checkpoints is None
