@@ -154,7 +154,27 @@ def main(argv: list[str] | None = None) -> int:
           f"ratio {median_ms(ours_cpu) / median_ms(theirs_cpu):.3f}")
     print(f"  median of per-run ratios (a_i/b_i): {paired:.3f}")
     print(f"  ratio (a)/(b): {ratio:.3f}   target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'}")
+    print_preprocess_times(model)
     return 0 if same else 1
+
+
+def print_preprocess_times(model, runs: int = 30) -> None:
+    """Pixels alone, for a 640x427 photo-like picture: each official pipeline (crop) and the maps' squash."""
+    from explorer.models.preprocess import Preprocess
+
+    photo = picture(640).resize((640, 427))
+    pipelines = {"openai (crop)": (model.method.preprocess, "crop"), "openai (squash, maps)": (model.method.preprocess,
+                 "squash"), "hf-clip (GOAL, crop)": (Preprocess(224, pipeline="hf-clip"), "crop")}
+    parts = []
+    for label, (preprocess, fit) in pipelines.items():
+        preprocess([photo], fit=fit)  # warm-up (GOAL's builds its processor once)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            preprocess([photo], fit=fit)
+            times.append(time.perf_counter() - start)
+        parts.append(f"{label} {median_ms(times):.2f} ms")
+    print(f"  preprocess one 640x427 picture, median of {runs}: " + ", ".join(parts))
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     zoo = commands.add_parser("zoo", help="the demo zoo").add_subparsers(title="zoo")
     demo = zoo.add_parser("build-demo", help="retrain checkpoints/demo/ from scratch on the synthetic world")
     demo.add_argument("--out", type=Path, help="default: the repository's checkpoints/demo")
-    demo.add_argument("--work", type=Path, help="data and run folders (default: ~/.cache/explorer/demo-build)")
+    demo.add_argument("--work", type=Path, help="data and run folders (default: $EXPLORER_HOME/demo-build, ~/.cache/explorer/demo-build)")
     demo.add_argument("--scenes", type=int, default=6000)
     demo.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (e.g. 0.1 for a quick try)")
     demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")

@@ -39,7 +39,19 @@ def imported(name: str, path: Path) -> list[tuple[str, list[str], int]]:
             else:
                 target = node.module or ""
             result.append((target, [alias.name for alias in node.names], node.lineno))
+        elif isinstance(node, ast.Call) and _names_an_importer(node.func) and node.args:
+            first = node.args[0]  # importlib.import_module("explorer.x") / __import__("explorer.x")
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                result.append((first.value, [], node.lineno))
+            elif isinstance(first, ast.JoinedStr) and first.values and isinstance(first.values[0], ast.Constant):
+                prefix = str(first.values[0].value).rstrip(".")  # f"explorer.models.methods.{name}"
+                result.append((prefix, [], node.lineno))
     return result
+
+
+def _names_an_importer(func: ast.expr) -> bool:
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in ("import_module", "__import__")
 
 
 def layer_of(module: str) -> tuple[str, int] | None:
@@ -85,9 +97,10 @@ def test_imports_only_go_down_the_layers():
 def test_the_check_catches_an_upward_import(tmp_path):
     """The check itself works: a models module importing the UI is reported."""
     bad = tmp_path / "bad.py"
-    bad.write_text("from explorer.ui.app import build_app\nfrom ..views import settings\n")
-    found = imported("explorer.models.bad", bad)
-    assert [layer_of(t)[0] for t, _, _ in found] == ["ui", "views"]
+    bad.write_text("from explorer.ui.app import build_app\nfrom ..views import settings\n"
+                   "import importlib\nimportlib.import_module('explorer.jobs.queue')\n")
+    found = [(t, n, line) for t, n, line in imported("explorer.models.bad", bad) if t.startswith("explorer")]
+    assert [layer_of(t)[0] for t, _, _ in found] == ["ui", "views", "jobs"]
     assert all(layer_of(t)[1] > RANK["models"] for t, _, _ in found)
 
 

@@ -78,3 +78,59 @@ def test_every_cache_says_what_it_holds():
     stats = [s for s in live_caches() if s.name == "pictures for a test"]
     assert stats and stats[0].items == 1 and stats[0].bytes == 1000
     assert "pictures for a test: 1/3 entries" in stats[0].line()
+
+
+def test_a_failed_computation_lets_one_waiter_retry_at_a_time():
+    cache, running, peak, lock = BoundedCache("test", max_items=4), [0], [0], threading.Lock()
+
+    def flaky(fail: bool):
+        def compute():
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.1)
+            with lock:
+                running[0] -= 1
+            if fail:
+                raise RuntimeError("boom")
+            return "ok"
+        return compute
+
+    results = []
+
+    def ask(fail):
+        try:
+            results.append(cache.get("k", flaky(fail)))
+        except RuntimeError:
+            results.append("failed")
+
+    threads = [threading.Thread(target=ask, args=(i == 0,)) for i in range(4)]
+    threads[0].start()
+    time.sleep(0.02)
+    for thread in threads[1:]:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert peak[0] == 1 and sorted(results) == ["failed", "ok", "ok", "ok"]
+    assert not cache._computing
+
+
+def test_a_computation_that_asks_for_its_own_key_raises_instead_of_hanging():
+    cache = BoundedCache("test", max_items=2)
+    with pytest.raises(RuntimeError, match="asked for"):
+        cache.get("k", lambda: cache.get("k", lambda: 1))
+    assert cache.get("k", lambda: 2) == 2  # the cache still works
+
+
+def test_an_oversized_model_is_kept_alone_when_the_cache_says_so():
+    cache = BoundedCache("models", max_items=2, max_bytes=MB, keep_oversized=True)
+    cache.get("small", lambda: np.zeros(1000, dtype=np.uint8))
+    cache.get("big", lambda: np.zeros(2 * MB, dtype=np.uint8))
+    assert cache.keys() == ["big"]
+    cache.get("small", lambda: np.zeros(1000, dtype=np.uint8))
+    assert cache.keys() == ["small"]  # the big one goes as soon as anything else is kept
+
+
+def test_nbytes_of_what_it_cannot_walk_is_its_python_size():
+    sparse = torch.zeros(10, 10).to_sparse()
+    assert nbytes(sparse) > 0

@@ -323,3 +323,14 @@ def test_write_results_turns_nan_into_null(tmp_path):
     loaded = json.loads(out.read_text())
     assert loaded["models"][0]["metrics"] == {"x": None, "y": 0.5, "n": 3}
     assert not math.isnan(loaded["models"][0]["metrics"]["y"])
+
+
+def test_results_say_what_score_each_model_ranked_by(untrained_result):
+    """The score kind is recorded per model and shown in the table's last column (FLAIR's logits and
+    a cosine do not compare)."""
+    assert untrained_result["score"] == "cosine"
+    flair = {**untrained_result, "name": "flair-logits", "method": "flair",
+             "score": "logits = exp(t) x cosine + b"}
+    lines = results_table({"models": [untrained_result, flair], "errors": {}, "baselines": {}}).strip().splitlines()
+    assert lines[0].endswith("| score |")
+    assert lines[2].endswith("| cosine |") and lines[3].endswith("| logits = exp(t) x cosine + b |")

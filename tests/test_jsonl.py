@@ -60,11 +60,20 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]
 
 
-def test_atomic_write_keeps_the_mode_and_makes_new_files_readable(tmp_path):
-    fresh = tmp_path / "fresh.bin"
-    with atomic_write(fresh, binary=True) as out:
-        out.write(b"\x00\x01")
+def test_atomic_write_keeps_the_mode_and_makes_new_files_as_the_umask_says(tmp_path):
+    umask = os.umask(0o022)  # a known umask for the check, restored after
+    try:
+        fresh = tmp_path / "fresh.bin"
+        with atomic_write(fresh, binary=True) as out:
+            out.write(b"\x00\x01")
+        os.umask(0o077)
+        private = tmp_path / "private.txt"
+        with atomic_write(private) as out:
+            out.write("secret")
+    finally:
+        os.umask(umask)
     assert fresh.read_bytes() == b"\x00\x01" and stat.S_IMODE(fresh.stat().st_mode) == 0o644
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
     os.chmod(fresh, 0o600)
     with atomic_write(fresh) as out:
         out.write("text")

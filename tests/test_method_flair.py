@@ -238,3 +238,33 @@ def test_released_round_trip(tmp_path, model):
     for kind in ("generic", "attention-pool", "attention-pool/head-3"):
         maps = loaded.sentence_maps(picture, ["A red cube.", "A blue ball."], kind=kind)
         assert maps.grid.shape == (2, *GRID) and maps.maps.shape == (2, 40, 50)
+
+
+def test_score_modes_on_a_crafted_case(tmp_path):
+    """cosine; exp(t) x cosine (FLAIR's retrieval evaluation); + logit_bias (its get_logits); sigmoid
+    of the logits (what its loss reads), with a known scale and bias; rankings agree in every mode."""
+    torch.manual_seed(7)
+    method = FlairMethod.example("tiny", seed=0).eval()
+    with torch.no_grad():
+        method.logit_scale.fill_(math.log(20.0))
+        method.logit_bias.fill_(-4.0)
+    image = ImageFeatures(cls=torch.randn(3, D), patches=torch.randn(3, P, D), grid_hw=GRID)
+    queries = torch.randn(4, D)
+    text = TextFeatures(eot=queries, tokens=torch.zeros(4, 2, D), mask=torch.ones(4, 2, dtype=torch.bool))
+    cosine = method.conditioned_scores(image, text)
+    expected = {"cosine": cosine, "scaled": 20 * cosine, "logits": 20 * cosine - 4,
+                "probability": 1 / (1 + torch.exp(-(20 * cosine - 4)))}
+    for mode, want in expected.items():
+        method.score = mode
+        with torch.no_grad():
+            got = method.similarity(image, text)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert torch.equal(got.argsort(dim=0), cosine.argsort(dim=0))
+    assert FlairMethod.score_description({"score": "logits"}) == "logits = exp(t) x cosine + b"
+
+    path = save_released(method, tmp_path / "flair.pt")  # a manifest's option picks the mode at load
+    loaded = explorer.load(path, device="cpu", options={"score": "probability"})
+    assert loaded.method.score == "probability" and loaded.score_label.startswith("sigmoid(")
+    assert explorer.load(path, device="cpu").score_label == "cosine"
+    with pytest.raises(ValueError, match="score must be one of"):
+        FlairMethod.example("tiny", score="softmax")

@@ -1,4 +1,4 @@
-"""PCA maps (explorer/pca.py): planted axes are recovered, signs are fixed, joint vs per-image colours."""
+"""PCA maps (explorer/grounding/pca.py): planted axes are recovered, signs are fixed, joint vs per-image colours."""
 
 from __future__ import annotations
 

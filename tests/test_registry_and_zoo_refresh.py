@@ -40,7 +40,7 @@ def test_every_shipped_method_is_registered():
 
 
 def _manifest(root, name="toy"):
-    return Manifest(name=name, method="clip", weights="builtin:tiny").write(root / f"{name}.json")
+    return Manifest(name=name, method="clip", weights="builtin:tiny-clip").write(root / f"{name}.json")
 
 
 def test_the_zoo_reads_a_manifest_once_and_again_after_it_changes(tmp_path, monkeypatch):
@@ -78,3 +78,20 @@ def test_a_draw_decodes_its_picture_once_for_all_models(tmp_path, monkeypatch):
                             models=["tiny-untrained", "demo-clip-base"], kind="generic")
     view = compute_maps(zoo.load, settings, sentence_maps.MapCache())
     assert len(view.models) == 2 and len(decodes) == 1
+
+
+def test_a_broken_manifest_listed_again_and_again_holds_no_growing_traceback(tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    zoo = Zoo(tmp_path)
+    errors = [zoo.entries()[0].status for _ in range(50)]
+    assert len(set(errors)) == 1 and errors[0].startswith("error:")
+    assert all(isinstance(value, str) for _, value in zoo._read.values())  # a message, not an exception
+
+
+def test_an_edited_manifest_replaces_its_loaded_model(tmp_path):
+    path = _manifest(tmp_path)
+    zoo = Zoo(tmp_path, device="cpu")
+    first = zoo.load("toy")
+    path.write_text(path.read_text().replace('"notes": ""', '"notes": "edited"'))
+    second = zoo.load("toy")
+    assert second is not first and len(zoo.cache) == 1

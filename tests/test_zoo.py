@@ -326,3 +326,16 @@ def test_cli_errors_are_messages_with_status_2(capsys, tmp_path, weights):
 def test_cli_without_a_command_prints_help(capsys):
     code, out, _ = _run(capsys)
     assert code == 0 and "models" in out
+
+
+def test_the_models_table_says_what_score_each_model_gives(tmp_path):
+    """The Models tab's score column follows a manifest's options (FLAIR's score, FineLIP's mode)."""
+    from explorer.ui.models_tab import COLUMNS, zoo_table
+
+    Manifest(name="flair-logits", method="flair", weights="missing.pt", options={"score": "logits"}).write(
+        tmp_path / "flair-logits.json")
+    Manifest(name="finelip-global", method="finelip", weights="missing.pt", options={"mode": "global"}).write(
+        tmp_path / "finelip-global.json")
+    rows = {row[0]: dict(zip(COLUMNS, row)) for row in zoo_table(Zoo(tmp_path))}
+    assert rows["flair-logits"]["score"] == "logits = exp(t) x cosine + b"
+    assert rows["finelip-global"]["score"] == "cosine"

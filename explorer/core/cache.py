@@ -8,7 +8,7 @@ slow computation for one key never blocks hits on others.
 Every cache has a name that says what it holds and a byte bound measured by ``nbytes`` (tensors,
 arrays, pictures, and the containers and dataclasses around them), so a browser session cannot
 grow the process without limit: a value bigger than the whole bound is returned but not kept.
-``live_caches()`` lists them all, for the soak benchmark and the logs.
+``live_caches()`` lists them all, with what each holds, for benchmarks and logs.
 """
 
 from __future__ import annotations
@@ -47,6 +47,15 @@ class CacheStats:
 _LIVE: "weakref.WeakSet[BoundedCache]" = weakref.WeakSet()
 
 
+class _Slot:
+    """A key being computed: its lock, the thread computing it, how many threads want it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.owner: int | None = None
+        self.waiters = 0
+
+
 def live_caches() -> list[CacheStats]:
     """The state of every cache alive in the process, largest first."""
     return sorted((cache.stats() for cache in list(_LIVE)), key=lambda s: -s.bytes)
@@ -56,36 +65,57 @@ class BoundedCache(Generic[V]):
     """LRU over hashable keys, at most ``max_items`` entries and ``max_bytes`` bytes (None: no bound)."""
 
     def __init__(self, name: str, max_items: int | None = None, max_bytes: int | None = None,
-                 sizeof: Callable[[Any], int] | None = None):
+                 sizeof: Callable[[Any], int] | None = None, keep_oversized: bool = False):
+        """``keep_oversized``: a value bigger than ``max_bytes`` is still kept, alone (everything else
+        is dropped). For values that stay in memory anyway while in use, such as a loaded model:
+        not keeping it would only load it again on the next request."""
         if max_items is not None and max_items < 1:
             raise ValueError(f"the cache {name!r} must hold at least one entry")
         self.name, self.max_items, self.max_bytes = name, max_items, max_bytes
+        self.keep_oversized = keep_oversized
         self._sizeof = sizeof or nbytes
         self._items: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self._computing: dict[Hashable, threading.Lock] = {}
+        self._computing: dict[Hashable, _Slot] = {}  # keys being computed now
         self.hits = self.misses = 0
         _LIVE.add(self)
 
     def get(self, key: Hashable, compute: Callable[[], V]) -> V:
-        """The cached value of ``key``, or ``compute()``'d, stored and returned."""
+        """The cached value of ``key``, or ``compute()``'d, stored and returned.
+
+        One computation per key at a time: others asking for it wait, then take the stored value
+        (or compute it themselves if it failed). A ``compute`` that asks for its own key raises
+        instead of waiting for itself forever.
+        """
+        me = threading.get_ident()
         with self._lock:
             if key in self._items:
                 return self._hit(key)
-            key_lock = self._computing.setdefault(key, threading.Lock())
-        with key_lock:  # one computation per key; others asking for it wait here
-            with self._lock:
-                if key in self._items:  # computed while we waited
-                    return self._hit(key)
-                self.misses += 1
-            try:
-                value = compute()
-                self.put(key, value)
-            finally:
+            slot = self._computing.get(key)
+            if slot is None:
+                slot = self._computing[key] = _Slot()
+            elif slot.owner == me:
+                raise RuntimeError(f"{self.name}: computing {key!r} asked for {key!r} again")
+            slot.waiters += 1
+        try:
+            with slot.lock:
                 with self._lock:
-                    self._computing.pop(key, None)
-        return value
+                    if key in self._items:  # computed while we waited
+                        return self._hit(key)
+                    self.misses += 1
+                    slot.owner = me
+                try:
+                    value = compute()
+                finally:
+                    slot.owner = None
+                self.put(key, value)
+                return value
+        finally:
+            with self._lock:
+                slot.waiters -= 1
+                if slot.waiters == 0 and self._computing.get(key) is slot:
+                    del self._computing[key]
 
     def put(self, key: Hashable, value: V) -> None:
         size = self._sizeof(value)
@@ -93,7 +123,10 @@ class BoundedCache(Generic[V]):
             if key in self._items:
                 self._bytes -= self._items.pop(key)[1]
             if self.max_bytes is not None and size > self.max_bytes:
-                return  # bigger than the whole cache: the caller has it, nobody keeps it
+                if not self.keep_oversized:
+                    return  # bigger than the whole cache: the caller has it, nobody keeps it
+                self._items.clear()
+                self._bytes = 0
             self._items[key] = (value, size)
             self._bytes += size
             self._evict()
@@ -136,7 +169,7 @@ class BoundedCache(Generic[V]):
         return self._items[key][0]
 
     def _evict(self) -> None:
-        while self._items and ((self.max_items is not None and len(self._items) > self.max_items)
+        while len(self._items) > 1 and ((self.max_items is not None and len(self._items) > self.max_items)
                                or (self.max_bytes is not None and self._bytes > self.max_bytes)):
             _, (_, size) = self._items.popitem(last=False)
             self._bytes -= size
@@ -145,8 +178,12 @@ class BoundedCache(Generic[V]):
 def nbytes(value: Any) -> int:
     """Bytes a value holds in memory: tensor and array data, pictures' pixels, and what containers,
     dataclasses and objects hold, each buffer counted once. Small Python objects count their
-    ``sys.getsizeof``; it is an estimate for bounding caches, not an exact account."""
-    return _nbytes(value, set())
+    ``sys.getsizeof``; it is an estimate for bounding caches, not an exact account (a value it
+    cannot walk, such as a sparse tensor or a very deep structure, counts its ``sys.getsizeof``)."""
+    try:
+        return _nbytes(value, set())
+    except (RuntimeError, NotImplementedError, RecursionError, TypeError):
+        return sys.getsizeof(value)
 
 
 def _nbytes(value: Any, seen: set[int]) -> int:

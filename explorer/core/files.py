@@ -8,38 +8,39 @@
 
 The temporary file is unique (two writers never share one), replaces the target only when the
 block ends without an error, and is removed when it does not; a crash leaves at most a hidden
-``.<name>.*.tmp`` beside the target. The new file keeps the target's permissions, or gets 0644.
+``.<name>.*.tmp`` beside the target. The new file keeps the target's permissions; a first one
+gets the umask's, as any new file.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-NEW_FILE_MODE = 0o644  # mkstemp makes 0600 files; a data file is readable like any other
-
-
 @contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, keep_mode: bool = True) -> Iterator[Path]:
+    """A fresh temporary path beside ``path`` (not created: the writer creates it, with the
+    process's umask like any new file). When the block ends without an error it replaces ``path``,
+    keeping the replaced file's permissions (``keep_mode``); otherwise it is removed."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
     try:
-        mode = path.stat().st_mode & 0o7777
+        mode = path.stat().st_mode & 0o7777 if keep_mode else None
     except FileNotFoundError:
-        mode = NEW_FILE_MODE
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    os.close(handle)
+        mode = None
+    temporary = directory / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     try:
-        yield Path(temporary)
-        os.chmod(temporary, mode)
+        yield temporary
+        if mode is not None:
+            os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

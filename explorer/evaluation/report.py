@@ -36,8 +36,8 @@ BASELINE_NAMES = {"centre-box": "baseline: centre box", "uniform": "baseline: un
 def results_table(results) -> str:
     """A Markdown table: one row per model (failed models say so), then the baselines."""
     models, baselines, errors = _parts(results)
-    header = ["model", "method", "ctx", *(title for title, _ in COLUMNS)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * len(COLUMNS)) + "|"]
+    header = ["model", "method", "ctx", *(title for title, _ in COLUMNS), "score"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * len(COLUMNS) + ["---"]) + "|"]
     for model in models:
         name = model.get("name") or "?"
         if model.get("trained") is False:
@@ -49,15 +49,16 @@ def results_table(results) -> str:
             if key == "miou_native" and value != DASH and model.get("native_kind"):
                 value += f" ({_escape(model['native_kind'])})"
             cells.append(value)
+        cells.append(_escape(model.get("score") or DASH))  # what the retrieval columns ranked by
         lines.append("| " + " | ".join(cells) + " |")
     for name, message in errors.items():
-        cells = [_escape(name), DASH, DASH] + [DASH] * len(COLUMNS)
+        cells = [_escape(name), DASH, DASH] + [DASH] * (len(COLUMNS) + 1)
         cells[1] = _escape(f"failed: {message}")
         lines.append("| " + " | ".join(cells) + " |")
     for key, baseline in baselines.items():
         metrics = baseline.get("metrics", {})
         cells = [_escape(BASELINE_NAMES.get(key, f"baseline: {key}")), DASH, DASH]
-        cells += [_percent(metrics.get(column)) for _, column in COLUMNS]
+        cells += [_percent(metrics.get(column)) for _, column in COLUMNS] + [DASH]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -81,6 +82,7 @@ def results_markdown(results) -> str:
         "of each object sentence's map vs the object's mask; pointing: the map's peak lies in the object. "
         "Native: the first of subcaption-alpha, attention-pool, late-interaction, word-max the method offers. "
         "FLISM acc: each object sentence's region (4 quadrants + centre) is the one its box overlaps most. "
+        "Score: what the model's retrieval ranked by (FineLIP*, CAFT++, SEPS's late interaction, a cosine...). "
         "Written by `explorer eval`.")
     return "\n\n".join(parts) + "\n"
 

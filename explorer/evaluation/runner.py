@@ -118,6 +118,7 @@ def evaluate_model(model, scenes: Sequence, *, grounding_limit: int | None = DEF
     seconds["total"] = time.perf_counter() - started
     return {"name": getattr(model, "name", ""), "method": getattr(model, "method_name", ""),
             "context_length": int(getattr(model, "context_length", 0) or 0),
+            "score": str(getattr(model, "score_label", "") or ""),  # what the retrieval columns ranked by
             "trained": bool(getattr(model, "trained", True)), "native_kind": native,
             "metrics": {key: finite_or_none(metrics.get(key)) for key in METRIC_KEYS}, "counts": counts,
             "seconds": {key: round(value, 3) for key, value in seconds.items()}}

@@ -189,9 +189,9 @@ LOADED_DETECTORS = BoundedCache("YOLOS detectors", max_items=2, max_bytes=2 * GB
 def load_yolos(directory: str, device: str) -> tuple[Any, Any]:
     """(image processor, model) from ``directory``; DetectorError saying what is wrong otherwise."""
     _check_directory(Path(directory))
-    from explorer.core.compat import ensure_torchvision_importable
+    from explorer.core.runtime import prepare_libraries
 
-    ensure_torchvision_importable()  # before transformers: its image processors import torchvision
+    prepare_libraries()  # before transformers: its image processors import torchvision
     from transformers import AutoImageProcessor, YolosForObjectDetection
 
     try:

@@ -43,11 +43,15 @@ class MapCache(BoundedCache):
 def prepare_image(source, working_side: int = WORKING_SIDE):
     """Load any image input and shrink it to the working size; returns (picture, notes)."""
     loaded = load_image(source)
-    picture, notes = loaded.image, list(loaded.notes)
+    return shrink(loaded.image, working_side), list(loaded.notes)
+
+
+def shrink(picture: Image.Image, working_side: int = WORKING_SIDE) -> Image.Image:
+    """The picture at most ``working_side`` on its long side (a copy when it shrinks)."""
     if max(picture.size) > working_side:
         picture = picture.copy()
         picture.thumbnail((working_side, working_side), Image.BICUBIC)
-    return picture, notes
+    return picture
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,13 @@ class WorkingPicture:
     image: Image.Image
     notes: tuple[str, ...]
     digest: str
+    original_size: tuple[int, int]  # the file's own size (an uploaded label mask is checked against it)
 
 
 def working_picture(source, working_side: int = WORKING_SIDE) -> WorkingPicture:
-    picture, notes = prepare_image(source, working_side)
-    return WorkingPicture(picture, tuple(notes), image_digest(picture))
+    loaded = load_image(source)
+    picture = shrink(loaded.image, working_side)
+    return WorkingPicture(picture, tuple(loaded.notes), image_digest(picture), loaded.original_size)
 
 
 def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: MapCache | None = None,

@@ -32,7 +32,7 @@ from PIL import Image
 
 from explorer.core.errors import ExplorerError, ImageError
 from explorer.core.files import atomic_write
-from explorer.core.images import decode_image, open_image
+from explorer.core.images import decode_image, image_digest, open_image
 from explorer.grounding.metrics import score_maps
 
 log = logging.getLogger(__name__)
@@ -236,8 +236,6 @@ def score_sentences(maps, predicted, truth: Truth) -> tuple[list[SentenceScore],
 
 def truth_path(picture: Image.Image, directory: Path) -> Path:
     """Where the truth of a picture with these pixels is stored: ``directory / '<image_digest>.npz'``."""
-    from explorer.grounding.sentence_maps import image_digest  # lazy: grounding pulls in the models
-
     return Path(directory) / f"{image_digest(picture)}.npz"
 
 

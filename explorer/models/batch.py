@@ -41,9 +41,9 @@ class TrainingBatch:
             raise ValueError(f"{method or 'this method'} trains on {', '.join(missing)}, which the batch lacks")
 
 
-_COLOURS = ("red", "green", "blue", "yellow", "purple", "orange")
-_SHAPES = ("cube", "ball", "cone", "ring", "star", "disk")
-_PLACES = ("on the left", "on the right", "at the top", "at the bottom", "in the centre", "in a corner")
+EXAMPLE_COLOURS = ("red", "green", "blue", "yellow", "purple", "orange")
+EXAMPLE_SHAPES = ("cube", "ball", "cone", "ring", "star", "disk")
+EXAMPLE_PLACES = ("on the left", "on the right", "at the top", "at the bottom", "in the centre", "in a corner")
 
 
 def example_batch(image_size: int, batch_size: int = 4, seed: int = 0) -> TrainingBatch:
@@ -56,8 +56,8 @@ def example_batch(image_size: int, batch_size: int = 4, seed: int = 0) -> Traini
     sentences = []
     for i in range(batch_size):
         n = 2 + i % 4  # 2..5 sentences, so chunking and padding paths run
-        picks = torch.randint(0, len(_COLOURS), (n, 3), generator=generator).tolist()
-        sentences.append([f"A {_COLOURS[c]} {_SHAPES[s]} sits {_PLACES[p]}." for c, s, p in picks])
+        picks = torch.randint(0, len(EXAMPLE_COLOURS), (n, 3), generator=generator).tolist()
+        sentences.append([f"A {EXAMPLE_COLOURS[c]} {EXAMPLE_SHAPES[s]} sits {EXAMPLE_PLACES[p]}." for c, s, p in picks])
     captions = [" ".join(parts) for parts in sentences]
     boxes = torch.tensor([[0.0, 0.0, 0.5, 0.5], [0.5, 0.0, 1.0, 0.5], [0.0, 0.5, 0.5, 1.0], [0.25, 0.25, 0.75, 0.75]])
     return TrainingBatch(

@@ -74,6 +74,11 @@ class Model:
         return self.method.title
 
     @property
+    def score_label(self) -> str:
+        """What ``similarity`` returns (e.g. "cosine", FLAIR's "logits"), for labels and exports."""
+        return self.method.score_label
+
+    @property
     def context_length(self) -> int:
         return self.method.context_length
 

@@ -87,7 +87,12 @@ class TokenCounter:
         return TokenBudget(n_tokens=used + self.specials, limit=limit, cut_at_char=cut_at)
 
 
-CLIP_TOKENS = TokenCounter()
+class ClipTokenCounter(TokenCounter):
+    def count(self, text: str) -> int:
+        return len(_bpe().encode(text)) + self.specials  # one call: the same sum, less Python per word
+
+
+CLIP_TOKENS = ClipTokenCounter()
 
 
 def count_tokens(text: str) -> int:

@@ -158,9 +158,8 @@ def _step_folders(resume: Path) -> list[tuple[int, Path]]:
 
 
 def _publish(source: Path, target: Path) -> None:
-    with atomic_path(target) as tmp:
-        tmp.unlink()  # a hard link (no copy) when the file system allows it
-        try:
+    with atomic_path(target, keep_mode=False) as tmp:  # a hard link shares the source's mode: leave it
+        try:  # a hard link (no copy) when the file system allows it
             os.link(source, tmp)
         except OSError:
             shutil.copy2(source, tmp)

@@ -115,24 +115,24 @@ def init_from(method: str, init: str | Path | None = None, size: str | None = No
     _match_context(source, target_context, report)
     sizes = {**(source.extra_config if same else {}), **extra}
     torch.manual_seed(seed)
-    model = cls(source.arch, **sizes)
-    _copy_keys(source, model, report)
+    method = cls(source.arch, **sizes)
+    _copy_keys(source, method, report)
     if not report.from_init:
         raise CheckpointError(f"{init}: no tensor of it fits {cls.title}.")
-    return model, report
+    return method, report
 
 
 def _from_scratch(cls, size: str, seed: int, context_length: int | None, extra: Mapping):
     if context_length is not None and issubclass(cls, ClipFamily):
         torch.manual_seed(seed)
-        model = cls(example_architecture(size, context_length, cls.default_quick_gelu), **extra)
+        method = cls(example_architecture(size, context_length, cls.default_quick_gelu), **extra)
     else:
-        model = cls.example(size, seed=seed, **extra)
-        if context_length is not None and context_length != model.context_length:
-            raise ValueError(f"{cls.title} built from scratch reads {model.context_length} tokens, "
+        method = cls.example(size, seed=seed, **extra)
+        if context_length is not None and context_length != method.context_length:
+            raise ValueError(f"{cls.title} built from scratch reads {method.context_length} tokens, "
                              f"not {context_length}")
-    report = InitReport(target=cls.name, kept_init={k: f"{size} example, seed {seed}" for k in model.state_dict()})
-    return model, report
+    report = InitReport(target=cls.name, kept_init={k: f"{size} example, seed {seed}" for k in method.state_dict()})
+    return method, report
 
 
 def _same_method_only(cls, source, report: InitReport, context_length: int | None, extra: Mapping):
@@ -165,22 +165,22 @@ def _match_context(source: ClipBackbone, target: int, report: InitReport) -> Non
                           f"position table is never cut. Pass context_length={have} to train at {have} tokens.")
 
 
-def _copy_keys(source: ClipBackbone, model, report: InitReport) -> None:
-    theirs, ours = source.state_dict(), model.state_dict()
+def _copy_keys(source: ClipBackbone, method, report: InitReport) -> None:
+    theirs, ours = source.state_dict(), method.state_dict()
     with torch.device("meta"):
-        backbone_keys = set(ClipBackbone(model.arch).state_dict())
+        backbone_keys = set(ClipBackbone(method.arch).state_dict())
     lacking = sorted(k for k in backbone_keys if k not in theirs and k != TEMPERATURE)
     if lacking:
         raise CheckpointMismatchError(f"{report.source} lacks {len(lacking)} CLIP backbone key(s) that "
-                                      f"{model.title} needs: {', '.join(lacking[:8])}", report.load_report)
+                                      f"{method.title} needs: {', '.join(lacking[:8])}", report.load_report)
     take_temperature = (BIAS in theirs) == (BIAS in ours)
     mismatched = [(k, tuple(theirs[k].shape), tuple(v.shape)) for k, v in ours.items()
                   if k in theirs and tuple(theirs[k].shape) != tuple(v.shape)
                   and not (k == TEMPERATURE and not take_temperature)]
     if mismatched:
-        shown = "; ".join(f"{k}: init {list(a)} vs {model.title} {list(b)}" for k, a, b in mismatched[:8])
-        raise CheckpointMismatchError(f"{report.source} does not fit {model.title}: {shown}", report.load_report)
-    new_prefixes = tuple(getattr(model, "new_module_prefixes", ()))
+        shown = "; ".join(f"{k}: init {list(a)} vs {method.title} {list(b)}" for k, a, b in mismatched[:8])
+        raise CheckpointMismatchError(f"{report.source} does not fit {method.title}: {shown}", report.load_report)
+    new_prefixes = tuple(getattr(method, "new_module_prefixes", ()))
     dtypes = set()
     with torch.no_grad():
         for key, tensor in ours.items():
@@ -192,10 +192,10 @@ def _copy_keys(source: ClipBackbone, model, report: InitReport) -> None:
                 tensor.copy_(theirs[key])
                 report.from_init.append(key)
             elif new_prefixes and key.startswith(new_prefixes):
-                report.kept_init[key] = f"new {model.title} module"
+                report.kept_init[key] = f"new {method.title} module"
             else:
                 report.kept_init[key] = "not in the init"
     report.unused = sorted(k for k in theirs if k not in ours or (k == TEMPERATURE and not take_temperature))
     converted = sorted(str(d).replace("torch.", "") for d in dtypes if d != next(iter(ours.values())).dtype)
     if converted:
-        report.notes.append(f"init tensors in {', '.join(converted)} converted to the model's dtype")
+        report.notes.append(f"init tensors in {', '.join(converted)} converted to the method's dtype")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from explorer.core.runtime import prepare_process
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui import grounding_tab, models_tab
 from explorer.ui.view_controls import EXPORT_ROOT
@@ -36,6 +37,7 @@ def build_app(zoo: Zoo | None = None) -> gr.Blocks:
 def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
            zoo_root: str | None = None, block: bool = True, device: str = "auto"):
     """Serve the app. Binds localhost unless ``host`` says otherwise; sharing and auth are explicit."""
+    prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
     app = build_app(Zoo(zoo_root, device=device))
     app.queue(default_concurrency_limit=2)
     app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=not block,

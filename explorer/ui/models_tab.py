@@ -10,7 +10,7 @@ from explorer.models.io.loading import check
 from explorer.ui.messages import explain
 from explorer.zoo import Zoo
 
-COLUMNS = ["name", "method", "architecture", "context", "weights", "source", "status"]
+COLUMNS = ["name", "method", "score", "architecture", "context", "weights", "source", "status"]
 
 
 def zoo_table(zoo: Zoo) -> list[list]:
@@ -18,11 +18,22 @@ def zoo_table(zoo: Zoo) -> list[list]:
     for entry in zoo.entries():
         m = entry.manifest
         if m is None:
-            rows.append([entry.manifest_path.stem, "?", "?", "", str(entry.manifest_path), "", entry.status])
+            rows.append([entry.manifest_path.stem, "?", "?", "?", "", str(entry.manifest_path), "", entry.status])
             continue
         status = entry.status if m.trained else f"{entry.status}, UNTRAINED"
-        rows.append([m.name, m.method, m.architecture, m.context_length or "", m.display_weights(), m.source, status])
+        rows.append([m.name, m.method, score_of(m), m.architecture, m.context_length or "", m.display_weights(),
+                     m.source, status])
     return rows
+
+
+def score_of(manifest) -> str:
+    """What the model's scores are (its manifest's options can change it: FineLIP's mode, FLAIR's score)."""
+    from explorer.models.methods import get_method
+
+    try:
+        return get_method(manifest.method).score_description(manifest.options)
+    except Exception:  # noqa: BLE001 - an unknown method is already reported in the status column
+        return "?"
 
 
 def methods_table() -> list[list]:

@@ -184,14 +184,15 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         notes.extend(n for n in result.notes if n not in notes)
         picture, sentences = result.image, result.maps.sentences
         models.append(ModelMaps(name=model.name, result=result, trained=model.trained))
-    truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir)
+    truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir, working.original_size)
     if truth is not None:
         notes.extend(truth.notes)
     return MapsView(picture=picture, sentences=sentences, models=models, truth=truth, truth_file=truth_file,
                     notes=notes)
 
 
-def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth_dir: Path | None):
+def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth_dir: Path | None,
+                    original_size: tuple[int, int] | None = None):
     """(truth, the file it came from): the uploaded mask when there is one, else the truth of a known
     synthetic scene, else (None, None).
 
@@ -201,10 +202,11 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
     from explorer.grounding import truth
 
     if settings.truth:
-        from explorer.core.images import load_image
+        if original_size is None:
+            from explorer.core.images import load_image
 
-        original = load_image(settings.image).original_size
-        found = truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original)
+            original_size = load_image(settings.image).original_size
+        found = truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original_size)
         return found, Path(settings.truth)
     if truth_dir is None and settings.truth_dir:
         truth_dir = Path(settings.truth_dir)

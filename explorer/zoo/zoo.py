@@ -20,7 +20,8 @@ class ModelCache(BoundedCache):
     """Loaded models (their weights), least recently used dropped first."""
 
     def __init__(self, capacity: int = 2, max_bytes: int | None = 8 * GB):
-        super().__init__("loaded models", max_items=capacity, max_bytes=max_bytes)
+        # A model bigger than the bound is kept alone: it is in memory while in use anyway.
+        super().__init__("loaded models", max_items=capacity, max_bytes=max_bytes, keep_oversized=True)
 
 
 @dataclass
@@ -47,7 +48,8 @@ class Zoo:
         self._status: dict[tuple, str] = {}
         # Manifests as last read, keyed by path, with the file's (mtime, size) when read: a list or a
         # load reads each file once and again only after it changes, so the zoo stays live.
-        self._read: dict[Path, tuple[tuple[int, int], Manifest | ManifestError]] = {}
+        # An unreadable one keeps its message (not the exception: re-raising one object grows its traceback).
+        self._read: dict[Path, tuple[tuple[int, int, int], Manifest | str]] = {}
 
     def manifest_paths(self) -> list[Path]:
         if not self.root.is_dir():
@@ -79,16 +81,16 @@ class Zoo:
         except OSError as error:
             self._read.pop(path, None)
             raise ManifestError(f"No manifest at {path}.") from error
-        stamp = (stat.st_mtime_ns, stat.st_size)
+        stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)  # atomic rewrites change the inode too
         cached = self._read.get(path)
         if cached is None or cached[0] != stamp:
             try:
                 cached = (stamp, Manifest.read(path))
             except ManifestError as error:
-                cached = (stamp, error)
+                cached = (stamp, str(error))
             self._read[path] = cached
-        if isinstance(cached[1], ManifestError):
-            raise cached[1]
+        if isinstance(cached[1], str):
+            raise ManifestError(cached[1])
         return cached[1]
 
     def status(self, manifest: Manifest) -> str:
@@ -124,6 +126,8 @@ class Zoo:
         manifest = self.get(name)
         stamp = self._read[manifest.path][0] if manifest.path in self._read else None
         key = (name, str(manifest.path), stamp, self.device, self.precision)  # an edited manifest loads anew
+        # ... and the model it described goes, so two versions are never held at once
+        self.cache.discard(lambda k: k[:2] == key[:2] and k != key)
         return self.cache.get(key, lambda: load_manifest(manifest, self.device, self.precision))
 
     def add(self, weights: str | Path, name: str | None = None, source: str = "", method: str | None = None,

@@ -55,6 +55,16 @@ class Method:
         raise NotImplementedError
 
     @classmethod
+    def score_description(cls, options: Mapping | None = None) -> str:
+        """What ``similarity`` returns with these options (a manifest's, or a config), said in a few
+        words for the UI's tables and exported results: scores of different kinds do not compare."""
+        return "cosine"
+
+    @property
+    def score_label(self) -> str:
+        return self.score_description(self.config())
+
+    @classmethod
     def build(cls, config: Mapping) -> "Method":
         raise NotImplementedError
 

@@ -1,5 +1,7 @@
 """CAFT (papers/caft.txt): a fine-to-coarse image encoder and a hierarchical text encoder, aligned twice.
 
+Pictures: as FLAIR, open_clip's transform (``Preprocess`` pipeline "openai").
+
 CAFT extends FLAIR. Its weights were released but its code was not, so the
 module layout below is this project's own (FLAIR's names where CAFT extends
 FLAIR); a real CAFT release needs a converter onto it.
@@ -430,6 +432,11 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
         if not isinstance(text, CaftTextFeatures) or text.sub is None:
             raise ValueError("CAFT maps need the sub-caption embeddings: encode the text with CAFT's encode_text")
         return text.sub
+
+    @classmethod
+    def score_description(cls, options=None) -> str:
+        alpha = float((options or {}).get("alpha", DEFAULT_ALPHA))
+        return f"CAFT++ = {1 - alpha:g} whole + {alpha:g} parts" if alpha else "cosine (whole)"
 
     def similarity(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
         """CAFT's inference score: the whole-level cosine <v_coarse, t_whole> (each text row = one chunk)."""

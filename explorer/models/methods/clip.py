@@ -1,5 +1,8 @@
 """CLIP and Long-CLIP: the baselines, and the base every CLIP-family method loads through.
 
+Pictures: OpenAI's / Long-CLIP's ``_transform`` (``Preprocess`` pipeline "openai": torchvision
+bicubic resize of the short side, centre crop, OpenAI mean and std); the CLIP family inherits it.
+
 Layouts read here:
 - ``openai-clip``: OpenAI's state dict (also inside its TorchScript archive);
   carries ``input_resolution``/``context_length``/``vocab_size`` ints.
@@ -59,10 +62,13 @@ class ClipFamily(ClipBackbone, Method):
     # ``sizes_from(tensors, prefix)``, key prefix). A CLIP layout holding the first prefix is this
     # method's released layout, and each module's sizes are read from its tensors.
     token_modules: tuple[tuple[str, type, str], ...] = ()
+    # The official code's image pipeline (``explorer.models.preprocess``): OpenAI's / open_clip's
+    # torchvision resize and centre crop, unless a method's code says otherwise (GOAL: Hugging Face's).
+    preprocess_pipeline: str = "openai"
 
     def __init__(self, arch: ClipArchitecture, **extra):
         super().__init__(arch)
-        self.preprocess = Preprocess(arch.image_size)
+        self.preprocess = Preprocess(arch.image_size, pipeline=self.preprocess_pipeline)
         self.extra_config = dict(extra)  # sizes of the method's own modules (subclasses use them)
 
     @property
@@ -141,9 +147,9 @@ class ClipFamily(ClipBackbone, Method):
         if overrides:
             arch = dataclasses.replace(arch, **overrides)
         with torch.device("meta") if dry_run else contextlib.nullcontext():
-            model = cls(arch, **extra)
-        strict_load(model, tensors, report, dry_run=dry_run)
-        return model, report
+            method = cls(arch, **extra)
+        strict_load(method, tensors, report, dry_run=dry_run)
+        return method, report
 
     @classmethod
     def example(cls, size: str = "tiny", seed: int = 0, **extra) -> "ClipFamily":

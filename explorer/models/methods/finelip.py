@@ -1,5 +1,7 @@
 """FineLIP (papers/finelip.txt): Long-CLIP plus token refinement and late interaction.
 
+Pictures: FineLIP's ``_transform``, OpenAI's (``Preprocess`` pipeline "openai").
+
 Released checkpoints are Long-CLIP state dicts (two position tables,
 ``positional_embedding`` and ``positional_embedding_res``) plus
 ``cross_net.aggr_net.*`` (patch refinement) and ``cross_net.cap_aggr_net.*``
@@ -93,6 +95,12 @@ class FineLipMethod(ClipFamily):
         self.cross_net = FineLipCrossNet(image_refiner, text_refiner)
         # The hinge loss compares cosines; no temperature enters FineLIP's objective or scores.
         self.logit_scale.requires_grad_(False)
+
+    @classmethod
+    def score_description(cls, options=None) -> str:
+        mode = (options or {}).get("mode", "finelip*")
+        return {"global": "cosine", "fine": "late interaction R"}.get(
+            mode, f"FineLIP* = {GLOBAL_WEIGHT:g} cosine + {1 - GLOBAL_WEIGHT:g} R")
 
     @classmethod
     def extra_config_from(cls, tensors):

@@ -1,5 +1,8 @@
 """FLAIR: text-conditioned attention pooling over CLIP patch tokens (CAFT's flat parent).
 
+Pictures: open_clip's ``image_transform`` with its default config (224, bicubic, resize mode
+"shortest", OpenAI mean and std), the same pixels as OpenAI's (``Preprocess`` pipeline "openai").
+
 Released FLAIR checkpoints (open_clip based, context 77, exact GELU) hold
 the open_clip text keys at the top level, ``visual.*`` without
 ``visual.proj``, ``image_post.proj`` [vision width, d] and
@@ -54,6 +57,11 @@ from explorer.models.nn.positional import SHORT_CONTEXT
 POOL_PREFIX = "visual_proj."
 RENAMES = {"image_post.proj": "visual.proj", "text_post.proj": "text_projection"}
 LOSS_TEXTS = ("captions", "sub-captions")
+# What ``similarity`` returns. All rank alike; values differ. "cosine" (default) is the bare cosine;
+# FLAIR's retrieval evaluation scores exp(logit_scale) x cosine ("scaled"); its ``get_logits`` adds
+# logit_bias ("logits"); its sigmoid loss reads sigmoid(logits), a match probability ("probability").
+SCORES = {"cosine": "cosine", "scaled": "exp(t) x cosine", "logits": "logits = exp(t) x cosine + b",
+          "probability": "sigmoid(exp(t) x cosine + b)"}
 INIT_LOGIT_SCALE = math.log(10.0)  # SigLIP's initialisation, also FLAIR's
 INIT_LOGIT_BIAS = -10.0
 
@@ -70,11 +78,14 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
     native_map_kinds = (ATTENTION_MAP,)  # per-head kinds are added per instance (``map_kinds``)
     new_module_prefixes = ("visual_proj.",)
 
-    def __init__(self, arch, pool_heads: int = DEFAULT_POOL_HEADS, loss_texts: str = "captions"):
+    def __init__(self, arch, pool_heads: int = DEFAULT_POOL_HEADS, loss_texts: str = "captions",
+                 score: str = "cosine"):
         if loss_texts not in LOSS_TEXTS:
             raise ValueError(f"FLAIR loss_texts must be one of {LOSS_TEXTS}, not {loss_texts!r}")
-        super().__init__(arch, pool_heads=pool_heads, loss_texts=loss_texts)
-        self.loss_texts = loss_texts
+        if score not in SCORES:
+            raise ValueError(f"FLAIR score must be one of {', '.join(SCORES)}, not {score!r}")
+        super().__init__(arch, pool_heads=pool_heads, loss_texts=loss_texts, score=score)
+        self.loss_texts, self.score = loss_texts, score
         self.visual_proj = TextConditionedPool(arch.embed_dim, pool_heads)
         with torch.no_grad():
             self.logit_scale.fill_(INIT_LOGIT_SCALE)
@@ -89,7 +100,11 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
     @classmethod
     def extra_config_from(cls, tensors):
         # The tensors cannot tell the head count; listing the options lets a manifest override them.
-        return {"pool_heads": DEFAULT_POOL_HEADS, "loss_texts": "captions"}
+        return {"pool_heads": DEFAULT_POOL_HEADS, "loss_texts": "captions", "score": "cosine"}
+
+    @classmethod
+    def score_description(cls, options=None) -> str:
+        return SCORES.get((options or {}).get("score", "cosine"), "cosine")
 
     @classmethod
     def to_backbone_layout(cls, raw: RawCheckpoint, fmt: str, report: KeyReport):
@@ -129,7 +144,15 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
         return (pooled * F.normalize(text.eot.float(), dim=-1)[None]).sum(dim=-1)
 
     def similarity(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
-        return self.conditioned_scores(image, text)
+        """The text-conditioned score in the ``score`` mode (``SCORES``); rankings are the same in all."""
+        cosine = self.conditioned_scores(image, text)
+        if self.score == "cosine":
+            return cosine
+        scaled = self.logit_scale.exp().float() * cosine
+        if self.score == "scaled":
+            return scaled
+        logits = scaled + self.logit_bias.float()
+        return logits if self.score == "logits" else torch.sigmoid(logits)
 
     # ---- training ------------------------------------------------------------------------------
 

@@ -1,5 +1,8 @@
 """GOAL / FAST-GOAL (papers/fast-goal.txt): CLIP fine-tuned with global-local alignment.
 
+Pictures: Hugging Face's ``CLIPImageProcessor`` with the settings of openai/clip-vit-base-patch16,
+as GOAL's code loads it (``Preprocess`` pipeline "hf-clip"; its centre crop floors the offset).
+
 Checkpoints. Released GOAL checkpoints are Hugging Face ``CLIPModel`` state
 dicts whose text position table was stretched to 248 rows with Long-CLIP's
 formula; at inference the score is CLIP's global cosine. The official loader
@@ -217,6 +220,7 @@ class GoalMethod(ClipFamily):
     detect_priority = 10
     default_context = LONG_CONTEXT
     native_map_kinds = (SELF_ATTENTION, TSL_BOX)  # plus "self-attention/head-k" per head (see map_kinds)
+    preprocess_pipeline = "hf-clip"  # GOAL's code: AutoProcessor (CLIPImageProcessor) of openai/clip-vit-base-patch16
 
     def __init__(self, arch, tsl_form: str = "pair"):
         if tsl_form not in TSL_FORMS:

@@ -1,6 +1,8 @@
 """MulCLIP (papers/mulclip.txt): Long-CLIP plus local calibration, word-patch reconstruction
 and subcaption-aggregated patches, all trained with sigmoid contrastive losses.
 
+Pictures: Long-CLIP's pipeline, OpenAI's (``Preprocess`` pipeline "openai"); MulCLIP has no code.
+
 MulCLIP has no public code or checkpoints, so this module's own key layout is
 the release: the Long-CLIP backbone keys (``visual.*``, ``transformer.*``,
 ``positional_embedding`` [248, w], ``text_projection``, ``logit_scale``, ...)

@@ -8,8 +8,9 @@ One concept a module:
   projections and the cross net, with every size read from the tensors;
 - ``checkpoint``: what a released file says about its model (options, ratios,
   scoring), with notes for the key report;
-- ``preprocess`` and ``tokenizer``: squashed images; BERT wordpiece text from a
-  vocabulary file (not in the checkpoint);
+- ``tokenizer``: BERT wordpiece text from a vocabulary file (not in the
+  checkpoint). Pictures go through LAPS's test transform (``Preprocess``
+  pipeline "laps": squashed to the square, ImageNet mean and std);
 - ``scoring``: the two scorings, ``OfficialScoring`` (the official code's top-k
   selection + aggregation, what released checkpoints were trained with) and
   ``PaperScoring`` (the paper's prior, calibrated views, Gumbel selection and
@@ -28,7 +29,6 @@ from explorer.models.methods.seps.key_layout import (KNOWN_VIT_NAMINGS, POOLER_P
                                                      installed_vit_naming, released_state_dict, rename_vit_keys)
 from explorer.models.methods.seps.losses import seps_loss_terms
 from explorer.models.methods.seps.method import NATIVE_MAPS, SepsMethod
-from explorer.models.methods.seps.preprocess import SquashPreprocess
 from explorer.models.methods.seps.scoring import (SCORINGS, OfficialScoring, PairOutputs, PaperScoring, aggregate_kept,
                                                   consensus, gumbel_keep, min_max, select_patches, top_k_mask,
                                                   view_scores)
@@ -36,7 +36,7 @@ from explorer.models.methods.seps.tokenizer import build_bert_tokenizer, read_vo
 
 __all__ = [
     "KNOWN_VIT_NAMINGS", "NATIVE_MAPS", "POOLER_PREFIXES", "RELEASED_VIT_NAMING", "SCORINGS", "V5_VIT_NAMING",
-    "OfficialScoring", "PairOutputs", "PaperScoring", "SepsMethod", "SquashPreprocess", "VitNaming",
+    "OfficialScoring", "PairOutputs", "PaperScoring", "SepsMethod", "VitNaming",
     "aggregate_kept", "build_bert_tokenizer", "consensus", "example_sizes", "example_vocab_file",
     "example_vocabulary", "from_released_layout", "gumbel_keep", "infer_text", "infer_vision",
     "installed_vit_naming", "min_max", "read_vocab", "released_state_dict", "rename_vit_keys", "select_patches",

@@ -19,12 +19,11 @@ _EXAMPLE_WORDS = ("a an the of on in at to is are and with sits left right top b
 
 def example_vocabulary() -> list[str]:
     """A tiny BERT vocabulary: the specials, then every word of ``example_batch``'s captions (and a few more)."""
-    from explorer.models import batch as batch_module
+    from explorer.models.batch import EXAMPLE_COLOURS, EXAMPLE_PLACES, EXAMPLE_SHAPES
 
     words = set(_EXAMPLE_WORDS)
-    for name in ("_COLOURS", "_SHAPES", "_PLACES"):
-        for phrase in getattr(batch_module, name, ()):
-            words.update(phrase.lower().split())
+    for phrase in (*EXAMPLE_COLOURS, *EXAMPLE_SHAPES, *EXAMPLE_PLACES):
+        words.update(phrase.lower().split())
     return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
 
 

@@ -2,7 +2,7 @@
 
 The key layout and its ViT renaming are in ``key_layout``, the encoders and the
 sizes read from the tensors in ``encoders``, what a released file says about
-its model in ``checkpoint``, the inputs in ``preprocess`` and ``tokenizer``, the
+its model in ``checkpoint``, the inputs in ``tokenizer`` (pictures: ``Preprocess`` pipeline "laps"), the
 two scorings (``scoring`` option) in ``scoring`` and the training objective in
 ``losses``. This module holds the configuration, checkpoint loading and
 writing, features, scores, maps and losses.
@@ -46,12 +46,11 @@ from explorer.models.methods.seps.encoders import (DEFAULT_AGGR_RATIO, DEFAULT_S
 from explorer.models.methods.seps.examples import example_sizes, example_vocab_file
 from explorer.models.methods.seps.key_layout import BERT_PREFIX, POOLER_PREFIXES, VIT_PREFIX, released_state_dict
 from explorer.models.methods.seps.losses import seps_loss_terms
-from explorer.models.methods.seps.preprocess import SquashPreprocess
 from explorer.models.methods.seps.scoring import (PRIOR_HIDDEN_DIVISOR, SCORINGS, OfficialScoring, PairOutputs,
                                                   PaperScoring, calibrated_scores, checked_dense_text, make_scoring)
 from explorer.models.methods.seps.tokenizer import WordPieceCounter, bert_token_batch, build_bert_tokenizer, read_vocab
 from explorer.models.nn.late_interaction import token_similarity
-from explorer.models.preprocess import IMAGENET_MEAN, IMAGENET_STD
+from explorer.models.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from explorer.models.tokenizer import TokenBatch
 
 KEPT_SPARSE_MAP = "kept-sparse"
@@ -109,7 +108,8 @@ class SepsMethod(nn.Module, Method):
         self._warned_no_dense = False
         self.grid_hw = (grid, grid)
         self.scorer = make_scoring(scoring, self.sparse_ratio, self.n_keep)
-        self.preprocess = SquashPreprocess(self.input_size, IMAGENET_MEAN, IMAGENET_STD)
+        # LAPS's test transform: the whole picture squashed to the square, ImageNet mean and std
+        self.preprocess = Preprocess(self.input_size, IMAGENET_MEAN, IMAGENET_STD, pipeline="laps")
         self.img_enc = SepsImageEncoder(self.vision, self.embed_dim)
         self.txt_enc = SepsTextEncoder(self.text, self.embed_dim)
         self.cross_net = SepsCrossNet(self.refiner, self.score_hidden)
@@ -143,6 +143,10 @@ class SepsMethod(nn.Module, Method):
             vision += f"@{self.input_size}"
         text = "BERT-base" if (t["width"], t["layers"]) == (768, 12) else f"BERT-w{t['width']}-l{t['layers']}"
         return f"{vision} + {text}" + (" (paper scoring)" if self.scoring == "paper" else "")
+
+    @classmethod
+    def score_description(cls, options=None) -> str:
+        return f"late interaction, sparse + dense ({(options or {}).get('scoring', 'official')} scoring)"
 
     def config(self) -> dict:
         return {"vision": dict(self.vision), "text": dict(self.text), "embed_dim": self.embed_dim,
@@ -196,11 +200,11 @@ class SepsMethod(nn.Module, Method):
         tensors, arguments = read_released(raw, overrides, report)
         with torch.device("meta") if dry_run else contextlib.nullcontext():
             try:
-                model = cls(**arguments)
+                method = cls(**arguments)
             except ValueError as error:
                 raise CheckpointError(f"{raw.path}: cannot build SEPS with these options ({error}).") from error
-        strict_load(model, tensors, report, dry_run=dry_run)
-        return model, report
+        strict_load(method, tensors, report, dry_run=dry_run)
+        return method, report
 
     def released_state_dict(self) -> dict:
         """The weights under the released SEPS names (the paper variant adds ``cross_net.score_net.*``)."""
