@@ -33,17 +33,37 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def copy_of_the_zoo(folder: Path) -> Path:
+    """The repository's manifests, pointing at the same weights (absolute paths), in ``folder``: tests
+    that add and remove models change this copy, never the checkout."""
+    from explorer.zoo import Manifest, Zoo
+
+    for manifest in Zoo().manifests():
+        copy = Manifest(**{**{k: v for k, v in vars(manifest).items() if k != "path"},
+                           "weights": manifest.display_weights(), "options": manifest.resolved_options()})
+        copy.write(folder / f"{manifest.name}.json")
+    return folder
+
+
 @pytest.fixture(scope="module")
-def app_url():
+def zoo_root(tmp_path_factory) -> Path:
+    return copy_of_the_zoo(tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture(scope="module")
+def app_url(zoo_root, tmp_path_factory):
     from explorer.ui.app import build_app, page_options
     from explorer.zoo import Zoo
 
-    port = _free_port()
-    app = build_app(Zoo())
-    app.queue()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **page_options())
-    yield f"http://127.0.0.1:{port}"
-    app.close()
+    with pytest.MonkeyPatch.context() as patch:  # uploads, exports and caches of this app stay in the test
+        patch.setenv("EXPLORER_HOME", str(tmp_path_factory.mktemp("home")))
+        port = _free_port()
+        app = build_app(Zoo(zoo_root))
+        app.queue()
+        app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                   **page_options())
+        yield f"http://127.0.0.1:{port}"
+        app.close()
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +211,118 @@ def test_corrupt_upload_gets_a_message_then_a_good_one_works(page, photo, tmp_pa
     expect(page.locator("#image-note")).to_contain_text("not an image", timeout=20_000)
     upload(page, photo)
     expect(page.locator("#image-note")).to_contain_text("ready", timeout=20_000)
+
+
+def test_the_first_minute_shows_the_budget_a_picture_and_two_models(page, app_url):
+    """On load, before any edit: the example picture, its caption's token budget and sentence table,
+    and two models chosen, so the first click on Draw shows something."""
+    from playwright.sync_api import expect
+
+    page.goto(app_url, wait_until="domcontentloaded")
+    page.locator("#grounding-run").wait_for(timeout=60_000)
+    expect(page.locator("#token-summary")).to_contain_text("tokens", timeout=20_000)
+    expect(page.locator("#token-summary")).to_contain_text("77")
+    expect(page.locator("#sentence-table")).to_contain_text("yes", timeout=20_000)  # a row per sentence
+    expect(page.locator("#grounding-preview img")).to_be_visible(timeout=20_000)
+    chosen = page.locator("#grounding-model").inner_text()
+    assert "demo-caft" in chosen and "demo-clip-base" in chosen
+    page.locator("#grounding-run").click()
+    expect(page.locator("#grounding-status")).to_contain_text("sentence(s)", timeout=60_000)
+    expect(page.locator("#grounding-status")).to_contain_text("demo-clip-base")
+
+
+def test_a_model_added_in_the_models_tab_is_drawn_without_a_restart(page, photo, zoo_root):
+    from playwright.sync_api import expect
+
+    weights = Path(__file__).resolve().parents[1] / "checkpoints" / "demo" / "flair.safetensors"
+    page.get_by_role("tab", name="Models").click()
+    if not page.locator("#zoo-add-path").is_visible():
+        page.get_by_text("Add or check a checkpoint").click()
+    page.get_by_role("tab", name="A file on this machine").click()
+    page.locator("#zoo-add-path textarea, #zoo-add-path input").first.fill(str(weights))
+    page.locator("#zoo-add-name textarea, #zoo-add-name input").first.fill("flair-added-live")
+    page.locator("#zoo-add").click()
+    expect(page.locator("#zoo-report")).to_contain_text("Added", timeout=30_000)
+    expect(page.locator("#zoo-table")).to_contain_text("flair-added-live", timeout=15_000)
+    assert (zoo_root / "flair-added-live.json").exists()
+    upload(page, photo)
+    choose_models(page, ["flair-added-live"])
+    page.locator("#grounding-caption textarea").fill(CAPTION)
+    page.locator("#grounding-run").click()
+    expect(page.locator("#grounding-status")).to_contain_text("flair-added-live", timeout=60_000)
+    expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)")
+    # ... and removed again: gone from the zoo folder and from the model list
+    page.get_by_role("tab", name="Models").click()
+    page.get_by_text("Remove a model").click()
+    box = page.locator("#zoo-remove-name input")
+    box.click()
+    box.fill("flair-added-live")
+    page.get_by_role("option", name="flair-added-live").first.click()
+    page.locator("#zoo-remove").click()
+    expect(page.locator("#zoo-remove-note")).to_contain_text("Removed", timeout=20_000)
+    assert not (zoo_root / "flair-added-live.json").exists()
+
+
+def test_a_safetensors_upload_joins_the_zoo(page, tmp_path, zoo_root):
+    from playwright.sync_api import expect
+
+    upload_file = tmp_path / "uploaded-clip.safetensors"
+    shutil.copyfile(Path(__file__).resolve().parents[1] / "checkpoints" / "demo" / "clip-base.safetensors",
+                    upload_file)
+    page.get_by_role("tab", name="Models").click()
+    upload_tab = page.get_by_role("tab", name="Upload")
+    if not upload_tab.is_visible():  # the accordion may be open already (another test opened it)
+        page.get_by_text("Add or check a checkpoint").click()
+    upload_tab.click()
+    page.locator("#zoo-upload input[type=file]").set_input_files(str(upload_file))
+    page.locator("#zoo-add-name textarea, #zoo-add-name input").first.fill("uploaded-clip")
+    page.locator("#zoo-upload-add").click()
+    expect(page.locator("#zoo-report")).to_contain_text("uploaded-clip", timeout=30_000)
+    expect(page.locator("#zoo-table")).to_contain_text("uploaded-clip", timeout=15_000)
+    assert (zoo_root / "uploaded-clip.json").exists()
+
+
+def columns_inside(page, table_id: str) -> list[str]:
+    """Header cells of a table that are clipped (past its visible box or the window) or squeezed
+    (a word of the header wider than the cell, so the page breaks it in the middle)."""
+    boxes = page.locator(f"#{table_id} thead th").evaluate_all(
+        "cells => { const ctx = document.createElement('canvas').getContext('2d'); return cells.map(c => {"
+        " const r = c.getBoundingClientRect(); const w = c.closest('.table-wrap') || c.closest('table');"
+        " const o = w.getBoundingClientRect(); const t = c.querySelector('span.header') || c;"
+        " const s = getComputedStyle(t); ctx.font = s.font;"
+        " const words = c.innerText.trim().split(/\\s+/).filter(x => x && x !== '\u22ee');"
+        " const longest = Math.max(0, ...words.map(x => ctx.measureText(x).width));"
+        " const room = t.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);"
+        " return {text: c.innerText.trim(), left: r.left, right: r.right, width: r.width, edge: o.right,"
+        " longest: longest, room: room}; }); }")
+    width = page.viewport_size["width"]
+    return [f"{b['text']!r} ({b['left']:.0f}-{b['right']:.0f}, limit {min(b['edge'], width):.0f}; "
+            f"longest word {b['longest']:.0f} px in {b['room']:.0f})"
+            for b in boxes if b["right"] > min(b["edge"], width) + 1 or b["width"] < 28
+            or b["longest"] > b["room"] + 2]
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_no_table_column_is_clipped(page, photo, width):
+    from playwright.sync_api import expect
+
+    page.set_viewport_size({"width": width, "height": 1100})
+    try:
+        upload(page, photo)
+        choose_models(page, ["demo-caft", "demo-flair"])
+        page.locator("#grounding-caption textarea").fill(CAPTION)
+        page.locator("#grounding-run").click()
+        expect(page.locator("#maps-scores")).to_contain_text("demo-flair", timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / f"grounding-{width}.png"), full_page=True)
+        clipped = {table: columns_inside(page, table) for table in ("sentence-table", "maps-scores")}
+        page.get_by_role("tab", name="Models").click()
+        expect(page.locator("#zoo-table")).to_contain_text("UNTRAINED", timeout=15_000)
+        page.screenshot(path=str(ARTIFACTS / f"models-{width}.png"), full_page=True)
+        clipped["zoo-table"] = columns_inside(page, "zoo-table")
+        assert not any(clipped.values()), clipped
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1100})
+        page.get_by_role("tab", name="Grounding").click()
 
 
 def test_the_page_reaches_nothing_outside_the_app(page):

@@ -72,7 +72,8 @@ def test_a_draw_decodes_its_picture_once_for_all_models(tmp_path, monkeypatch):
     Image.new("RGB", (96, 64), (200, 30, 30)).save(photo)
     decodes = []
     original = sentence_maps.load_image
-    monkeypatch.setattr(sentence_maps, "load_image", lambda source: decodes.append(source) or original(source))
+    monkeypatch.setattr(sentence_maps, "load_image",
+                        lambda source, **options: decodes.append(source) or original(source, **options))
     zoo = Zoo("checkpoints")
     settings = ViewSettings(view="maps", image=str(photo), caption="A red wall. A blue sky.",
                             models=["tiny-untrained", "demo-clip-base"], kind="generic")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from explorer.core.sentences import has_words, split_pieces
 from explorer.grounding.budget import analyse_caption, split_sentences
 
 
@@ -23,3 +24,29 @@ def test_a_caption_without_any_boundary_is_one_sentence():
 
 def test_semicolons_do_not_split_punctuated_captions():
     assert split_sentences("A cube; red. A ball.") == ["A cube; red.", "A ball."]
+
+
+def test_cjk_full_stops_split_sentences_without_a_space_after_them():
+    assert split_sentences("左边有一个红色的立方体。上面有一个蓝色的球！它大吗？是的。") == [
+        "左边有一个红色的立方体。", "上面有一个蓝色的球！",
+        "它大吗？", "是的。"]
+    assert split_sentences("赤い立方体がある。青い球もある") == ["赤い立方体がある。", "青い球もある"]
+
+
+def test_cjk_stops_keep_their_run_and_closing_quotes_together():
+    assert split_sentences("真的吗？！他说：“好。”然后走了。。。") == [
+        "真的吗？！", "他说：“好。”", "然后走了。。。"]
+    assert split_sentences("A cube。 A ball.") == ["A cube。", "A ball."]
+
+
+def test_a_full_width_full_stop_splits_but_not_inside_a_number():
+    assert split_sentences("価格は２．５円．安い．") == ["価格は２．５円．", "安い．"]
+
+
+def test_pieces_without_a_word_are_not_sentences():
+    assert split_sentences("....") == [] and split_sentences("😀😀") == []
+    assert split_pieces("!!! A cat.\n\n🐱🐱\n\nA dog.") == ["!!!", "A cat.", "🐱🐱", "A dog."]
+    assert split_sentences("!!! A cat.\n\n🐱🐱\n\nA dog.") == ["A cat.", "A dog."]
+    assert split_sentences("a cat\n😀\na dog") == ["a cat", "a dog"]  # the line-break fallback too
+    assert split_sentences("A cat. 2.") == ["A cat.", "2."]  # digits are words
+    assert has_words("猫") and has_words("2") and not has_words("。！？…😀 --")

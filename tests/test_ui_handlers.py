@@ -180,3 +180,17 @@ def test_seps_says_when_the_long_caption_stands_in_for_the_dense_one():
     assert not any("stands in" in note for note in given.notes)
     assert cache.misses == 2  # the dense caption is part of what the maps depend on
     assert given.maps.maps.shape == (2, 40, 50)
+
+
+def test_the_model_list_marks_an_untrained_model_and_follows_the_zoo(tmp_path):
+    from explorer.ui.grounding_tab import model_choices, refresh_models
+    from explorer.zoo import Manifest, Zoo
+
+    labels = dict((name, label) for label, name in model_choices(Zoo("checkpoints")))
+    assert "UNTRAINED" in labels["tiny-untrained"] and "UNTRAINED" not in labels["demo-caft"]
+    zoo = Zoo(tmp_path)
+    Manifest(name="a", method="clip", weights="builtin:tiny-clip").write(tmp_path / "a.json")
+    update = refresh_models(zoo, ["a", "gone"])
+    assert [name for _, name in update["choices"]] == ["a"] and update["value"] == ["a"]
+    Manifest(name="b", method="clip", weights="builtin:tiny-clip").write(tmp_path / "b.json")
+    assert [name for _, name in refresh_models(zoo, ["a"])["choices"]] == ["a", "b"]  # no restart needed

@@ -389,7 +389,7 @@ def test_regions_fall_back_from_a_missing_detector_and_match_flism(picture, tmp_
         assert extra.values.shape == (3, len(result.regions))
         assert np.unravel_index(np.argmax(extra.values), extra.values.shape) == extra.best_pair
         s, r = result.best_pair
-        assert row[0].title.startswith(f"best pair: S{s + 1} ↔ R{r + 1}")
+        assert row[0].title.startswith(f"best pair: S{s + 1} <-> R{r + 1}")
     assert "Felzenszwalb" in grid.caption
 
     counts = {(name, method): spy.calls for name, group in spies.items() for method, spy in group.items()}
@@ -592,3 +592,30 @@ def test_a_figure_too_narrow_for_its_panels_says_how_wide_it_must_be(tmp_path):
 def test_settings_json_with_wrong_types_is_refused(data, message):
     with pytest.raises(SettingsError, match=message):
         ViewSettings.from_dict(data)
+
+
+def test_a_map_that_does_not_depend_on_the_sentence_says_so():
+    """GOAL's self-attention is image-only: its row says so on the figure and the page says why."""
+    from explorer.models.model import SentenceMaps
+    from explorer.ui.maps_tab import status_text
+    from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, ModelMaps, render_maps
+
+    picture = Image.new("RGB", (32, 32), (120, 120, 120))
+    grid = np.random.default_rng(0).random((1, 4, 4)).astype(np.float32)
+
+    def result(maps):
+        from explorer.grounding.sentence_maps import GroundingResult
+        from explorer.grounding.budget import analyse_caption
+
+        found = SentenceMaps(kind="self-attention", grid=maps, sentences=["A.", "B.", "C."], n_cut=[0, 0, 0],
+                             size=(32, 32))
+        return GroundingResult(image=picture, analysis=analyse_caption("A. B. C."), maps=found, model_name="m")
+
+    same = ModelMaps(name="image-only", result=result(np.repeat(grid, 3, axis=0)))
+    varied = ModelMaps(name="per-sentence", result=result(np.random.default_rng(1).random((3, 4, 4)).astype(np.float32)))
+    assert same.same_for_every_sentence and not varied.same_for_every_sentence
+    view = MapsView(picture=picture, sentences=["A.", "B.", "C."], models=[same, varied])
+    settings = ViewSettings(view="maps", image="x.png", caption="A. B. C.", models=["image-only", "per-sentence"])
+    labels = render_maps(view, settings, 64).row_labels
+    assert SAME_MAP_NOTE in labels[0] and SAME_MAP_NOTE not in labels[1]
+    assert "image-only" in status_text(view, settings) and SAME_MAP_NOTE in status_text(view, settings)

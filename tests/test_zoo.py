@@ -339,3 +339,43 @@ def test_the_models_table_says_what_score_each_model_gives(tmp_path):
     rows = {row[0]: dict(zip(COLUMNS, row)) for row in zoo_table(Zoo(tmp_path))}
     assert rows["flair-logits"]["score"] == "logits = exp(t) x cosine + b"
     assert rows["finelip-global"]["score"] == "cosine"
+
+
+def test_an_upload_is_kept_under_explorer_home_and_joins_the_zoo(zoo, weights, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    manifest = zoo.add_upload(weights, "my model.safetensors")
+    kept = Path(manifest.weights)
+    assert kept.parent == tmp_path / "home" / "uploads" and kept.read_bytes() == weights.read_bytes()
+    assert manifest.name == "my-model" and zoo.get("my-model").source == "uploaded as my model.safetensors"
+    assert zoo.load("my-model").method_name == manifest.method
+    with pytest.raises(ManifestError, match="already in the zoo"):
+        zoo.add_upload(weights, "my model.safetensors")
+
+
+def test_an_upload_that_would_need_unpickling_is_refused(zoo, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    pickled = tmp_path / "model_best.pth"
+    torch.save({"model": {"w": torch.zeros(2)}}, pickled)
+    with pytest.raises(CheckpointError, match="only .safetensors"):
+        zoo.add_upload(pickled, "model_best.pth")
+    assert not (tmp_path / "home" / "uploads").exists() and zoo.manifests() == []
+
+
+def test_removing_a_model_deletes_its_manifest_not_its_weights(zoo, weights):
+    zoo.add(weights, name="doomed")
+    zoo.load("doomed")
+    path = zoo.remove("doomed")
+    assert not path.exists() and weights.exists() and len(zoo.cache) == 0
+    assert [m.name for m in zoo.manifests()] == []
+    with pytest.raises(ManifestError):
+        zoo.remove("doomed")
+
+
+def test_the_memory_panel_names_every_cache_and_the_resident_size():
+    from explorer.core.runtime import release_freed_memory
+    from explorer.ui.memory_panel import memory_report
+
+    report = memory_report()
+    assert report.startswith("Resident memory")
+    assert "sentence maps at picture size" in report and "MB of 512 MB" in report  # each cache, with its bound
+    assert isinstance(release_freed_memory(), bool)

@@ -1,16 +1,23 @@
 """Reading user images safely: any mode in, RGB out, and never a memory blow-up.
 
 A 20000 x 20000 PNG would take 1.2 GB to decode, so the pixel count is
-checked from the header before anything is decoded: JPEGs are decoded at a
-reduced scale (the codec does it for free), anything else past the limit is
-refused. Every conversion made on the way is reported in ``notes`` so the
-UI can say what happened to the picture.
+checked from the header before anything is decoded: one rule for every
+format (PNG, JPEG, WebP, TIFF...), a picture past ``MAX_DECODE_PIXELS`` is
+refused with a message that says how to downscale it. A picture within the
+limit but longer than ``MAX_SIDE`` is downscaled, with a note. Every
+conversion made on the way is reported in ``notes`` so the UI can say what
+happened to the picture.
+
+Pictures to draw maps on must also be of a useful shape (``check_shape``,
+``load_image(..., require_shape=True)``): at least ``MIN_SIDE`` px on each side
+and at most ``MAX_ASPECT``:1, so that the working picture is never a sliver.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -23,6 +30,8 @@ from explorer.core.errors import ImageError
 
 MAX_DECODE_PIXELS = 64_000_000  # never decode more than this (about 256 MB as RGBA)
 MAX_SIDE = 4096  # images are worked on at most this large; maps do not need more
+MIN_SIDE = 8  # a picture to draw maps on has at least this many pixels on each side...
+MAX_ASPECT = 20  # ...and is at most this many times longer than wide (768 px long: at least 38 px wide)
 _open_lock = threading.Lock()  # PIL's bomb limit is process-global; change it under a lock
 
 
@@ -30,27 +39,53 @@ _open_lock = threading.Lock()  # PIL's bomb limit is process-global; change it u
 class LoadedImage:
     image: Image.Image  # RGB
     notes: list[str] = field(default_factory=list)  # what was done to it, for the user
-    original_size: tuple[int, int] = (0, 0)
+    original_size: tuple[int, int] = (0, 0)  # as stored in the file (before EXIF rotation)
+    full_size: tuple[int, int] = (0, 0)  # as shown: decoded and upright, before any downscale
+    label: str = "the picture"  # names it in messages (the file's name for a path)
 
 
-def load_image(source, max_side: int | None = None) -> LoadedImage:
-    """Open a path, bytes, numpy array or PIL image as an RGB picture, or raise ``ImageError``."""
+def load_image(source, max_side: int | None = None, require_shape: bool = False) -> LoadedImage:
+    """Open a path, bytes, numpy array or PIL image as an RGB picture, or raise ``ImageError``.
+
+    ``require_shape``: also refuse a picture too small or too thin to draw maps on (``check_shape``),
+    from its header, before decoding it.
+    """
     max_side = MAX_SIDE if max_side is None else max_side  # read at call time, so the setting can change
     if isinstance(source, Image.Image):
-        image, label = source, "image"
+        image, label = source, "the picture"
     elif isinstance(source, np.ndarray):
-        image, label = _from_array(source), "array"
+        image, label = _from_array(source), "the array"
     else:
         image, label = open_image(source)
     notes: list[str] = []
     original_size = image.size
+    if require_shape:
+        check_shape(original_size, label)
     image = decode_image(image, label, notes)
     image = _to_rgb(image, notes)
+    full_size = image.size
     if max(image.size) > max_side:
-        before = image.size
         image.thumbnail((max_side, max_side), Image.LANCZOS)
-        notes.append(f"downscaled from {before[0]}x{before[1]} to {image.size[0]}x{image.size[1]}")
-    return LoadedImage(image=image, notes=notes, original_size=original_size)
+        notes.append(downscale_note(full_size, image.size))
+    return LoadedImage(image=image, notes=notes, original_size=original_size, full_size=full_size, label=label)
+
+
+def downscale_note(before: tuple[int, int], after: tuple[int, int]) -> str:
+    """The note ``load_image`` adds when it shrinks a picture to ``max_side``."""
+    return f"downscaled from {before[0]}x{before[1]} to {after[0]}x{after[1]}"
+
+
+def check_shape(size: tuple[int, int], label: str = "the picture") -> None:
+    """Refuse (``ImageError``) a picture too small or too long and thin to draw maps on."""
+    width, height = size
+    if min(width, height) < MIN_SIDE:
+        raise ImageError(f"{_subject(label)} is {width}x{height} px: too small to see anything. "
+                         f"A picture needs at least {MIN_SIDE} px on each side.")
+    ratio = max(width, height) / min(width, height)
+    if ratio > MAX_ASPECT:
+        shown = f"{ratio:.0f}" if ratio >= 100 else f"{math.ceil(ratio * 10) / 10:g}"  # never "20" past 20
+        raise ImageError(f"{_subject(label)} is {width}x{height} px, {shown}:1: too long and thin to draw maps on "
+                         f"(at most {MAX_ASPECT}:1). Crop it into parts closer to square first.")
 
 
 def open_image(source) -> tuple[Image.Image, str]:
@@ -72,7 +107,8 @@ def open_image(source) -> tuple[Image.Image, str]:
         try:
             image = Image.open(handle)
         except UnidentifiedImageError as error:
-            raise ImageError(f"{label} is not an image that can be read (PNG, JPEG, WebP, TIFF, BMP, GIF...).") from error
+            raise ImageError(f"{_subject(label)} is not an image that can be read "
+                             "(PNG, JPEG, WebP, TIFF, BMP, GIF...).") from error
         except OSError as error:
             raise ImageError(f"Cannot read {label}: {error}.") from error
         finally:
@@ -81,31 +117,40 @@ def open_image(source) -> tuple[Image.Image, str]:
 
 
 def decode_image(image: Image.Image, label: str, notes: list[str]) -> Image.Image:
-    """Decode an opened image within the pixel limit (large JPEGs at reduced scale), EXIF-rotated."""
+    """Decode an opened image within the pixel limit, EXIF-rotated; past the limit, refuse it (any format)."""
     width, height = image.size
     if width < 1 or height < 1:
-        raise ImageError(f"{label} has no pixels ({width}x{height}).")
+        raise ImageError(f"{_subject(label)} has no pixels ({width}x{height}).")
     if width * height > MAX_DECODE_PIXELS:
-        if image.format == "JPEG":
-            scale = 1  # the smallest power-of-two reduction (at most 1/8) whose decoded size fits
-            while -(-width // scale) * -(-height // scale) > MAX_DECODE_PIXELS and scale < 8:
-                scale *= 2
-            image.draft("RGB", (max(1, width // scale), max(1, height // scale)))
-            notes.append(f"very large JPEG ({width}x{height}) decoded at reduced scale {image.size[0]}x{image.size[1]}")
-        else:
-            megapixels = width * height / 1e6
-            raise ImageError(
-                f"{label} is {width}x{height} ({megapixels:.0f} megapixels); the limit is "
-                f"{MAX_DECODE_PIXELS / 1e6:.0f} megapixels. Downscale it first (e.g. to {MAX_SIDE} px on the long side).")
+        raise ImageError(
+            f"{_subject(label)} is {width}x{height} px ({_megapixels(width * height)} megapixels); pictures of "
+            f"every format are read up to {_megapixels(MAX_DECODE_PIXELS)} megapixels. Downscale it first "
+            f"(e.g. to {MAX_SIDE} px on the long side) and load it again.")
     try:
         image.load()
     except (OSError, SyntaxError, ValueError) as error:
-        raise ImageError(f"{label} is damaged or truncated and cannot be decoded ({error}).") from error
+        raise ImageError(f"{_subject(label)} is damaged or truncated and cannot be decoded ({error}).") from error
     try:
         image = ImageOps.exif_transpose(image)
     except (OSError, ValueError, TypeError):
         notes.append("EXIF orientation could not be read; shown as stored")
     return image
+
+
+def _subject(label: str) -> str:
+    """A label at the start of a message: "The picture ...", but a file's name as it is."""
+    return "T" + label[1:] if label.startswith("the ") else label
+
+
+def _megapixels(pixels: int) -> str:
+    """A pixel count in megapixels, with as few decimals as tell it apart from the limit."""
+    if pixels == MAX_DECODE_PIXELS:
+        return f"{pixels / 1e6:g}"
+    for decimals in range(7):
+        text = f"{pixels / 1e6:.{decimals}f}"
+        if text != f"{MAX_DECODE_PIXELS / 1e6:.{decimals}f}":
+            return text
+    return f"{pixels / 1e6:g}"
 
 
 def _to_rgb(image: Image.Image, notes: list[str]) -> Image.Image:

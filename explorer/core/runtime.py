@@ -10,7 +10,10 @@ Both are idempotent and respect values the user has set.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
+import time
 
 from explorer.core import compat
 
@@ -29,3 +32,28 @@ def prepare_process() -> None:
     for name, value in OFFLINE_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     prepare_libraries()
+
+
+def release_freed_memory() -> bool:
+    """Give the heap pages that freed objects left behind back to the system (glibc ``malloc_trim``).
+
+    A server that makes and drops large arrays from many threads keeps freed memory in per-thread
+    arenas, so its resident size creeps up although nothing more is held. False where there is no
+    glibc (the call is then a no-op)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def keep_releasing_freed_memory(every_s: float = 10.0) -> threading.Thread:
+    """A daemon thread that calls ``release_freed_memory`` every ``every_s`` seconds (the app starts it)."""
+    def loop():
+        while True:
+            time.sleep(every_s)
+            release_freed_memory()
+
+    thread = threading.Thread(target=loop, name="explorer-release-memory", daemon=True)
+    thread.start()
+    return thread

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from explorer.core.errors import CaptionError
-from explorer.core.sentences import split_sentences
+from explorer.core.sentences import has_words, split_pieces, split_sentences  # noqa: F401 (re-exported)
 from explorer.models.tokenizer import CLIP_TOKENS, TokenCounter
 
 CONTEXTS = (77, 248)
@@ -34,28 +34,58 @@ class CaptionAnalysis:
     sentences: list[SentenceBudget]
     n_tokens: int  # the whole caption, SOT and EOT included
     cut_at_char: dict[int, int | None]  # context -> first character dropped (None: it fits)
+    dropped: tuple[str, ...] = ()  # pieces between sentence ends with no word in them ("...", emoji)
 
     def fits(self, context: int) -> bool:
         return self.cut_at_char[context] is None
 
+    @property
+    def notes(self) -> list[str]:
+        """What was done to the caption, for the user (empty when every piece became a sentence)."""
+        return [dropped_note(self.dropped)] if self.dropped else []
 
-def caption_sentences(caption: str) -> list[str]:
-    """The caption's sentences; ``CaptionError`` if there is nothing to read."""
+
+def dropped_note(dropped) -> str:
+    """The note for pieces of a caption left out because they hold no word."""
+    shown = ", ".join(f'"{_excerpt(piece)}"' for piece in dropped)
+    return (f"{len(dropped)} piece(s) of the caption with no letter or digit left out (not sentences, "
+            f"no map drawn): {shown}")
+
+
+def _excerpt(text: str, limit: int = 30) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def caption_pieces(caption: str) -> list[str]:
+    """Every piece of the caption, wordless ones included; ``CaptionError`` if none holds a word."""
     if caption is None or not caption.strip():
         raise CaptionError("The caption is empty: type or paste at least one sentence.")
-    return split_sentences(caption)
+    pieces = split_pieces(caption)
+    if not any(has_words(piece) for piece in pieces):
+        raise CaptionError(f'The caption has no words: "{_excerpt(caption)}" is only punctuation or symbols. '
+                           "Write at least one sentence with letters or digits.")
+    return pieces
+
+
+def caption_sentences(caption: str) -> list[str]:
+    """The caption's sentences (pieces with no word left out); ``CaptionError`` if there is nothing to read."""
+    return [piece for piece in caption_pieces(caption) if has_words(piece)]
 
 
 def analyse_caption(caption: str, counter: TokenCounter = CLIP_TOKENS,
                     contexts: tuple[int, ...] = CONTEXTS) -> CaptionAnalysis:
     """Split and count with ``counter`` (a model's own tokenizer; CLIP's BPE by default) against
     each context; raise ``CaptionError`` if there is nothing to read."""
-    sentences = caption_sentences(caption)
-    budgets, position = [], 1  # position 0 is the start token
-    for sentence in sentences:
-        n = counter.count(sentence)
+    budgets, dropped, position = [], [], 1  # position 0 is the start token
+    for piece in caption_pieces(caption):
+        n = counter.count(piece)
         words = n - counter.specials
-        budgets.append(SentenceBudget(sentence, n, position, position + words))
+        if has_words(piece):
+            budgets.append(SentenceBudget(piece, n, position, position + words))
+        else:
+            dropped.append(piece)  # not a sentence, but its tokens are still in the whole caption
         position += words
     cuts = {context: counter.budget(caption, context).cut_at_char for context in contexts}
-    return CaptionAnalysis(caption=caption, sentences=budgets, n_tokens=counter.count(caption), cut_at_char=cuts)
+    return CaptionAnalysis(caption=caption, sentences=budgets, n_tokens=counter.count(caption), cut_at_char=cuts,
+                           dropped=tuple(dropped))

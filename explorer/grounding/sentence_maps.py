@@ -8,12 +8,12 @@ map kind), and the cache keeps the last few results.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PIL import Image
 
 from explorer.core.cache import GB, BoundedCache
-from explorer.core.images import image_digest, load_image
+from explorer.core.images import downscale_note, image_digest, load_image
 from explorer.grounding.budget import CaptionAnalysis, analyse_caption
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.models.model import Model, SentenceMaps
@@ -41,9 +41,37 @@ class MapCache(BoundedCache):
 
 
 def prepare_image(source, working_side: int = WORKING_SIDE):
-    """Load any image input and shrink it to the working size; returns (picture, notes)."""
-    loaded = load_image(source)
-    return shrink(loaded.image, working_side), list(loaded.notes)
+    """Load any image input and shrink it to the working size; returns (picture, notes).
+
+    ``ImageError`` for a picture that cannot be read, is past the decode limit, or is too small or
+    too thin to draw maps on. The notes say once what was done: "picture 4000x3000 px; worked on at
+    768x576" when the working picture is smaller than the file, then each conversion (mode, EXIF).
+    """
+    working = working_picture(source, working_side)
+    return working.image, list(working.notes)
+
+
+def describe_picture(source, working_side: int = WORKING_SIDE) -> tuple[Image.Image, list[str]]:
+    """The working picture and lines that describe it for the page, or ``ImageError``.
+
+    ``lines[0]`` is always a headline naming the file's size and the working size ("Image 4000x3000 px,
+    worked on at 768x576." or "Image 640x480 px ready, worked on at full size."); the lines after it are the
+    conversions made on the way (mode, transparency, EXIF), one per line, as ``prepare_image``'s notes
+    without its size note.
+    """
+    working = working_picture(source, working_side)
+    (width, height), picture = working.full_size, working.image
+    at = "full size" if picture.size == working.full_size else f"{picture.width}x{picture.height}"
+    headline = f"Image {width}x{height} px ready, worked on at {at}."
+    return picture, [headline] + [note for note in working.notes if note != working_size_note(working)]
+
+
+def working_size_note(working: WorkingPicture) -> str:
+    """The note that says the file's size and the working size ("" when they are the same)."""
+    (width, height), picture = working.full_size, working.image
+    if picture.size == working.full_size:
+        return ""
+    return f"picture {width}x{height} px; worked on at {picture.width}x{picture.height}"
 
 
 def shrink(picture: Image.Image, working_side: int = WORKING_SIDE) -> Image.Image:
@@ -62,12 +90,23 @@ class WorkingPicture:
     notes: tuple[str, ...]
     digest: str
     original_size: tuple[int, int]  # the file's own size (an uploaded label mask is checked against it)
+    full_size: tuple[int, int] = (0, 0)  # the picture as shown (upright), before any downscale
 
 
 def working_picture(source, working_side: int = WORKING_SIDE) -> WorkingPicture:
-    loaded = load_image(source)
+    """Decode, check and shrink a picture once (``ImageError`` as ``prepare_image`` says).
+
+    The notes name the file's size and the working size once (the intermediate downscale to
+    ``MAX_SIDE`` on reading is folded into it), then the conversions made on the way.
+    """
+    loaded = load_image(source, require_shape=True)
     picture = shrink(loaded.image, working_side)
-    return WorkingPicture(picture, tuple(loaded.notes), image_digest(picture), loaded.original_size)
+    reading = downscale_note(loaded.full_size, loaded.image.size)
+    conversions = [note for note in loaded.notes if note != reading]
+    working = WorkingPicture(picture, tuple(conversions), image_digest(picture), loaded.original_size,
+                             loaded.full_size)
+    size_note = working_size_note(working)
+    return replace(working, notes=((size_note,) if size_note else ()) + working.notes)
 
 
 def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: MapCache | None = None,
@@ -80,7 +119,7 @@ def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: Ma
     """
     analysis = analyse_caption(caption, model.token_counter, (model.context_length,))
     working = image if isinstance(image, WorkingPicture) else working_picture(image, working_side)
-    picture, notes = working.image, list(working.notes)
+    picture, notes = working.image, [*working.notes, *analysis.notes]
     sentences = [s.text for s in analysis.sentences]
     if kind not in model.map_kinds:
         raise ValueError(f"{model.name} offers the maps {', '.join(model.map_kinds)}, not {kind!r}.")

@@ -11,7 +11,8 @@ and tokenizer. Scripts and the app use only this surface:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+import weakref
 from typing import Sequence
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from explorer.core.cache import MB, BoundedCache
 from explorer.core.errors import CaptionError, ImageError
 from explorer.core.images import load_image
 from explorer.models.features import ImageFeatures, TextFeatures
@@ -29,13 +31,39 @@ from explorer.models.tokenizer import TokenBatch, TokenCounter
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-@dataclass
+# Maps at picture size are large (60 sentences at 768 px: 141 MB) and follow from the patch grid, so
+# results keep the grid and the upsampled maps live here, shared and bounded: a browser session that
+# keeps its last view holds kilobytes, not the maps.
+FULL_MAPS = BoundedCache("sentence maps at picture size (upsampled from the patch grid)", max_bytes=512 * MB)
+_NEXT_KEY = itertools.count()
+
+
 class SentenceMaps:
-    maps: np.ndarray  # [M, H, W] float32 at the image's resolution
-    kind: str  # which map: "generic" or a method's native kind
-    grid: np.ndarray  # [M, rows, cols] the same maps on the patch grid, before upsampling
-    sentences: list[str]
-    n_cut: list[int] = field(default_factory=list)  # tokens each sentence lost to truncation
+    """One map per sentence: ``grid`` [M, rows, cols] on the patch grid, and ``maps`` [M, H, W] float32
+    at the image's resolution (bilinear from the grid, made on first use and kept in ``FULL_MAPS``),
+    ``kind`` ("generic" or a method's native kind), the ``sentences`` and the tokens each lost to
+    truncation (``n_cut``). ``maps`` given to the constructor are kept as they are."""
+
+    def __init__(self, maps: np.ndarray | None = None, kind: str = GENERIC_MAP, grid: np.ndarray | None = None,
+                 sentences: Sequence[str] = (), n_cut: Sequence[int] = (), size: tuple[int, int] | None = None):
+        if maps is None and (grid is None or size is None):
+            raise ValueError("SentenceMaps needs the maps, or their grid and the picture size to upsample to")
+        self._maps, self.kind, self.grid = maps, kind, grid
+        self.sentences, self.n_cut = list(sentences), list(n_cut)
+        self.size = tuple(size) if size is not None else tuple(maps.shape[1:])  # (height, width)
+        self._key = next(_NEXT_KEY)
+        if maps is None:  # drop the upsampled copy with the result, not only when the cache needs room
+            weakref.finalize(self, FULL_MAPS.discard, lambda key, k=self._key: key == k)
+
+    @property
+    def maps(self) -> np.ndarray:
+        if self._maps is not None:
+            return self._maps
+        return FULL_MAPS.get(self._key, self._upsample)
+
+    def _upsample(self) -> np.ndarray:
+        grid = torch.from_numpy(self.grid)
+        return F.interpolate(grid[None], size=self.size, mode="bilinear", align_corners=False)[0].numpy()
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -172,9 +200,8 @@ class Model:
         else:
             grid = self.method.sentence_maps(image_features, text_features, kind).float()
         width, height = picture.size
-        full = F.interpolate(grid[None], size=(height, width), mode="bilinear", align_corners=False)[0]
-        return SentenceMaps(maps=full.cpu().numpy(), kind=kind, grid=grid.cpu().numpy(),
-                            sentences=sentences, n_cut=tokens.n_cut)
+        return SentenceMaps(kind=kind, grid=grid.cpu().numpy(), sentences=sentences, n_cut=tokens.n_cut,
+                            size=(height, width))
 
 
 def _as_pil(image) -> Image.Image:

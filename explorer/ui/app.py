@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer.core.runtime import prepare_process
+from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
 from explorer.grounding.sentence_maps import MapCache
-from explorer.ui import grounding_tab, models_tab
-from explorer.ui.view_controls import EXPORT_ROOT
+from explorer.ui import grounding_tab, memory_panel, models_tab
+from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
 TITLE = "explorer: what long-text CLIP models see"
@@ -18,7 +18,17 @@ def page_options() -> dict:
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
     # Exported figures are written outside the working directory; the page may download them.
-    return {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(EXPORT_ROOT)]}
+    return {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())], "css": PAGE_CSS}
+
+
+# Gradio breaks words anywhere ("backgroun d") in highlighted text and table cells; break between
+# words, and inside one only when it cannot fit on its own line.
+PAGE_CSS = """
+#token-budget .textfield, #token-budget .token, #token-budget .text { word-break: normal !important;
+  overflow-wrap: break-word !important; }
+.table-wrap th, .table-wrap td, .table-wrap th *, .table-wrap td * { word-break: normal !important;
+  overflow-wrap: break-word !important; hyphens: auto; }
+"""
 
 
 def build_app(zoo: Zoo | None = None) -> gr.Blocks:
@@ -28,9 +38,17 @@ def build_app(zoo: Zoo | None = None) -> gr.Blocks:
         gr.Markdown(f"# {TITLE}")
         with gr.Tabs():
             with gr.Tab("Grounding", id="grounding"):
-                grounding_tab.build(zoo, cache)
+                grounding_models = grounding_tab.build(zoo, cache)
             with gr.Tab("Models", id="models"):
-                models_tab.build(zoo)
+                zoo_changes = models_tab.build(zoo)
+                memory_panel.build()
+        # The zoo is live: every model list follows it, after a change in the Models tab and on every
+        # page load (another session, or the CLI, may have changed it).
+        refresh = dict(fn=lambda current: grounding_tab.refresh_models(zoo, current), inputs=grounding_models,
+                       outputs=grounding_models)
+        for event in zoo_changes:
+            event.then(**refresh)
+        app.load(**refresh)
     return app
 
 
@@ -38,6 +56,7 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
            zoo_root: str | None = None, block: bool = True, device: str = "auto"):
     """Serve the app. Binds localhost unless ``host`` says otherwise; sharing and auth are explicit."""
     prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
+    keep_releasing_freed_memory()
     app = build_app(Zoo(zoo_root, device=device))
     app.queue(default_concurrency_limit=2)
     app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=not block,

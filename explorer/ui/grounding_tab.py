@@ -11,7 +11,7 @@ import gradio as gr
 
 from explorer.core.errors import ExplorerError
 from explorer.grounding.budget import CONTEXTS, CaptionAnalysis, analyse_caption
-from explorer.grounding.sentence_maps import MapCache, prepare_image
+from explorer.grounding.sentence_maps import MapCache, describe_picture
 from explorer.models.methods import get_method
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.ui import maps_tab, pca_tab, regions_tab
@@ -21,7 +21,8 @@ from explorer.ui.view_controls import Inputs, as_list
 from explorer.views.settings import MAX_MODELS, NATIVE
 from explorer.zoo import Zoo
 
-SENTENCE_COLUMNS = ["#", "sentence", "tokens", "kept by CLIP (77)", "kept by Long-CLIP (248)"]
+SENTENCE_COLUMNS = ["#", "sentence", "tok", "77", "248"]  # tokens; kept by CLIP (77), by Long-CLIP (248)
+SENTENCE_WIDTHS = ["9%", "49%", "14%", "13%", "15%"]
 PAST = {77: "past 77: CLIP cuts this", 248: "past 248: Long-CLIP cuts this too"}
 
 
@@ -42,6 +43,7 @@ def budget_spans(analysis: CaptionAnalysis) -> list[tuple[str, str | None]]:
 
 def budget_summary(analysis: CaptionAnalysis) -> str:
     parts = [f"**{analysis.n_tokens} tokens** in {len(analysis.sentences)} sentence(s)."]
+    parts += [f"({note})" for note in analysis.notes]
     for context in CONTEXTS:
         cut = analysis.cut_at_char[context]
         if cut is None:
@@ -84,8 +86,18 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
             label = f"{manifest.name} · {cls.title} · maps: {kinds}"
         except ExplorerError:
             label = f"{manifest.name} · unknown method {manifest.method!r}"
+        if not manifest.trained:
+            label = f"{manifest.name} · UNTRAINED (random weights) · " + label.split(" · ", 1)[1]
         choices.append((label, manifest.name))
     return choices
+
+
+def refresh_models(zoo: Zoo, current):
+    """The model list as the zoo is now (models added or removed since the page was built); the
+    chosen models that are still there stay chosen."""
+    choices = model_choices(zoo)
+    names = {name for _, name in choices}
+    return gr.update(choices=choices, value=[name for name in as_list(current) if name in names])
 
 
 def kind_choices(zoo: Zoo, names) -> list[str]:
@@ -107,32 +119,41 @@ def models_summary(zoo: Zoo, names) -> str:
     return "\n".join(f"- **{name}**: {model_summary(zoo, name)}" for name in names)
 
 
-def build(zoo: Zoo, cache: MapCache) -> None:
+def build(zoo: Zoo, cache: MapCache):
+    """The tab; returns its model list (the app refreshes it when the zoo changes)."""
     choices = model_choices(zoo)
-    default = zoo.default_name()
+    defaults = zoo.default_names(2)
     examples = example_images()
+    first_caption = examples[0][1] if examples else ""
+    spans, summary, rows = safe_budget(first_caption)
     with gr.Row():
         with gr.Column(scale=1):
             # A File input, not gr.Image: Gradio would decode an Image upload itself, before our
             # checks (corrupt files, 16-bit, decompression bombs) could say what is wrong.
-            image = gr.File(label="Image file (PNG, JPEG, WebP, TIFF...)", type="filepath", file_count="single",
-                            elem_id="grounding-image", height=90)
-            preview = gr.Image(label="Image", interactive=False, elem_id="grounding-preview", height=260)
-            picture_note = gr.Markdown(elem_id="image-note")
-            caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption",
-                                 value=examples[0][1] if examples else "")
-            budget_view = gr.HighlightedText(label="Token budget", elem_id="token-budget", show_legend=True,
-                                             combine_adjacent=True)
-            budget_note = gr.Markdown(elem_id="token-summary")
-            table = gr.Dataframe(headers=SENTENCE_COLUMNS, interactive=False, wrap=True, elem_id="sentence-table",
-                                 max_height=260)
-            models = gr.Dropdown(choices, value=[default] if default else [], multiselect=True,
+            # The page opens on the first example (picture, caption, its token budget) and two models whose
+            # maps differ, so the first click on Draw shows what the app is for.
+            first_picture = str(examples[0][0]) if examples else None
+            image = gr.File(value=first_picture, label="Image file (PNG, JPEG, WebP, TIFF...)", type="filepath",
+                            file_count="single", elem_id="grounding-image", height=90)
+            picture, picture_text = describe(first_picture)
+            preview = gr.Image(value=picture, label="Image", interactive=False, elem_id="grounding-preview",
+                               height=260)
+            picture_note = gr.Markdown(picture_text, elem_id="image-note")
+            caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption", value=first_caption)
+            budget_view = gr.HighlightedText(value=spans, label="Token budget", elem_id="token-budget",
+                                             show_legend=True, combine_adjacent=True)
+            budget_note = gr.Markdown(summary, elem_id="token-summary")
+            table = gr.Dataframe(value=rows, headers=SENTENCE_COLUMNS, interactive=False, wrap=True,
+                                 elem_id="sentence-table", max_height=260, column_widths=SENTENCE_WIDTHS,
+                                 label="Sentences: tok = its tokens; 77 / 248 = still read when CLIP / Long-CLIP "
+                                       "reads the whole caption", show_label=True)
+            models = gr.Dropdown(choices, value=defaults, multiselect=True,
                                  max_choices=MAX_MODELS, label=f"Models (up to {MAX_MODELS}, compared row by row)",
                                  elem_id="grounding-model")
-            kinds = kind_choices(zoo, [default] if default else [])
+            kinds = kind_choices(zoo, defaults)
             kind = gr.Dropdown(kinds, value=NATIVE, label="Map kind (native: each model's own)",
                                elem_id="grounding-kind")
-            model_note = gr.Markdown(lambda: models_summary(zoo, [default] if default else []), elem_id="model-note")
+            model_note = gr.Markdown(lambda: models_summary(zoo, defaults), elem_id="model-note")
             with gr.Accordion("Dense caption (read by SEPS; the long caption stands in when empty)", open=False):
                 dense_caption = gr.Textbox(label="Dense caption", lines=3, elem_id="grounding-dense")
             with gr.Accordion("Ground truth (optional): a label mask for mIoU and pointing game", open=False):
@@ -154,27 +175,31 @@ def build(zoo: Zoo, cache: MapCache) -> None:
                 with gr.Tab("PCA maps", id="pca"):
                     pca_tab.build(inputs, zoo, cache)
 
-    def on_caption(text):
-        try:
-            return update_budget(text)
-        except Exception as error:  # noqa: BLE001
-            return [], explain(error), []
 
     def on_models(names, current):
         kinds = kind_choices(zoo, names)
         value = current if current in kinds else NATIVE  # a kind no chosen model offers is not kept
         return gr.update(choices=kinds, value=value), models_summary(zoo, names)
 
-    def on_image(path):
-        if not path:
-            return None, ""
-        try:
-            picture, notes = prepare_image(path)
-        except Exception as error:  # noqa: BLE001
-            return None, explain(error)
-        lines = [f"Image {picture.width}x{picture.height} ready."] + [f"- {note}" for note in notes]
-        return picture, "\n".join(lines)
-
-    caption.change(on_caption, inputs=caption, outputs=[budget_view, budget_note, table])
+    caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table])
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
-    image.change(on_image, inputs=image, outputs=[preview, picture_note])
+    image.change(describe, inputs=image, outputs=[preview, picture_note])
+    return models
+
+
+def safe_budget(text):
+    try:
+        return update_budget(text)
+    except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
+        return [], explain(error), []
+
+
+def describe(path):
+    """The picture preview and what happened to it (its size, and any conversion)."""
+    if not path:
+        return None, ""
+    try:
+        picture, lines = describe_picture(path)
+    except Exception as error:  # noqa: BLE001
+        return None, explain(error)
+    return picture, "\n".join([lines[0], *(f"- {line}" for line in lines[1:])])

@@ -13,13 +13,14 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.examples import truth_dir
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
-from explorer.views.maps_view import MapsView, compute_maps, render_maps
+from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps, render_maps
 from explorer.views.panels import compose
 from explorer.views.render import COLORMAPS
 from explorer.views.settings import MASK_MODES, SCALES, ViewSettings
 from explorer.zoo import Zoo
 
 SCORE_COLUMNS = ["model", "#", "sentence", "threshold", "mask %", "tokens cut", "IoU", "pointing"]
+SCORE_WIDTHS = ["14%", "5%", "28%", "13%", "9%", "11%", "8%", "12%"]  # every column readable at 1280 px
 
 
 def display_settings(cmap, opacity, mask, otsu, threshold, scale, page, per_page) -> dict:
@@ -51,6 +52,8 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
         lines.append(f"Ground truth from {view.truth.source} ({view.summary(settings.threshold)[0]['n']} sentence(s)): "
                      f"{summary}")
     lines += [f"- {note}" for note in view.notes]
+    lines += [f"- **{m.name}** ({m.kind}): {SAME_MAP_NOTE}: every sentence gets the same map"
+              for m in view.models if m.same_for_every_sentence]
     return "\n".join(lines)
 
 
@@ -105,17 +108,21 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
         page = gr.Slider(1, 2, value=1, step=1, label="Page", visible=False, elem_id="maps-page")
     run = gr.Button("Draw maps", variant="primary", elem_id="grounding-run")
     status = gr.Markdown("Pick an image, a caption and up to 4 models, then **Draw maps**.", elem_id="grounding-status")
-    picture = gr.Image(label="Maps (a row per model)", interactive=False, elem_id="maps-grid", format="png",
-                       show_label=True)
+    # The label goes above the picture, not over it: on the picture it would hide the first row's model name.
+    gr.Markdown("**Maps**: a row per model, a panel per sentence.", elem_id="maps-grid-label")
+    picture = gr.Image(interactive=False, elem_id="maps-grid", format="png", show_label=False)
     scores = gr.Dataframe(headers=SCORE_COLUMNS, interactive=False, wrap=True, elem_id="maps-scores",
-                          max_height=320)
+                          max_height=320, column_widths=SCORE_WIDTHS)
     view_state, settings_state = gr.State(None), gr.State(None)
     export_row("maps", view_state, settings_state, zoo)
 
     display = [cmap, opacity, mask, otsu, threshold, scale, page, per_page]
     run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + display,
-              outputs=[view_state, settings_state, picture, status, scores, page])
+              outputs=[view_state, settings_state, picture, status, scores, page], api_name="draw_maps")
     for control in display:
-        event = control.release if isinstance(control, gr.Slider) else control.change
+        # A slider re-renders on "input" (a drag, or a number typed in its box and Enter) with only
+        # the latest value kept while one is running; other controls on "change".
+        event = control.input if isinstance(control, gr.Slider) else control.change
         event(rerender, inputs=[view_state, settings_state, *display],
-              outputs=[settings_state, picture, status, scores, page])
+              outputs=[settings_state, picture, status, scores, page], api_name=f"rerender_maps_{control.elem_id}",
+              trigger_mode="always_last")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import gradio as gr
 
@@ -11,6 +12,8 @@ from explorer.ui.messages import explain
 from explorer.zoo import Zoo
 
 COLUMNS = ["name", "method", "score", "architecture", "context", "weights", "source", "status"]
+# Every column readable at 1280 px: the long free-text ones wrap, the status is never pushed off-screen.
+COLUMN_WIDTHS = ["12%", "8%", "12%", "10%", "7%", "18%", "18%", "15%"]
 
 
 def zoo_table(zoo: Zoo) -> list[list]:
@@ -58,34 +61,78 @@ def check_file(path: str, allow_pickle: bool) -> str:
         return explain(error)
 
 
-def build(zoo: Zoo) -> gr.Dataframe:
+def model_names(zoo: Zoo) -> list[str]:
+    return [m.name for m in zoo.manifests()]
+
+
+def build(zoo: Zoo) -> list:
+    """The tab; returns the events after which the zoo may have changed (the app refreshes every
+    model list after them, so an added or removed model shows everywhere without a restart)."""
     gr.Markdown(f"Every model with a manifest in `{zoo.root}`. Weights are local files; nothing is downloaded.")
     table = gr.Dataframe(value=lambda: zoo_table(zoo), headers=COLUMNS, interactive=False, wrap=True,
-                         elem_id="zoo-table")
-    refresh = gr.Button("Refresh", size="sm")
+                         elem_id="zoo-table", column_widths=COLUMN_WIDTHS)
+    refresh = gr.Button("Re-check every model", size="sm", elem_id="zoo-refresh")
     with gr.Accordion("Methods this explorer knows", open=False):
         gr.Dataframe(value=methods_table(), headers=["method", "name", "maps", "what it is"], interactive=False,
                      wrap=True, elem_id="methods-table")
     with gr.Accordion("Add or check a checkpoint", open=False):
-        path = gr.Textbox(label="Weights file (.pt, .pth, .bin, .safetensors)", placeholder="/data/longclip-B.pt")
+        with gr.Tab("A file on this machine"):
+            path = gr.Textbox(label="Weights file (.pt, .pth, .bin, .safetensors)", placeholder="/data/longclip-B.pt",
+                              elem_id="zoo-add-path")
+            trust = gr.Checkbox(label="Trust this file: allow unpickling (needed for SEPS model_best.pth)", value=False)
+            with gr.Row():
+                check_button = gr.Button("Check")
+                add_button = gr.Button("Add to zoo", variant="primary", elem_id="zoo-add")
+        with gr.Tab("Upload"):
+            upload = gr.File(label="Weights (.safetensors only: an upload is never unpickled)", type="filepath",
+                             file_count="single", file_types=[".safetensors"], elem_id="zoo-upload", height=90)
+            upload_button = gr.Button("Upload and add", variant="primary", elem_id="zoo-upload-add")
         with gr.Row():
-            name = gr.Textbox(label="Name in the zoo (optional)")
+            name = gr.Textbox(label="Name in the zoo (optional)", elem_id="zoo-add-name")
             source = gr.Textbox(label="Where it came from (optional)")
-        trust = gr.Checkbox(label="Trust this file: allow unpickling (needed for SEPS model_best.pth)", value=False)
+        report = gr.Markdown(elem_id="zoo-report")
+    with gr.Accordion("Remove a model (its manifest; the weights file stays)", open=False):
         with gr.Row():
-            check_button = gr.Button("Check")
-            add_button = gr.Button("Add to zoo", variant="primary")
-        report = gr.Markdown()
+            doomed = gr.Dropdown(model_names(zoo), label="Model", elem_id="zoo-remove-name")
+            remove_button = gr.Button("Remove from zoo", variant="stop", elem_id="zoo-remove")
+        removed = gr.Markdown(elem_id="zoo-remove-note")
+
+    def listing():
+        return zoo_table(zoo), gr.update(choices=model_names(zoo), value=None)
 
     def add(path_value, name_value, source_value, trust_value):
         try:
-            manifest = zoo.add(path_value.strip(), name=name_value.strip() or None, source=source_value.strip(),
-                               allow_pickle=trust_value)
-            return f"Added **{manifest.name}** ({manifest.method}, {manifest.format}).", zoo_table(zoo)
+            manifest = zoo.add((path_value or "").strip(), name=name_value.strip() or None,
+                               source=source_value.strip(), allow_pickle=trust_value)
+            return f"Added **{manifest.name}** ({manifest.method}, {manifest.format}).", *listing()
         except Exception as error:  # noqa: BLE001
-            return explain(error), zoo_table(zoo)
+            return explain(error), *listing()
 
-    refresh.click(lambda: zoo_table(zoo), outputs=table)
+    def add_upload(file_path, name_value, source_value):
+        if not file_path:
+            return "Choose a .safetensors file to upload first.", *listing()
+        try:
+            manifest = zoo.add_upload(file_path, Path(file_path).name, name=name_value.strip() or None,
+                                      source=source_value.strip())
+            return f"Added **{manifest.name}** ({manifest.method}, {manifest.format}) from the upload.", *listing()
+        except Exception as error:  # noqa: BLE001
+            return explain(error), *listing()
+
+    def remove(name_value):
+        if not name_value:
+            return "Pick the model to remove.", *listing()
+        try:
+            path = zoo.remove(name_value)
+            return f"Removed **{name_value}** (deleted its manifest `{path}`; its weights file was kept).", *listing()
+        except Exception as error:  # noqa: BLE001
+            return explain(error), *listing()
+
     check_button.click(check_file, inputs=[path, trust], outputs=report)
-    add_button.click(add, inputs=[path, name, source, trust], outputs=[report, table])
-    return table
+    def recheck():
+        zoo.recheck()
+        return listing()
+
+    return [refresh.click(recheck, outputs=[table, doomed]),
+            add_button.click(add, inputs=[path, name, source, trust], outputs=[report, table, doomed]),
+            upload_button.click(add_upload, inputs=[upload, name, source], outputs=[report, table, doomed]),
+            remove_button.click(remove, inputs=doomed, outputs=[removed, table, doomed])]

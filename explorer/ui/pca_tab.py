@@ -24,7 +24,9 @@ def status_text(view: PcaView, settings: ViewSettings) -> str:
            "per-model": "one PCA per model (colours compare across a row's pictures)",
            "per-image": "one PCA per panel (colours are not comparable across panels)"}[settings.pca_fit]
     lines = [f"{len(view.names)} model(s) x {len(view.pictures)} picture(s) · {fit}."]
-    lines += [f"- {note}" for note in view.notes]
+    skipped = getattr(view, "skipped", [])
+    lines += [f"- **{note}**" for note in skipped]  # a model left out of the view: said first, in bold
+    lines += [f"- {note}" for note in view.notes if note not in skipped]
     return "\n".join(lines)
 
 
@@ -61,10 +63,13 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
     run = gr.Button("Draw PCA maps", variant="primary", elem_id="pca-run")
     status = gr.Markdown("The top 3 principal components of each model's patch vectors, as RGB.",
                          elem_id="pca-status")
-    picture = gr.Image(label="PCA maps (a row per model, a column per picture)", interactive=False,
-                       elem_id="pca-grid", format="png")
+    # The label goes above the picture, not over it: on the picture it would hide the first row's label.
+    gr.Markdown("**PCA maps**: the pictures, then a row per model, a column per picture.",
+                elem_id="pca-grid-label")
+    picture = gr.Image(interactive=False, elem_id="pca-grid", format="png", show_label=False)
     view_state, settings_state = gr.State(None), gr.State(None)
     export_row("pca", view_state, settings_state, zoo)
     run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + [extra, source, fit],
-              outputs=[view_state, settings_state, picture, status])
-    fit.change(refit, inputs=[view_state, settings_state, fit], outputs=[settings_state, picture, status])
+              outputs=[view_state, settings_state, picture, status], api_name="draw_pca")
+    fit.change(refit, inputs=[view_state, settings_state, fit], outputs=[settings_state, picture, status],
+               api_name="refit_pca")

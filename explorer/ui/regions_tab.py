@@ -7,13 +7,20 @@ import gradio as gr
 from explorer.grounding.detectors import detector_setting
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.messages import explain
-from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.ui.view_controls import Inputs, base_settings, export_row
 from explorer.views.panels import compose
-from explorer.views.regions_view import RegionsView, compute_regions, render_regions, similarity_matrix, similarity_plot
+from explorer.views.regions_view import (RegionsView, compute_regions, region_kind, region_takers, render_regions,
+                                         similarity_matrix, similarity_plot)
 from explorer.views.settings import ViewSettings
 from explorer.zoo import Zoo
 
 MATCH_COLUMNS = ["model", "#", "sentence", "best region", "source", "label", "cosine", "best pair"]
+KEY_COLUMNS = ["model", "region", "source", "sentences that chose it"]
+MATCH_WIDTHS = ["13%", "5%", "27%", "9%", "12%", "14%", "10%", "10%"]  # every column readable at 1280 px
+KEY_WIDTHS = ["20%", "10%", "30%", "40%"]
+# The regions preview is one picture per model with many boxes: larger than the other views' panels,
+# so the box ids stay legible (the sentences are listed in the tables, not written on the picture).
+REGIONS_PREVIEW_SIDE = 512
 
 
 def match_rows(view: RegionsView) -> list[list]:
@@ -36,9 +43,21 @@ def status_text(view: RegionsView) -> str:
              f"detector boxes from **{view.detector}**."]
     for name, result in zip(view.names, view.results):
         s, r = result.best_pair
-        lines.append(f"- **{name}**: best pair S{s + 1} ↔ R{r + 1} (cosine {result.best_score:.3f})")
+        lines.append(f"- **{name}**: best pair S{s + 1} <-> R{r + 1} (cosine {result.best_score:.3f})")
     lines += [f"- {note}" for note in view.notes]
     return "\n".join(lines)
+
+
+def key_rows(view: RegionsView | None) -> list[list]:
+    """Which sentences chose which region, a row per (model, chosen region): the key to the box ids
+    drawn on the picture."""
+    if view is None:
+        return []
+    rows = []
+    for name, result in zip(view.names, view.results):
+        for j, sentences in sorted(region_takers(result).items()):
+            rows.append([name, f"R{j + 1}", region_kind(result.regions[j]), ", ".join(f"S{s + 1}" for s in sentences)])
+    return rows
 
 
 def find_regions(load, cache: MapCache, *values):
@@ -47,7 +66,7 @@ def find_regions(load, cache: MapCache, *values):
     try:
         settings = ViewSettings(**base_settings("regions", *common), detector=detector_setting(detector))
         view = compute_regions(load, settings, cache)
-        picture = compose(render_regions(view, settings, PREVIEW_SIDE))
+        picture = compose(render_regions(view, settings, REGIONS_PREVIEW_SIDE))
         plot = similarity_plot([similarity_matrix(view, i) for i in range(len(view.names))])
     except Exception as error:  # noqa: BLE001 - the page shows it; nothing else changes
         return None, None, None, None, explain(error), []
@@ -60,12 +79,22 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
     run = gr.Button("Find regions", variant="primary", elem_id="regions-run")
     status = gr.Markdown("FLISM proposes regions (detector boxes, four quadrants, the centre box), and every "
                          "sentence takes its most similar region.", elem_id="regions-status")
-    picture = gr.Image(label="Regions (orange: detector, blue: quadrants, green: centre, red: the best pair)",
-                       interactive=False, elem_id="regions-grid", format="png")
-    plot = gr.Plot(label="Sentence x region similarity", elem_id="regions-plot")
+    # The label goes above the picture, not over it: on the picture it would hide the first row's title.
+    gr.Markdown("**Regions**, a row per model: orange detector boxes, blue quadrants, green the centre box, "
+                "thick red the best pair's region. The ids are keyed in the tables below.",
+                elem_id="regions-grid-label")
+    picture = gr.Image(interactive=False, elem_id="regions-grid", format="png", show_label=False)
+    key = gr.Dataframe(headers=KEY_COLUMNS, interactive=False, wrap=True, elem_id="regions-key", max_height=260,
+                       label="Sentences by region (the ids on the picture)", column_widths=KEY_WIDTHS)
     table = gr.Dataframe(headers=MATCH_COLUMNS, interactive=False, wrap=True, elem_id="regions-table",
-                         max_height=320)
+                         max_height=320, label="Best region per sentence", column_widths=MATCH_WIDTHS)
+    plot = gr.Plot(label="Sentence x region similarity", elem_id="regions-plot")
     view_state, settings_state = gr.State(None), gr.State(None)
     export_row("regions", view_state, settings_state, zoo)
-    run.click(lambda *values: find_regions(zoo.load, cache, *values), inputs=inputs.components() + [detector],
-              outputs=[view_state, settings_state, picture, plot, status, table])
+
+    def run_view(*values):
+        found = find_regions(zoo.load, cache, *values)
+        return (*found, key_rows(found[0]))
+
+    run.click(run_view, inputs=inputs.components() + [detector],
+              outputs=[view_state, settings_state, picture, plot, status, table, key], api_name="find_regions")

@@ -54,13 +54,18 @@ def base_settings(view: str, image, caption, models, kind, dense_caption, truth)
             "kind": kind or "native", "dense_caption": dense_caption or "", "truth": str(truth) if truth else ""}
 
 
-EXPORT_ROOT = paths.exports_dir()  # the app lets the page download from here
+EXPORT_ROOT: Path | None = None  # where exports go; None: $EXPLORER_HOME/exports, read when used
+
+
+def export_root() -> Path:
+    """The folder the page may download figures from."""
+    return EXPORT_ROOT if EXPORT_ROOT is not None else paths.exports_dir()
 
 
 def export_dir() -> Path:
     """A new folder per export, so two exports never overwrite each other."""
-    EXPORT_ROOT.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=EXPORT_ROOT))
+    root = paths.ensure(export_root())
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=root))
 
 
 def export_view(view, settings: ViewSettings | None, fmt: str, width: float,
@@ -93,4 +98,4 @@ def export_row(prefix: str, view_state, settings_state, zoo) -> None:
                     elem_id=f"{prefix}-export-files")
     note = gr.Markdown(elem_id=f"{prefix}-export-note")
     button.click(lambda *values: export_view(*values, zoo_root=zoo.root),
-                 inputs=[view_state, settings_state, fmt, width], outputs=[files, note])
+                 inputs=[view_state, settings_state, fmt, width], outputs=[files, note], api_name=f"export_{prefix}")

@@ -118,6 +118,19 @@ def _title_lines(row, layout: Layout) -> list[list[str]]:
     return [textwrap.wrap(panel.title.replace(" · ", "  "), _chars(layout.panel)) or [""] for panel in row]
 
 
+def _key_lines(panel, layout: Layout) -> list[str]:
+    """The panel's key (e.g. which sentences chose which FLISM region), wrapped to its width; printed
+    under the picture, so nothing is written over it."""
+    width = _chars(layout.panel)
+    return [piece for line in getattr(panel, "key", []) or []
+            for piece in textwrap.wrap(line, width, subsequent_indent="  ") or [""]]
+
+
+def _key_height(panel, layout: Layout) -> float:
+    lines = _key_lines(panel, layout)
+    return GAP + len(lines) * LINE if lines else 0.0
+
+
 def _panel_height(panel, layout: Layout) -> float:
     h, w = panel.pixels.shape[:2]
     return layout.panel * h / w
@@ -125,7 +138,7 @@ def _panel_height(panel, layout: Layout) -> float:
 
 def _row_height(row, layout: Layout) -> float:
     title = max(len(lines) for lines in _title_lines(row, layout)) * LINE
-    return title + max(_panel_height(panel, layout) for panel in row)
+    return title + max(_panel_height(panel, layout) + _key_height(panel, layout) for panel in row)
 
 
 def _draw_row(fig, layout: Layout, row, titles, top: float, row_height: float, height: float, label: str,
@@ -144,6 +157,10 @@ def _draw_row(fig, layout: Layout, row, titles, top: float, row_height: float, h
         axis.set_axis_off()
         fig.text(left / layout.width, top / height, "\n".join(lines), ha="left", va="top", fontsize=FONT_SIZE,
                  linespacing=1.15)
+        key = _key_lines(panel, layout)
+        if key:
+            fig.text(left / layout.width, (top - title_height - panel_height - GAP) / height, "\n".join(key),
+                     ha="left", va="top", fontsize=FONT_SIZE, linespacing=1.15)
     if matrix is not None:
         _draw_matrix(fig, layout, matrix, top, row_height, height)
 

@@ -39,8 +39,9 @@ def resolve_kind(model: Model, wanted: str) -> tuple[str, str | None]:
     return fallback, f"{model.name} has no {wanted!r} map; showing its {fallback!r} map"
 
 
+SAME_MAP_NOTE = "this map does not depend on the sentence"
 MEMO_SIZE = 16  # display variants kept per model (thresholds x sizes): enough for slider work, bounded
-MEMO_BYTES = 128 * MB
+MEMO_BYTES = 32 * MB  # per view: a display size of 60 maps at 256 px is 16 MB
 
 
 def display_memo() -> BoundedCache:
@@ -63,6 +64,16 @@ class ModelMaps:
     @property
     def maps(self) -> np.ndarray:
         return self.result.maps.maps
+
+    @property
+    def same_for_every_sentence(self) -> bool:
+        """Whether the maps do not depend on the sentence (GOAL's self-attention is image-only; a
+        collapsed model draws one map for all): then the page says so rather than show copies."""
+        grid = np.asarray(self.result.maps.grid, dtype=np.float64)
+        if len(grid) < 2:
+            return False
+        spread = float(np.nanmax(grid) - np.nanmin(grid)) or 1.0
+        return bool(np.nanmax(np.abs(grid - grid[:1])) <= 1e-4 * spread)
 
     @property
     def kind(self) -> str:
@@ -251,7 +262,7 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
                                   title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask"))
         rows.append(row)
         labels.append(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED")
-                      + summaries.get(m, ""))
+                      + (f"\n{SAME_MAP_NOTE}" if model.same_for_every_sentence else "") + summaries.get(m, ""))
     colorbar = _colorbar(view, settings)
     return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar,
                      caption=" ".join(f"S{i + 1}: {view.sentences[i]}" for i in indices))

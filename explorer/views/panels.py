@@ -27,6 +27,7 @@ class Panel:
     pixels: np.ndarray  # [H, W, 3] uint8
     title: str  # short: what and which threshold
     text: str = ""  # the sentence the panel shows (the page lists it in its table; figures in the caption)
+    key: list[str] = field(default_factory=list)  # lines a figure prints under the panel (e.g. FLISM's region key)
 
 
 @dataclass

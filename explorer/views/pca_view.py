@@ -29,6 +29,7 @@ class PcaView:
     grids: list[list[tuple[int, int]]]
     source: str
     notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "name: why" for each model that cannot give this source
 
 
 def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = None) -> PcaView:
@@ -42,24 +43,42 @@ def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = N
         picture, picture_notes = prepare_image(path)
         pictures.append(picture)
         notes.extend(picture_notes)
-    names, features, grids = [], [], []
+    names, features, grids, skipped, errors = [], [], [], [], []
     for name in settings.models:
         model = load(name)
         row_features, row_grids = [], []
-        for picture in pictures:
-            key = ("patches", model.name, id(model), image_digest(picture), settings.pca_source)
+        try:
+            for picture in pictures:
+                key = ("patches", model.name, id(model), image_digest(picture), settings.pca_source)
 
-            def compute(model=model, picture=picture):
-                return model.patch_features(picture, settings.pca_source)
+                def compute(model=model, picture=picture):
+                    return model.patch_features(picture, settings.pca_source)
 
-            vectors, grid = cache.get(key, compute) if cache is not None else compute()
-            row_features.append(vectors)
-            row_grids.append(grid)
+                vectors, grid = cache.get(key, compute) if cache is not None else compute()
+                row_features.append(vectors)
+                row_grids.append(grid)
+        except ValueError as error:  # this model cannot give these vectors (SEPS has no CLIP self-attention)
+            errors.append(error)
+            skipped.append(skip_note(model, settings.pca_source, error))
+            continue
         names.append(model.name)
         features.append(row_features)
         grids.append(row_grids)
+    if not names:  # nothing to show: the reason, as each model gave it
+        if len(errors) == 1:
+            raise errors[0]
+        raise ValueError(f"none of the models can give PCA maps of {settings.pca_source}: "
+                         + "; ".join(f"{name}: {error}" for name, error in zip(settings.models, errors)))
     return PcaView(pictures=pictures, names=names, features=features, grids=grids, source=settings.pca_source,
-                   notes=notes)
+                   notes=notes + skipped, skipped=skipped)
+
+
+def skip_note(model, source: str, error: Exception) -> str:
+    """What the page and the figure say about a model left out of the PCA view."""
+    if source == "attention":
+        return (f"{model.name}: skipped, no CLIP-style image self-attention to read ({model.title} does not "
+                f"expose its image encoder's attention); its patch features can be drawn instead")
+    return f"{model.name}: skipped, {error}"
 
 
 def fit_groups(view: PcaView, fit: str) -> tuple[dict[tuple[int, int], np.ndarray], dict, list[str]]:
@@ -121,4 +140,6 @@ def render_pca(view: PcaView, settings: ViewSettings, side: int | None = None) -
             labels.append(f"{name}\nPC1-3: {100 * share:.0f}% var" + (" (joint)" if settings.pca_fit == "joint" else ""))
     what = "patch features" if view.source == "features" else "last-layer attention rows"
     caption = f"Top 3 principal components of the {what} as RGB ({FIT_WORDS[settings.pca_fit]}). " + " ".join(notes)
+    if view.skipped:
+        caption += " " + " ".join(f"{note}." for note in view.skipped)
     return PanelGrid(rows=rows, row_labels=labels, caption=caption.strip())

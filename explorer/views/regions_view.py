@@ -54,9 +54,13 @@ def detector_key(detector) -> tuple:
             getattr(detector, "threshold", None), getattr(detector, "max_boxes", None))
 
 
+def region_kind(region) -> str:
+    """Where a region came from: "quadrant: top-left", "detector: cat 0.91", "centre"."""
+    return region.source if not region.label else f"{region.source}: {region.label}"
+
+
 def region_label(index: int, region) -> str:
-    kind = region.source if not region.label else f"{region.source}: {region.label}"
-    return f"R{index + 1} {kind}"
+    return f"R{index + 1} {region_kind(region)}"
 
 
 def compute_regions(load: Loader, settings: ViewSettings, cache: MapCache | None = None) -> RegionsView:
@@ -82,26 +86,164 @@ def compute_regions(load: Loader, settings: ViewSettings, cache: MapCache | None
                        detector=detector.name, notes=notes)
 
 
-def draw_regions(picture: Image.Image, result: FlismResult, side: int | None = None) -> np.ndarray:
-    """The picture with every region outlined in its source's colour, sentences at their best region,
-    and the single best (sentence, region) pair in thick red."""
-    scale = 1.0 if side is None or max(picture.size) <= side else side / max(picture.size)
-    canvas = picture.convert("RGB").resize((round(picture.width * scale), round(picture.height * scale)))
-    draw = ImageDraw.Draw(canvas)
-    font = ui_font(max(10, round(12 * max(1.0, canvas.width / 400))))
-    width = max(1, round(canvas.width / 200))
+Rect = tuple[int, int, int, int]  # (x0, y0, x1, y1) in pixels, x1 and y1 exclusive
+
+
+@dataclass
+class RegionLabel:
+    """One box id as drawn on the picture: where its tag sits, and the box it names."""
+
+    text: str  # "R3"
+    rect: Rect  # the tag (background included)
+    box: tuple[float, float, float, float]  # the region's box on the drawn canvas
+    colour: tuple[int, int, int]
+
+
+def region_takers(result: FlismResult) -> dict[int, list[int]]:
+    """Region index -> the sentences (indices) that chose it as their best region."""
     takers: dict[int, list[int]] = {}
     for sentence, region in enumerate(result.best_region.tolist()):
         takers.setdefault(region, []).append(sentence)
-    pair_sentence, pair_region = result.best_pair
-    for j, region in enumerate(result.regions):
-        box = [v * scale for v in region.box]
-        best = j == pair_region
-        draw.rectangle(box, outline=BEST_PAIR_COLOUR if best else SOURCE_COLOURS[region.source],
-                       width=3 * width if best else width)
-        label = f"R{j + 1}" + (": " + ",".join(f"S{s + 1}" for s in takers[j]) if j in takers else "")
-        draw.text((box[0] + 2 * width, box[1] + 2 * width), label, fill="white", font=font,
-                  stroke_width=2, stroke_fill="black")
+    return takers
+
+
+def region_key(result: FlismResult) -> list[str]:
+    """Which sentences chose which region, one line per chosen region ("R3 (quadrant: top-left): S1, S4"),
+    printed beside the picture in the figure (the page shows the same as a table)."""
+    takers = region_takers(result)
+    return [f"R{j + 1} ({region_kind(result.regions[j])}): " + ", ".join(f"S{s + 1}" for s in takers[j])
+            for j in sorted(takers)]
+
+
+def _intersects(a: Rect, b: Rect) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _overlap(a: Rect, b: Rect) -> int:
+    return max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+def _clamped(spots, size: tuple[int, int], canvas: tuple[int, int]) -> list[Rect]:
+    """Tag rectangles at ``spots``, moved inside the canvas (a tag wider than it starts at 0), no repeats."""
+    w, h = size
+    rects, seen = [], set()
+    for x, y in spots:
+        x, y = min(max(0, x), max(0, canvas[0] - w)), min(max(0, y), max(0, canvas[1] - h))
+        if (x, y) not in seen:
+            seen.add((x, y))
+            rects.append((x, y, x + w, y + h))
+    return rects
+
+
+def _near(box, size: tuple[int, int], canvas: tuple[int, int], margin: int) -> list[Rect]:
+    """Where a tag may go for ``box``, best first: the box's inside corners, just outside its corners,
+    then along its top and left edges."""
+    w, h = size
+    x0, y0, x1, y1 = (round(v) for v in box)
+    spots = [(x0 + margin, y0 + margin), (x1 - margin - w, y0 + margin), (x0 + margin, y1 - margin - h),
+             (x1 - margin - w, y1 - margin - h), (x0, y0 - h - margin), (x0, y1 + margin),
+             (x1 - w, y0 - h - margin), (x1 - w, y1 + margin), (x0 - w - margin, y0), (x1 + margin, y0)]
+    spots += [(x, y0 + margin) for x in range(x0 + margin, x1 - w, max(1, w // 2))]
+    spots += [(x0 + margin, y) for y in range(y0 + margin, y1 - h, max(1, h // 2))]
+    return _clamped(spots, size, canvas)
+
+
+def _anywhere(box, size: tuple[int, int], canvas: tuple[int, int]) -> list[Rect]:
+    """Every spot on the canvas on a half-tag grid, nearest the box's corner first."""
+    w, h = size
+    x0, y0 = round(box[0]), round(box[1])
+    spots = [(x, y) for y in range(0, max(1, canvas[1] - h + 1), max(1, h // 2))
+             for x in range(0, max(1, canvas[0] - w + 1), max(1, w // 2))]
+    spots.sort(key=lambda p: ((p[0] - x0) ** 2 + (p[1] - y0) ** 2, p[1], p[0]))
+    return _clamped(spots, size, canvas)
+
+
+def place_labels(boxes: list, sizes: list[tuple[int, int]], canvas: tuple[int, int], margin: int = 2) -> list[Rect]:
+    """A tag rectangle per box, none overlapping another where the canvas has room (else the least
+    overlap): at the box if a spot there is free, else the free spot nearest it (drawn with a leader).
+    Small boxes choose first: they have the fewest spots near them."""
+    order = sorted(range(len(boxes)), key=lambda j: ((boxes[j][2] - boxes[j][0]) * (boxes[j][3] - boxes[j][1]), j))
+    placed: dict[int, Rect] = {}
+    for j in order:
+        taken = list(placed.values())
+
+        def free(rects):
+            return next((rect for rect in rects if not any(_intersects(rect, other) for other in taken)), None)
+
+        near = _near(boxes[j], sizes[j], canvas, margin)
+        chosen = free(near)
+        if chosen is None:
+            anywhere = _anywhere(boxes[j], sizes[j], canvas)
+            chosen = free(anywhere) or min(near + anywhere,
+                                           key=lambda rect: sum(_overlap(rect, other) for other in taken))
+        placed[j] = chosen
+    return [placed[j] for j in range(len(boxes))]
+
+
+def _scale(picture: Image.Image, side: int | None) -> float:
+    """Pictures are drawn ``side`` pixels on their longer side (None: as they are), so the box ids keep
+    one size relative to the picture: a small picture is enlarged for the page, a large one shrunk."""
+    return 1.0 if side is None else side / max(picture.size)
+
+
+def _font_for(width: int):
+    return ui_font(max(10, round(12 * max(1.0, width / 400))))
+
+
+def region_labels(picture_size: tuple[int, int], result: FlismResult, scale: float = 1.0) -> list[RegionLabel]:
+    """The box ids ("R1", "R2", ...) and where they sit on a canvas of ``picture_size`` x ``scale``:
+    short tags placed so that no two overlap; which sentences chose a region is listed beside the
+    picture (``region_key``, the page's table), not written on it."""
+    canvas = (round(picture_size[0] * scale), round(picture_size[1] * scale))
+    font = _font_for(canvas[0])
+    pad = max(1, round(font.size / 6))
+    texts = [f"R{j + 1}" for j in range(len(result.regions))]
+    sizes = []
+    for text in texts:
+        left, top, right, bottom = font.getbbox(text)
+        sizes.append((round(right - left) + 2 * pad, round(bottom - top) + 2 * pad))
+    boxes = [tuple(v * scale for v in region.box) for region in result.regions]
+    rects = place_labels(boxes, sizes, canvas)
+    pair_region = result.best_pair[1]
+    return [RegionLabel(text=text, rect=rect, box=box,
+                        colour=BEST_PAIR_COLOUR if j == pair_region else SOURCE_COLOURS[region.source])
+            for j, (text, rect, box, region) in enumerate(zip(texts, rects, boxes, result.regions))]
+
+
+def away(label: RegionLabel) -> bool:
+    """Whether a tag sits off its box (neither on it nor touching it)."""
+    x0, y0, x1, y1 = label.rect
+    bx0, by0, bx1, by1 = label.box
+    return not _intersects((x0 - 1, y0 - 1, x1 + 1, y1 + 1), (round(bx0), round(by0), round(bx1) + 1, round(by1) + 1))
+
+
+def draw_regions(picture: Image.Image, result: FlismResult, side: int | None = None) -> np.ndarray:
+    """The picture with every region outlined in its source's colour (the best pair's region thick and
+    red) and tagged with its id; tags never cover one another (``region_labels``)."""
+    scale = _scale(picture, side)
+    canvas = picture.convert("RGB").resize((round(picture.width * scale), round(picture.height * scale)))
+    draw = ImageDraw.Draw(canvas)
+    font = _font_for(canvas.width)
+    width = max(1, round(canvas.width / 200))
+    labels = region_labels(picture.size, result, scale)
+    pair_region = result.best_pair[1]
+    for j, label in enumerate(labels):  # the best pair's box last, so it is on top
+        if j != pair_region:
+            draw.rectangle(label.box, outline=label.colour, width=width)
+    draw.rectangle(labels[pair_region].box, outline=BEST_PAIR_COLOUR, width=3 * width)
+    for label in labels:  # a tag moved away from its box: a thin leader to the box's nearest point
+        if away(label):
+            x0, y0, x1, y1 = label.rect
+            bx0, by0, bx1, by1 = label.box
+            cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+            draw.line([(cx, cy), (min(max(cx, bx0), bx1), min(max(cy, by0), by1))], fill=label.colour, width=1)
+    for label in labels:  # the tags last: nothing is drawn over them
+        x0, y0, x1, y1 = label.rect
+        draw.rectangle((x0, y0, x1 - 1, y1 - 1), fill=label.colour)
+        text_left, text_top = font.getbbox(label.text)[:2]
+        pad = max(1, round(font.size / 6))
+        draw.text((x0 + pad - text_left, y0 + pad - text_top), label.text, fill="white", font=font,
+                  stroke_width=1, stroke_fill="black")
     return np.asarray(canvas)
 
 
@@ -117,8 +259,9 @@ def render_regions(view: RegionsView, settings: ViewSettings, side: int | None =
     rows, labels, extras = [], [], []
     for index, (name, result) in enumerate(zip(view.names, view.results)):
         s, r = result.best_pair
-        title = f"best pair: S{s + 1} ↔ R{r + 1} ({result.best_score:.3f})"
-        rows.append([Panel(draw_regions(view.picture, result, side), title, view.sentences[s])])
+        title = f"best pair: S{s + 1} <-> R{r + 1} ({result.best_score:.3f})"  # ASCII: every font has it
+        rows.append([Panel(draw_regions(view.picture, result, side), title, view.sentences[s],
+                           key=["Sentences by region:"] + region_key(result))])
         labels.append(name)
         extras.append(similarity_matrix(view, index))
     legend = ", ".join(f"{source} {colour}" for source, colour in SOURCE_COLOUR_NAMES.items())

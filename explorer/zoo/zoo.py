@@ -3,13 +3,16 @@ whether each loads, adding a checkpoint, and the cache of loaded models."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from explorer.core import paths
 from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import CheckpointError, ExplorerError, ManifestError
+from explorer.core.files import atomic_path
 from explorer.models.io.loading import check
 from explorer.models.model import Model
 from explorer.zoo.builtin import BUILTIN_PREFIX, BUILTINS
@@ -93,6 +96,10 @@ class Zoo:
             raise ManifestError(cached[1])
         return cached[1]
 
+    def recheck(self) -> None:
+        """Forget whether each weights file loads: the next listing checks every one again."""
+        self._status.clear()
+
     def status(self, manifest: Manifest) -> str:
         if manifest.is_builtin:
             return "built in code" if manifest.weights[len(BUILTIN_PREFIX):] in BUILTINS else "error: unknown built-in"
@@ -112,6 +119,19 @@ class Zoo:
                 return manifest
         raise ManifestError(f"No model named {name!r} in {self.root}; known: "
                             f"{', '.join(m.name for m in self.manifests()) or 'none'}.")
+
+    def default_names(self, n: int = 2) -> list[str]:
+        """The models the Grounding tab opens on: the preferred trained model with a native map, then
+        the base CLIP it was fine-tuned from (its generic map shows what the method adds), or the next."""
+        names = [m.name for m in self.manifests()]
+        first = self.default_name()
+        picks = [first] if first else []
+        for name in ("demo-clip-base", *PREFERRED_DEFAULTS, *names):
+            if len(picks) >= n:
+                break
+            if name in names and name not in picks:
+                picks.append(name)
+        return picks
 
     def default_name(self) -> str | None:
         """The model views open on: a trained demo model with a native grounding map, if there is one."""
@@ -148,6 +168,45 @@ class Zoo:
                             format=result.format, options=dict(options or {}), allow_pickle=allow_pickle)
         manifest.write(target)
         return manifest
+
+    def add_upload(self, uploaded: str | Path, filename: str, name: str | None = None, source: str = "") -> Manifest:
+        """Add a weights file uploaded through the page: safetensors only (an upload is never unpickled),
+        checked first, then kept under ``$EXPLORER_HOME/uploads`` (the upload's temporary file goes)."""
+        if Path(filename).suffix.lower() != ".safetensors":
+            raise CheckpointError(f"{filename}: only .safetensors files can be uploaded (a .pt/.pth/.bin file may "
+                                  "need unpickling, which an upload never gets). Give its path on this machine "
+                                  "instead, or convert it to safetensors.")
+        check(uploaded, allow_pickle=False)  # refuses a bad file before anything is kept
+        name = name or _slug(Path(filename).stem)
+        if (self.root / f"{name}.json").exists():
+            raise ManifestError(f"A model named {name!r} is already in the zoo; choose another name.")
+        digest = hashlib.sha256()
+        with open(uploaded, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        # Content-addressed: the same upload twice is one file, and a leftover never blocks a name.
+        target = paths.ensure(paths.home() / "uploads") / f"{_slug(name)}-{digest.hexdigest()[:12]}.safetensors"
+        fresh = not target.exists()
+        if fresh:
+            with atomic_path(target) as temporary:
+                shutil.copyfile(uploaded, temporary)
+        try:
+            return self.add(target, name=name, source=source or f"uploaded as {filename}")
+        except Exception:
+            if fresh:
+                target.unlink(missing_ok=True)
+            raise
+
+    def remove(self, name: str) -> Path:
+        """Take a model out of the zoo: its manifest goes, its weights file stays where it is."""
+        manifest = self.get(name)
+        path = Path(manifest.path)
+        if self.root.resolve() not in path.resolve().parents:
+            raise ManifestError(f"{path} is not inside the zoo folder {self.root}; not removed.")
+        path.unlink()
+        self._read.pop(path, None)
+        self.cache.discard(lambda key: key[0] == name)
+        return path
 
 
 def _slug(text: str) -> str:
