@@ -134,3 +134,14 @@ def test_an_oversized_model_is_kept_alone_when_the_cache_says_so():
 def test_nbytes_of_what_it_cannot_walk_is_its_python_size():
     sparse = torch.zeros(10, 10).to_sparse()
     assert nbytes(sparse) > 0
+
+
+def test_a_key_forgotten_from_a_finalizer_goes_without_taking_the_lock():
+    """``forget`` may run inside the cache's own locked code (a finalizer during garbage collection):
+    it must not wait for the lock, and the key is gone at the next operation."""
+    cache = BoundedCache("test", max_items=4)
+    cache.get("a", lambda: np.zeros(1000, dtype=np.uint8))
+    cache.get("b", lambda: np.zeros(1000, dtype=np.uint8))
+    with cache._lock:  # as if garbage collection ran the finalizer inside put()
+        cache.forget("a")
+    assert cache.keys() == ["b"] and cache.nbytes == 1000

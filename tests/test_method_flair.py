@@ -258,9 +258,21 @@ def test_score_modes_on_a_crafted_case(tmp_path):
         method.score = mode
         with torch.no_grad():
             got = method.similarity(image, text)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got.float(), want, rtol=1e-5, atol=1e-6)
         assert torch.equal(got.argsort(dim=0), cosine.argsort(dim=0))
     assert FlairMethod.score_description({"score": "logits"}) == "logits = exp(t) x cosine + b"
+    # Past a logit of about 37 a probability is exactly 1 even in float64: matches tie, so it is for
+    # reading, and the logits are what to rank by (their order is still the cosine's).
+    with torch.no_grad():
+        method.logit_scale.fill_(math.log(1e4))
+        method.logit_bias.fill_(0.0)
+    strong = TextFeatures(eot=image.patches[0, :4], tokens=torch.zeros(4, 2, D), mask=torch.ones(4, 2, dtype=torch.bool))
+    method.score = "logits"
+    logits = method.similarity(image, strong)
+    method.score = "probability"
+    probability = method.similarity(image, strong)
+    assert probability.dtype == torch.float64 and (probability[logits > 40] == 1).all()
+    assert "saturates" in FlairMethod.score_description({"score": "probability"})
 
     path = save_released(method, tmp_path / "flair.pt")  # a manifest's option picks the mode at load
     loaded = explorer.load(path, device="cpu", options={"score": "probability"})

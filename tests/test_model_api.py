@@ -230,3 +230,23 @@ def test_saved_model_loads_back_with_the_same_features(tmp_path, tiny):
     picture = _picture(80, 60)
     assert torch.allclose(again.encode_image([picture]).cls, tiny.encode_image([picture]).cls, atol=1e-6)
     assert torch.allclose(again.encode_text(["a cat"]).eot, tiny.encode_text(["a cat"]).eot, atol=1e-6)
+
+
+def test_sentence_maps_made_on_demand_survive_pickling_and_large_sizes(monkeypatch):
+    """Maps at picture size come from the grid, once; a pickled copy gets its own cache key; maps larger
+    than the shared cache are kept on the result rather than remade at every access."""
+    import pickle
+
+    import numpy as np
+
+    from explorer.models.model import FULL_MAPS, SentenceMaps
+
+    grid = np.random.default_rng(0).random((2, 4, 4)).astype(np.float32)
+    first = SentenceMaps(kind="generic", grid=grid, sentences=["a", "b"], n_cut=[0, 0], size=(40, 40))
+    copy = pickle.loads(pickle.dumps(first))
+    assert copy._key != first._key and np.array_equal(copy.maps, first.maps)
+    other = SentenceMaps(kind="generic", grid=grid[::-1].copy(), sentences=["b", "a"], n_cut=[0, 0], size=(40, 40))
+    assert not np.array_equal(other.maps, first.maps)
+    monkeypatch.setattr(FULL_MAPS, "max_bytes", 2 * 40 * 40 * 4 - 1)  # two 40x40 maps: just past the bound
+    big = SentenceMaps(kind="generic", grid=grid, sentences=["a", "b"], n_cut=[0, 0], size=(40, 40))
+    assert big.maps is big.maps  # made once, kept on the result

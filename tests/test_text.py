@@ -50,3 +50,12 @@ def test_pieces_without_a_word_are_not_sentences():
     assert split_sentences("a cat\n😀\na dog") == ["a cat", "a dog"]  # the line-break fallback too
     assert split_sentences("A cat. 2.") == ["A cat.", "2."]  # digits are words
     assert has_words("猫") and has_words("2") and not has_words("。！？…😀 --")
+
+
+def test_words_ending_like_an_abbreviation_still_end_a_sentence():
+    """ "forest." ends in "st." and "piano." in "no.": only the abbreviation as a whole word holds a sentence."""
+    assert split_sentences("A deer stands in the forest. A river flows past it.") == [
+        "A deer stands in the forest.", "A river flows past it."]
+    assert split_sentences("A piano. A drum.") == ["A piano.", "A drum."]
+    assert split_sentences("The St. Louis arch is tall. It shines.") == ["The St. Louis arch is tall.", "It shines."]
+    assert split_sentences("Dr. Smith waves. He smiles.") == ["Dr. Smith waves.", "He smiles."]

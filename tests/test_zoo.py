@@ -379,3 +379,21 @@ def test_the_memory_panel_names_every_cache_and_the_resident_size():
     assert report.startswith("Resident memory")
     assert "sentence maps at picture size" in report and "MB of 512 MB" in report  # each cache, with its bound
     assert isinstance(release_freed_memory(), bool)
+
+
+def test_removing_an_uploaded_model_deletes_its_copy_too(zoo, weights, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    kept = Path(zoo.add_upload(weights, "up.safetensors").weights)
+    zoo.remove("up")
+    assert not kept.exists() and weights.exists()  # our copy goes; the user's file was never ours
+
+
+def test_the_score_column_reads_the_config_stored_in_our_own_files(zoo, tmp_path):
+    """A FLAIR saved with score="logits" says so without a manifest option (its file holds the config)."""
+    from explorer.models.methods.flair import FlairMethod
+    from explorer.ui.models_tab import COLUMNS, zoo_table
+
+    path = save_method(FlairMethod.example("tiny", score="logits"), tmp_path / "flair-logits.safetensors")
+    zoo.add(path, name="flair-logits")
+    rows = {row[0]: dict(zip(COLUMNS, row)) for row in zoo_table(zoo)}
+    assert rows["flair-logits"]["score"] == zoo.load("flair-logits").score_label == "logits = exp(t) x cosine + b"

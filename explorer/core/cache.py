@@ -17,7 +17,7 @@ import dataclasses
 import sys
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Hashable, TypeVar
 
@@ -78,6 +78,7 @@ class BoundedCache(Generic[V]):
         self._bytes = 0
         self._lock = threading.Lock()
         self._computing: dict[Hashable, _Slot] = {}  # keys being computed now
+        self._forgotten: deque = deque()  # keys to drop at the next operation (see ``forget``)
         self.hits = self.misses = 0
         _LIVE.add(self)
 
@@ -90,6 +91,7 @@ class BoundedCache(Generic[V]):
         """
         me = threading.get_ident()
         with self._lock:
+            self._purge()
             if key in self._items:
                 return self._hit(key)
             slot = self._computing.get(key)
@@ -120,6 +122,7 @@ class BoundedCache(Generic[V]):
     def put(self, key: Hashable, value: V) -> None:
         size = self._sizeof(value)
         with self._lock:
+            self._purge()
             if key in self._items:
                 self._bytes -= self._items.pop(key)[1]
             if self.max_bytes is not None and size > self.max_bytes:
@@ -136,9 +139,22 @@ class BoundedCache(Generic[V]):
         with self._lock:
             return self._hit(key) if key in self._items else None
 
+    def forget(self, key: Hashable) -> None:
+        """Drop ``key`` at the cache's next operation. Takes no lock, so it is safe where a lock may
+        already be held by this thread: a ``weakref.finalize`` callback runs wherever garbage
+        collection happens to run, possibly inside this cache's own ``put``."""
+        self._forgotten.append(key)
+
+    def _purge(self) -> None:
+        while self._forgotten:
+            entry = self._items.pop(self._forgotten.popleft(), None)
+            if entry is not None:
+                self._bytes -= entry[1]
+
     def discard(self, predicate: Callable[[Hashable], bool]) -> int:
         """Drop the entries whose key matches; how many were dropped."""
         with self._lock:
+            self._purge()
             doomed = [key for key in self._items if predicate(key)]
             for key in doomed:
                 self._bytes -= self._items.pop(key)[1]
@@ -149,17 +165,23 @@ class BoundedCache(Generic[V]):
 
     def keys(self) -> list[Hashable]:
         with self._lock:
+            self._purge()
             return list(self._items)
 
     def __len__(self) -> int:
-        return len(self._items)
+        with self._lock:
+            self._purge()
+            return len(self._items)
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        with self._lock:
+            self._purge()
+            return self._bytes
 
     def stats(self) -> CacheStats:
         with self._lock:
+            self._purge()
             return CacheStats(self.name, len(self._items), self._bytes, self.max_items, self.max_bytes,
                               self.hits, self.misses)
 

@@ -21,7 +21,8 @@ _BOUNDARY = re.compile(
     r"|\n\s*\n"
     rf"|(?:(?<=[。！？｡])|(?<=．)(?![0-9０-９]))(?![。！？｡．])([{_CLOSERS}]*)\s*(?=\S)")
 _ENDS = re.compile(r"[.!?。！？｡．]")  # sentence punctuation of any script
-_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "mr.", "mrs.", "dr.", "st.", "no.")
+# An abbreviation ends the piece as a whole word: "forest." and "piano." end sentences, "St." does not.
+_ABBREVIATION = re.compile(r"(?:^|[\s(\"'])(?:e\.g|i\.e|etc|vs|mrs?|dr|st|no)\.$", re.IGNORECASE)
 
 
 _FALLBACK = re.compile(r"\s*(?:\n|;|；)\s*")  # line breaks and semicolons, for captions without . ! ?
@@ -46,7 +47,7 @@ def split_pieces(caption: str) -> list[str]:
         closers = next((i for i in (1, 2) if match.group(i) is not None), None)
         end = match.end(closers) if closers is not None else match.start()
         candidate = caption[start:end].strip()
-        if candidate.lower().endswith(_ABBREVIATIONS):
+        if _ABBREVIATION.search(candidate):
             continue  # "e.g. A ..." is not a sentence end
         pieces.append(candidate)
         start = match.end()

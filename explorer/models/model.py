@@ -51,13 +51,27 @@ class SentenceMaps:
         self._maps, self.kind, self.grid = maps, kind, grid
         self.sentences, self.n_cut = list(sentences), list(n_cut)
         self.size = tuple(size) if size is not None else tuple(maps.shape[1:])  # (height, width)
+        self._register()
+
+    def _register(self) -> None:
         self._key = next(_NEXT_KEY)
-        if maps is None:  # drop the upsampled copy with the result, not only when the cache needs room
-            weakref.finalize(self, FULL_MAPS.discard, lambda key, k=self._key: key == k)
+        if self._maps is None:  # drop the upsampled copy with the result, not only when the cache needs room
+            weakref.finalize(self, FULL_MAPS.forget, self._key)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in vars(self).items() if k != "_key"}
+
+    def __setstate__(self, state: dict) -> None:
+        vars(self).update(state)
+        self._register()  # a key of its own in this process
 
     @property
     def maps(self) -> np.ndarray:
         if self._maps is not None:
+            return self._maps
+        full_bytes = len(self.grid) * self.size[0] * self.size[1] * 4
+        if FULL_MAPS.max_bytes is not None and full_bytes > FULL_MAPS.max_bytes:
+            self._maps = self._upsample()  # larger than the shared cache: kept here, made once
             return self._maps
         return FULL_MAPS.get(self._key, self._upsample)
 

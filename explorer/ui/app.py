@@ -40,7 +40,7 @@ def build_app(zoo: Zoo | None = None) -> gr.Blocks:
             with gr.Tab("Grounding", id="grounding"):
                 grounding_models = grounding_tab.build(zoo, cache)
             with gr.Tab("Models", id="models"):
-                zoo_changes = models_tab.build(zoo)
+                zoo_changes, zoo_listing = models_tab.build(zoo)
                 memory_panel.build()
         # The zoo is live: every model list follows it, after a change in the Models tab and on every
         # page load (another session, or the CLI, may have changed it).
@@ -49,6 +49,7 @@ def build_app(zoo: Zoo | None = None) -> gr.Blocks:
         for event in zoo_changes:
             event.then(**refresh)
         app.load(**refresh)
+        app.load(**zoo_listing)
     return app
 
 

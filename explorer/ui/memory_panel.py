@@ -3,7 +3,6 @@ bound. Shown in the Models tab, and read by bench/soak.py after every round."""
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import gradio as gr
@@ -23,8 +22,7 @@ def resident_gb() -> float | None:
 
 
 def memory_report() -> str:
-    gc.collect()
-    rss = resident_gb()
+    rss = resident_gb()  # no gc.collect() here: a full collection stalls every session for ~0.2 s
     lines = [f"Resident memory: {rss:.2f} GB." if rss is not None else "Resident memory: unknown here."]
     lines += [f"- {stats.line()}" for stats in live_caches() if stats.name != "display variants of one view"]
     views = [s for s in live_caches() if s.name == "display variants of one view"]

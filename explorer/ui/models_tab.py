@@ -7,6 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from explorer.models.io.checkpoints import stored_config
 from explorer.models.io.loading import check
 from explorer.ui.messages import explain
 from explorer.zoo import Zoo
@@ -34,7 +35,8 @@ def score_of(manifest) -> str:
     from explorer.models.methods import get_method
 
     try:
-        return get_method(manifest.method).score_description(manifest.options)
+        stored = {} if manifest.is_builtin else stored_config(manifest.weights_path())
+        return get_method(manifest.method).score_description({**stored, **manifest.options})
     except Exception:  # noqa: BLE001 - an unknown method is already reported in the status column
         return "?"
 
@@ -65,9 +67,10 @@ def model_names(zoo: Zoo) -> list[str]:
     return [m.name for m in zoo.manifests()]
 
 
-def build(zoo: Zoo) -> list:
+def build(zoo: Zoo) -> tuple[list, dict]:
     """The tab; returns the events after which the zoo may have changed (the app refreshes every
-    model list after them, so an added or removed model shows everywhere without a restart)."""
+    model list after them, so an added or removed model shows everywhere without a restart), and the
+    listing to run on every page load (the zoo may have changed since the page was built)."""
     gr.Markdown(f"Every model with a manifest in `{zoo.root}`. Weights are local files; nothing is downloaded.")
     table = gr.Dataframe(value=lambda: zoo_table(zoo), headers=COLUMNS, interactive=False, wrap=True,
                          elem_id="zoo-table", column_widths=COLUMN_WIDTHS)
@@ -127,12 +130,13 @@ def build(zoo: Zoo) -> list:
         except Exception as error:  # noqa: BLE001
             return explain(error), *listing()
 
-    check_button.click(check_file, inputs=[path, trust], outputs=report)
     def recheck():
         zoo.recheck()
         return listing()
 
-    return [refresh.click(recheck, outputs=[table, doomed]),
-            add_button.click(add, inputs=[path, name, source, trust], outputs=[report, table, doomed]),
-            upload_button.click(add_upload, inputs=[upload, name, source], outputs=[report, table, doomed]),
-            remove_button.click(remove, inputs=doomed, outputs=[removed, table, doomed])]
+    check_button.click(check_file, inputs=[path, trust], outputs=report)
+    changes = [refresh.click(recheck, outputs=[table, doomed]),
+               add_button.click(add, inputs=[path, name, source, trust], outputs=[report, table, doomed]),
+               upload_button.click(add_upload, inputs=[upload, name, source], outputs=[report, table, doomed]),
+               remove_button.click(remove, inputs=doomed, outputs=[removed, table, doomed])]
+    return changes, dict(fn=listing, outputs=[table, doomed])

@@ -198,7 +198,8 @@ class Zoo:
             raise
 
     def remove(self, name: str) -> Path:
-        """Take a model out of the zoo: its manifest goes, its weights file stays where it is."""
+        """Take a model out of the zoo: its manifest goes. Its weights file stays where it is, unless
+        it is an uploaded copy (under ``$EXPLORER_HOME/uploads``) no other model uses."""
         manifest = self.get(name)
         path = Path(manifest.path)
         if self.root.resolve() not in path.resolve().parents:
@@ -206,6 +207,11 @@ class Zoo:
         path.unlink()
         self._read.pop(path, None)
         self.cache.discard(lambda key: key[0] == name)
+        weights = manifest.weights_path().resolve() if not manifest.is_builtin else None
+        uploads = (paths.home() / "uploads").resolve()
+        if weights is not None and weights.parent == uploads and not any(
+                not m.is_builtin and m.weights_path().resolve() == weights for m in self.manifests()):
+            weights.unlink(missing_ok=True)
         return path
 
 

@@ -87,6 +87,22 @@ class KeyReport:
 # ---- reading ------------------------------------------------------------------------------------
 
 
+def stored_config(path: str | Path) -> dict:
+    """The method config this project stored in a safetensors file's header ({} for any other file,
+    or one that cannot be read): read without loading a tensor."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path).expanduser()
+    if path.suffix != ".safetensors" or not path.is_file():
+        return {}
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+        return dict(json.loads(metadata.get(EXPLORER_METADATA_KEY, "{}")).get("config") or {})
+    except (SafetensorError, OSError, ValueError, AttributeError):
+        return {}
+
+
 def read_checkpoint(path: str | Path, allow_pickle: bool = False) -> RawCheckpoint:
     """Read a weights file into tensors, refusing anything that needs pickle unless allowed."""
     path = Path(path).expanduser()

@@ -57,11 +57,11 @@ from explorer.models.nn.positional import SHORT_CONTEXT
 POOL_PREFIX = "visual_proj."
 RENAMES = {"image_post.proj": "visual.proj", "text_post.proj": "text_projection"}
 LOSS_TEXTS = ("captions", "sub-captions")
-# What ``similarity`` returns. All rank alike; values differ. "cosine" (default) is the bare cosine;
+# What ``similarity`` returns. The first three rank alike; values differ. "cosine" (default) is the bare cosine;
 # FLAIR's retrieval evaluation scores exp(logit_scale) x cosine ("scaled"); its ``get_logits`` adds
 # logit_bias ("logits"); its sigmoid loss reads sigmoid(logits), a match probability ("probability").
 SCORES = {"cosine": "cosine", "scaled": "exp(t) x cosine", "logits": "logits = exp(t) x cosine + b",
-          "probability": "sigmoid(exp(t) x cosine + b)"}
+          "probability": "sigmoid(exp(t) x cosine + b) (saturates: ties; rank by logits)"}
 INIT_LOGIT_SCALE = math.log(10.0)  # SigLIP's initialisation, also FLAIR's
 INIT_LOGIT_BIAS = -10.0
 
@@ -148,11 +148,15 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
         cosine = self.conditioned_scores(image, text)
         if self.score == "cosine":
             return cosine
-        scaled = self.logit_scale.exp().float() * cosine
+        scaled = self.logit_scale.float().exp() * cosine  # exp in fp32 even for an fp16 model
         if self.score == "scaled":
             return scaled
         logits = scaled + self.logit_bias.float()
-        return logits if self.score == "logits" else torch.sigmoid(logits)
+        if self.score == "logits":
+            return logits
+        # A probability is for reading, not ranking: past logits of about 17 (float32) or 37 (float64)
+        # it is exactly 1, and matches tie. Computed in float64 to tie as late as it can.
+        return torch.sigmoid(logits.double())
 
     # ---- training ------------------------------------------------------------------------------
 
