@@ -325,6 +325,23 @@ def test_no_table_column_is_clipped(page, photo, width):
         page.get_by_role("tab", name="Grounding").click()
 
 
+def test_a_value_typed_in_a_slider_box_re_renders_on_enter(page, photo):
+    from playwright.sync_api import expect
+
+    upload(page, photo)
+    choose_models(page, ["demo-caft"])
+    page.locator("#grounding-caption textarea").fill(CAPTION)
+    page.locator("#grounding-run").click()
+    expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)
+    grid = page.locator("#maps-grid img")
+    grid.wait_for(timeout=30_000)
+    before = grid.get_attribute("src")
+    box = page.locator("#maps-opacity input[type=number]")
+    box.fill("0.95")
+    box.press("Enter")
+    expect(grid).not_to_have_attribute("src", before, timeout=20_000)
+
+
 def test_the_page_reaches_nothing_outside_the_app(page):
     # Runs after the others (pytest keeps file order): the whole session stayed on localhost.
     assert page.outside_requests == []
