@@ -35,6 +35,7 @@ COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "white", "black
 SHAPES = ["cube", "ball", "cone", "ring", "star", "disk"]
 PLACES = ["on the left", "on the right", "at the top", "at the bottom", "in the centre", "in a corner"]
 TARGET_GROWTH, TARGET_GB = 0.10, 4.0
+REQUEST_TIMEOUT_S = 300
 
 
 def long_caption(n: int = 60) -> str:
@@ -88,8 +89,8 @@ class Recorder:
 
     def call(self, client, session: int, endpoint: str, *args):
         start = time.perf_counter()
-        try:
-            result = client.predict(*args, api_name=f"/{endpoint}")
+        try:  # a request that hangs is a failure too, not a stalled run
+            result = client.submit(*args, api_name=f"/{endpoint}").result(timeout=REQUEST_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - every failure is counted and printed
             with self.lock:
                 self.failures.append(f"session {session} {endpoint}: {type(error).__name__}: {error}")
