@@ -92,21 +92,25 @@ def read_docci(path: str | os.PathLike, split: str | None = None, *, images_dir:
     if not file.is_file():
         raise DatasetError(f"no {DOCCI_FILE} in {path}: point at the folder that holds DOCCI's descriptions.")
     images = Path(images_dir) if images_dir is not None else file.parent / "images"
-    records = []
+    records = [LongCaptionRecord(id=str(item["example_id"]), image_path=images / item["image_file"],
+                                 long_caption=str(item["description"]).strip(), split=str(item["split"]),
+                                 source="docci")
+               for item in docci_lines(file) if split is None or item["split"] == split]
+    return _check_missing(records, missing, images)
+
+
+def docci_lines(file: Path):
+    """The lines of ``docci_descriptions.jsonlines``, each checked for DOCCI's fields (a
+    ``DatasetError`` names the file and line of a bad one)."""
     try:
         for number, item in read_jsonl(file):
             absent = [k for k in DOCCI_KEYS if not isinstance(item, dict) or k not in item]
             if absent:
                 raise DatasetError(f"{file}, line {number}: no {', '.join(absent)} (a DOCCI line has "
                                    f"{', '.join(DOCCI_KEYS)})")
-            if split is not None and item["split"] != split:
-                continue
-            records.append(LongCaptionRecord(id=str(item["example_id"]), image_path=images / item["image_file"],
-                                             long_caption=str(item["description"]).strip(),
-                                             split=str(item["split"]), source="docci"))
+            yield item
     except JsonlError as error:
         raise DatasetError(str(error)) from error
-    return _check_missing(records, missing, images)
 
 
 def export_docci(scenes: Iterable[Scene], out_dir: str | os.PathLike, *, split_of: dict[str, str] | None = None,

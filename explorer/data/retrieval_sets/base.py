@@ -1,0 +1,104 @@
+"""``RetrievalSet``: images and captions, and which image each caption describes.
+
+The shape clip_benchmark uses for retrieval: a list of images, a flat list of captions, and for
+each caption the index of its image (any number of captions per image: 1 for DOCCI and Urban1k,
+5 for COCO and Flickr30k). Recall@K follows from it both ways.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from explorer.data.errors import DatasetError
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Something a reader left out, and why (shown to the user, counted in the results)."""
+
+    item: str  # the image path or caption file, as the dataset names it
+    reason: str  # e.g. "image missing", "caption empty", "caption file is not UTF-8"
+
+
+@dataclass(frozen=True)
+class RetrievalSet:
+    layout: str  # the reader that read it, e.g. "docci"
+    root: Path
+    split: str  # the split read ("test", ...; "all" when the layout has none)
+    images: tuple[Path, ...]
+    captions: tuple[str, ...]
+    caption_image: tuple[int, ...]  # for each caption, the index of its image in ``images``
+    image_ids: tuple[str, ...] = ()  # the dataset's own id per image (file stem when it has none)
+    skipped: tuple[Skipped, ...] = ()
+    notes: tuple[str, ...] = ()  # choices the reader made, e.g. "first line of each caption file"
+    extra: dict = field(default_factory=dict, compare=False)  # layout-specific facts (e.g. DCI splits used)
+
+    def __post_init__(self):
+        if len(self.captions) != len(self.caption_image):
+            raise ValueError("every caption needs its image index")
+        if any(not 0 <= i < len(self.images) for i in self.caption_image):
+            raise ValueError("a caption points at an image that is not in the set")
+        if self.image_ids and len(self.image_ids) != len(self.images):
+            raise ValueError("image_ids, when given, name every image")
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def captions_of(self, image: int) -> list[int]:
+        """Indices of the captions that describe image ``image``."""
+        return [c for c, i in enumerate(self.caption_image) if i == image]
+
+    def summary(self) -> str:
+        text = (f"{self.layout} ({self.split}) at {self.root}: {len(self.images)} images, "
+                f"{len(self.captions)} captions")
+        if self.skipped:
+            text += f"; {len(self.skipped)} left out ({_reasons(self.skipped)})"
+        return text
+
+
+def build_set(layout: str, root: Path, split: str, pairs: Iterable[tuple[Path, Sequence[str], str]],
+              skipped: Iterable[Skipped] = (), notes: Iterable[str] = (), extra: dict | None = None) -> RetrievalSet:
+    """A set from (image path, its captions, its id) in order: an image that is not on disk, or whose
+    captions are all empty, is skipped with the reason; empty captions are dropped one by one."""
+    images, ids, captions, caption_image, left = [], [], [], [], list(skipped)
+    for path, texts, image_id in pairs:
+        if not Path(path).is_file():
+            left.append(Skipped(str(path), "image missing"))
+            continue
+        kept = [" ".join(str(t).split()) for t in texts if t is not None and str(t).strip()]
+        left += [Skipped(f"{path} (caption {n + 1})", "caption empty")
+                 for n, t in enumerate(texts) if t is None or not str(t).strip()]
+        if not kept:
+            continue
+        captions += kept
+        caption_image += [len(images)] * len(kept)
+        images.append(Path(path))
+        ids.append(str(image_id))
+    return RetrievalSet(layout=layout, root=root, split=split, images=tuple(images), captions=tuple(captions),
+                        caption_image=tuple(caption_image), image_ids=tuple(ids), skipped=tuple(left),
+                        notes=tuple(notes), extra=dict(extra or {}))
+
+
+def load_json(file: Path, expected: str = "", kind: type | None = None):
+    """A layout's JSON index file, or a ``DatasetError`` that names the file (and what it should hold)."""
+    try:
+        value = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise DatasetError(f"{file} is not valid JSON ({error})" + (f"; expected {expected}" if expected else "")) \
+            from error
+    if kind is not None and not isinstance(value, kind):
+        raise DatasetError(f"{file}: expected {expected or kind.__name__}")
+    return value
+
+
+def _reasons(skipped: Sequence[Skipped]) -> str:
+    counts: dict[str, int] = {}
+    for item in skipped:
+        counts[item.reason] = counts.get(item.reason, 0) + 1
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+
+
+__all__ = ["RetrievalSet", "Skipped", "build_set", "load_json"]
