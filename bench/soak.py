@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grounding_latency import picture as photo_like  # noqa: E402
 
+from explorer.core.runtime import resident_gb  # noqa: E402
+
 MODELS = ["demo-caft", "demo-flair", "demo-finelip", "demo-longclip", "demo-goal", "demo-mulclip", "demo-clip-base"]
 COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "white", "black", "grey", "brown"]
 SHAPES = ["cube", "ball", "cone", "ring", "star", "disk"]
@@ -49,11 +51,8 @@ def picture(path: Path, side: int, seed: int) -> Path:
 
 
 def rss_gb(pid: int) -> float:
-    """Resident memory of the process (Linux /proc), in GB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024 / 1024
-    return float("nan")
+    found = resident_gb(pid)
+    return float("nan") if found is None else found
 
 
 def free_port() -> int:

@@ -14,6 +14,7 @@ import ctypes
 import os
 import threading
 import time
+from pathlib import Path
 
 from explorer.core import compat
 
@@ -32,6 +33,17 @@ def prepare_process() -> None:
     for name, value in OFFLINE_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     prepare_libraries()
+
+
+def resident_gb(pid: int | str = "self") -> float | None:
+    """Resident memory of a process (this one by default) in GB, from Linux's /proc; None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        return None
+    return None
 
 
 def release_freed_memory() -> bool:

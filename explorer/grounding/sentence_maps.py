@@ -1,14 +1,14 @@
 """Grounding: per-sentence maps of a caption over an image, cached.
 
-The UI and the CLI both call ``ground``. Its result holds the maps at the
-working picture's resolution, so re-colouring or changing the opacity only
-re-renders (explorer/views/render.py); the model runs once per (model, image, sentences,
-map kind), and the cache keeps the last few results.
+The UI and the CLI both call ``ground``. Its result holds the maps on the patch
+grid and gives them at the working picture's resolution on demand, so re-colouring
+or changing the opacity only re-renders (explorer/views/render.py); the model runs
+once per (model, image, sentences, map kind), and the cache keeps the last few results.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from PIL import Image
 
@@ -33,7 +33,8 @@ class GroundingResult:
 class MapCache(BoundedCache):
     """Grounding results (maps per model, picture, sentences and kind), shared by every session.
 
-    Bounded in entries and bytes: a 60-sentence caption on a large picture is tens of MB of maps.
+    Bounded in entries and bytes. A result holds its maps on the patch grid (kilobytes); the maps at
+    picture size are made from it on demand and kept, bounded, in ``explorer.models.model.FULL_MAPS``.
     """
 
     def __init__(self, capacity: int = 32, max_bytes: int = 1 * GB, name: str = "grounding results"):
@@ -62,16 +63,7 @@ def describe_picture(source, working_side: int = WORKING_SIDE) -> tuple[Image.Im
     working = working_picture(source, working_side)
     (width, height), picture = working.full_size, working.image
     at = "full size" if picture.size == working.full_size else f"{picture.width}x{picture.height}"
-    headline = f"Image {width}x{height} px ready, worked on at {at}."
-    return picture, [headline] + [note for note in working.notes if note != working_size_note(working)]
-
-
-def working_size_note(working: WorkingPicture) -> str:
-    """The note that says the file's size and the working size ("" when they are the same)."""
-    (width, height), picture = working.full_size, working.image
-    if picture.size == working.full_size:
-        return ""
-    return f"picture {width}x{height} px; worked on at {picture.width}x{picture.height}"
+    return picture, [f"Image {width}x{height} px ready, worked on at {at}.", *working.conversions]
 
 
 def shrink(picture: Image.Image, working_side: int = WORKING_SIDE) -> Image.Image:
@@ -87,10 +79,18 @@ class WorkingPicture:
     """A picture decoded and shrunk once, with its content key: what every model of a request sees."""
 
     image: Image.Image
-    notes: tuple[str, ...]
+    conversions: tuple[str, ...]  # what was done to it on the way (mode, transparency, EXIF)
     digest: str
     original_size: tuple[int, int]  # the file's own size (an uploaded label mask is checked against it)
     full_size: tuple[int, int] = (0, 0)  # the picture as shown (upright), before any downscale
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """For the user: the file's size and the working size once (when they differ), then the conversions."""
+        if self.image.size == self.full_size:
+            return self.conversions
+        (width, height), (at_w, at_h) = self.full_size, self.image.size
+        return (f"picture {width}x{height} px; worked on at {at_w}x{at_h}", *self.conversions)
 
 
 def working_picture(source, working_side: int = WORKING_SIDE) -> WorkingPicture:
@@ -101,12 +101,9 @@ def working_picture(source, working_side: int = WORKING_SIDE) -> WorkingPicture:
     """
     loaded = load_image(source, require_shape=True)
     picture = shrink(loaded.image, working_side)
-    reading = downscale_note(loaded.full_size, loaded.image.size)
-    conversions = [note for note in loaded.notes if note != reading]
-    working = WorkingPicture(picture, tuple(conversions), image_digest(picture), loaded.original_size,
-                             loaded.full_size)
-    size_note = working_size_note(working)
-    return replace(working, notes=((size_note,) if size_note else ()) + working.notes)
+    reading = downscale_note(loaded.full_size, loaded.image.size)  # folded into the one size note
+    conversions = tuple(note for note in loaded.notes if note != reading)
+    return WorkingPicture(picture, conversions, image_digest(picture), loaded.original_size, loaded.full_size)
 
 
 def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: MapCache | None = None,

@@ -9,8 +9,8 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, base_settings, export_row
 from explorer.views.panels import compose
-from explorer.views.regions_view import (RegionsView, compute_regions, region_kind, region_takers, render_regions,
-                                         similarity_matrix, similarity_plot)
+from explorer.views.regions_view import (RegionsView, compute_regions, key_entries, render_regions, similarity_matrix,
+                                         similarity_plot)
 from explorer.views.settings import ViewSettings
 from explorer.zoo import Zoo
 
@@ -53,11 +53,7 @@ def key_rows(view: RegionsView | None) -> list[list]:
     drawn on the picture."""
     if view is None:
         return []
-    rows = []
-    for name, result in zip(view.names, view.results):
-        for j, sentences in sorted(region_takers(result).items()):
-            rows.append([name, f"R{j + 1}", region_kind(result.regions[j]), ", ".join(f"S{s + 1}" for s in sentences)])
-    return rows
+    return [[name, *entry] for name, result in zip(view.names, view.results) for entry in key_entries(result)]
 
 
 def find_regions(load, cache: MapCache, *values):

@@ -41,11 +41,12 @@ def resolve_kind(model: Model, wanted: str) -> tuple[str, str | None]:
 
 SAME_MAP_NOTE = "this map does not depend on the sentence"
 MEMO_SIZE = 16  # display variants kept per model (thresholds x sizes): enough for slider work, bounded
+DISPLAY_MEMO = "display variants of one view"  # each open view's memo: the memory panel sums them
 MEMO_BYTES = 32 * MB  # per view: a display size of 60 maps at 256 px is 16 MB
 
 
 def display_memo() -> BoundedCache:
-    return BoundedCache("display variants of one view", max_items=MEMO_SIZE, max_bytes=MEMO_BYTES)
+    return BoundedCache(DISPLAY_MEMO, max_items=MEMO_SIZE, max_bytes=MEMO_BYTES)
 
 
 def _threshold_key(fraction: float | None):

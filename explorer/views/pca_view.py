@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from explorer.grounding.pca import pca_maps
-from explorer.grounding.sentence_maps import MapCache, image_digest, prepare_image
+from explorer.grounding.sentence_maps import MapCache, working_picture
 from explorer.views.maps_view import Loader
 from explorer.views.panels import Panel, PanelGrid, fit_size, picture_panel
 from explorer.views.settings import ViewSettings
@@ -38,18 +38,17 @@ def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = N
     paths = settings.all_images
     if not paths:
         raise ValueError("Pick at least one image.")
-    pictures, notes = [], []
-    for path in paths:
-        picture, picture_notes = prepare_image(path)
-        pictures.append(picture)
-        notes.extend(picture_notes)
+    workings = [working_picture(path) for path in paths]  # decoded and hashed once for every model
+    pictures = [working.image for working in workings]
+    notes = [note for working in workings for note in working.notes]
     names, features, grids, skipped, errors = [], [], [], [], []
     for name in settings.models:
         model = load(name)
         row_features, row_grids = [], []
         try:
-            for picture in pictures:
-                key = ("patches", model.name, id(model), image_digest(picture), settings.pca_source)
+            for working in workings:
+                picture = working.image
+                key = ("patches", model.name, id(model), working.digest, settings.pca_source)
 
                 def compute(model=model, picture=picture):
                     return model.patch_features(picture, settings.pca_source)

@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw
 from explorer.grounding.budget import caption_sentences
 from explorer.grounding.detectors import load_detector
 from explorer.grounding.flism import FlismResult, flism
-from explorer.grounding.sentence_maps import MapCache, image_digest, prepare_image
+from explorer.grounding.sentence_maps import MapCache, working_picture
 from explorer.views.maps_view import Loader
 from explorer.views.panels import Panel, PanelGrid, ui_font
 from explorer.views.settings import ViewSettings
@@ -67,13 +67,14 @@ def compute_regions(load: Loader, settings: ViewSettings, cache: MapCache | None
     if not settings.models:
         raise ValueError("Pick at least one model.")
     sentences = caption_sentences(settings.caption)  # only the split: no model's token count is shown here
-    picture, notes = prepare_image(settings.image)
+    working = working_picture(settings.image)  # decoded and hashed once for every model
+    picture, notes = working.image, list(working.notes)
     detector, detector_notes = load_detector(settings.detector or None)
     notes.extend(detector_notes)
     names, results = [], []
     for name in settings.models:
         model = load(name)
-        key = ("flism", model.name, id(model), image_digest(picture), tuple(sentences), detector_key(detector))
+        key = ("flism", model.name, id(model), working.digest, tuple(sentences), detector_key(detector))
 
         def compute(model=model):
             return flism(model, picture, sentences, detector=detector)
@@ -107,12 +108,16 @@ def region_takers(result: FlismResult) -> dict[int, list[int]]:
     return takers
 
 
+def key_entries(result: FlismResult) -> list[tuple[str, str, str]]:
+    """Which sentences chose which region: (id, where it came from, "S1, S4") per chosen region, the key
+    to the ids drawn on the picture (the figure prints it beside the picture, the page as a table)."""
+    return [(f"R{j + 1}", region_kind(result.regions[j]), ", ".join(f"S{s + 1}" for s in sentences))
+            for j, sentences in sorted(region_takers(result).items())]
+
+
 def region_key(result: FlismResult) -> list[str]:
-    """Which sentences chose which region, one line per chosen region ("R3 (quadrant: top-left): S1, S4"),
-    printed beside the picture in the figure (the page shows the same as a table)."""
-    takers = region_takers(result)
-    return [f"R{j + 1} ({region_kind(result.regions[j])}): " + ", ".join(f"S{s + 1}" for s in takers[j])
-            for j in sorted(takers)]
+    """``key_entries`` as lines: "R3 (quadrant: top-left): S1, S4"."""
+    return [f"{region} ({kind}): {sentences}" for region, kind, sentences in key_entries(result)]
 
 
 def _intersects(a: Rect, b: Rect) -> bool:

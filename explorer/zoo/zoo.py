@@ -48,8 +48,8 @@ class Zoo:
         self.root = Path(root) if root is not None else paths.checkpoints_root()
         self.cache = ModelCache(cache_size)
         self.device, self.precision = device, precision
-        self._status: dict[tuple, str] = {}
-        # Manifests as last read, keyed by path, with the file's (mtime, size) when read: a list or a
+        self._status: dict[str, tuple[tuple, str]] = {}  # weights path -> (file stamp, whether it loads)
+        # Manifests as last read, keyed by path, with the file's (mtime, size, inode) when read: a list or a
         # load reads each file once and again only after it changes, so the zoo stays live.
         # An unreadable one keeps its message (not the exception: re-raising one object grows its traceback).
         self._read: dict[Path, tuple[tuple[int, int, int], Manifest | str]] = {}
@@ -104,14 +104,15 @@ class Zoo:
         if manifest.is_builtin:
             return "built in code" if manifest.weights[len(BUILTIN_PREFIX):] in BUILTINS else "error: unknown built-in"
         weights = manifest.weights_path()
-        stamp = (str(weights), weights.stat().st_mtime if weights.exists() else None, manifest.allow_pickle)
-        if stamp not in self._status:
+        stamp = (weights.stat().st_mtime if weights.exists() else None, manifest.allow_pickle)
+        known = self._status.get(str(weights))
+        if known is None or known[0] != stamp:  # one entry per file: a changed file replaces its own
             try:
-                result = check(weights, allow_pickle=manifest.allow_pickle)
-                self._status[stamp] = f"loads ({result.format})"
+                status = f"loads ({check(weights, allow_pickle=manifest.allow_pickle).format})"
             except ExplorerError as error:
-                self._status[stamp] = f"error: {str(error).splitlines()[0]}"
-        return self._status[stamp]
+                status = f"error: {str(error).splitlines()[0]}"
+            known = self._status[str(weights)] = (stamp, status)
+        return known[1]
 
     def get(self, name: str) -> Manifest:
         for manifest in self.manifests():

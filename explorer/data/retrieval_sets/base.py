@@ -82,6 +82,13 @@ def build_set(layout: str, root: Path, split: str, pairs: Iterable[tuple[Path, S
                         notes=tuple(notes), extra=dict(extra or {}))
 
 
+def find_image(folder: Path, *relatives: str) -> Path:
+    """The first of ``folder/<relative>`` and ``folder/images/<relative>`` (for each relative path, in
+    order) that is a file; else the first of them, which ``build_set`` then reports as missing."""
+    candidates = [base / relative for base in (folder, folder / "images") for relative in relatives]
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
 def load_json(file: Path, expected: str = "", kind: type | None = None):
     """A layout's JSON index file, or a ``DatasetError`` that names the file (and what it should hold)."""
     try:
@@ -101,4 +108,4 @@ def _reasons(skipped: Sequence[Skipped]) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
 
 
-__all__ = ["RetrievalSet", "Skipped", "build_set", "load_json"]
+__all__ = ["RetrievalSet", "Skipped", "build_set", "find_image", "load_json"]

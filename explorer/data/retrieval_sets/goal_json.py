@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, build_set, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, build_set, find_image, load_json
 
 NAME = "goal_json"
 EXPECTS = "a *.json holding a list of {\"filename\", \"caption\"} objects (GOAL's evaluation files)"
@@ -79,7 +79,5 @@ def read(root: Path, split: str | None) -> RetrievalSet:
         captions[name].append(entry["caption"])
     pairs = []
     for name in order:
-        candidates = (folder / name, folder / "images" / name)
-        path = next((c for c in candidates if c.is_file()), candidates[0])
-        pairs.append((path, captions[name], name))
+        pairs.append((find_image(folder, name), captions[name], name))
     return build_set(NAME, root, "all", pairs, notes=[f"read {file.name}"], extra={"index": str(file)})

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, build_set, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, build_set, find_image, load_json
 
 NAME = "karpathy"
 EXPECTS = "a Karpathy-split dataset_*.json (e.g. dataset_coco.json, dataset_flickr30k.json) with an images list"
@@ -52,13 +52,8 @@ def _index_file(root: Path) -> Path:
 
 
 def _image_path(folder: Path, filepath: str, filename: str) -> Path:
-    """The first of <root>/<filepath>/<filename>, <root>/<filename> and both under images/ that exists."""
-    candidates = []
-    for base in (folder, folder / "images"):
-        if filepath:
-            candidates.append(base / filepath / filename)
-        candidates.append(base / filename)
-    return next((c for c in candidates if c.is_file()), candidates[0])
+    """<root>/<filepath>/<filename>, else <root>/<filename>, else the same under images/."""
+    return find_image(folder, *([f"{filepath}/{filename}"] if filepath else []), filename)
 
 
 def _captions(file: Path, number: int, sentences) -> list:

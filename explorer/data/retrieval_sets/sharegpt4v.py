@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, build_set, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, build_set, find_image, load_json
 
 NAME = "sharegpt4v"
 EXPECTS = "a share-captioner *.json (a list of {image, conversations})"
@@ -80,9 +80,7 @@ def read(root: Path, split: str | None = None) -> RetrievalSet:
             image, caption = str(entry["image"]), entry["conversations"][1]["value"]
         except (TypeError, KeyError, IndexError) as error:
             raise DatasetError(f"{file}, entry {number}: needs image and conversations[1].value") from error
-        path = folder / image
-        if not path.is_file() and (folder / "images" / image).is_file():
-            path = folder / "images" / image
+        path = find_image(folder, image)
         image_id = str(entry.get("id", Path(image).stem))
         grouped.setdefault(path, ([], image_id))[0].append(str(caption).replace("\n", " "))
     pairs = [(path, captions, image_id) for path, (captions, image_id) in grouped.items()]
