@@ -121,6 +121,20 @@ def _recall(ranks: torch.Tensor, k: int) -> float:
     return float((ranks < k).double().mean())
 
 
+def recall_from_ranks(ranks, ks: Sequence[int] = DEFAULT_KS) -> dict[int, float]:
+    """R@K from 0-based ranks of the right answers (as ``recall_at_k`` computes them): mean(rank < K)."""
+    ranks = torch.as_tensor(np.asarray(ranks), dtype=torch.long)
+    return {int(k): _recall(ranks, int(k)) for k in sorted(set(ks))}
+
+
+def rank_statistics(ranks) -> dict[str, float]:
+    """Mean and median rank of the right answers, 1-based as the papers' MeanR / MedR (1 = top)."""
+    ranks = np.asarray(ranks, dtype=np.float64)
+    if ranks.size == 0:
+        return {"mean_rank": float("nan"), "median_rank": float("nan")}
+    return {"mean_rank": float(ranks.mean() + 1), "median_rank": float(np.median(ranks) + 1)}
+
+
 def _as_tensor(values) -> torch.Tensor:
     # Comparisons are exact in any floating dtype, so a float32 matrix is kept as it is (no copy on CPU).
     tensor = values.detach() if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))

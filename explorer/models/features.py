@@ -7,6 +7,8 @@ that needs the raw scale (e.g. pooling before normalising) loses it.
 
 from __future__ import annotations
 
+import importlib
+import json
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -98,3 +100,53 @@ def concat_features(parts: list):
         elif isinstance(items[0], tuple) and items[0] and torch.is_tensor(items[0][0]):
             values[f.name] = tuple(torch.cat(group, dim=0) for group in zip(*items))
     return replace(first, **values)
+
+
+# ---- to and from plain tensors (safetensors files: the embedding cache) ----------------------------
+
+FEATURE_MODULES = "explorer.models."  # a stored class name is only ever resolved inside this package
+
+
+def features_to_tensors(features) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors of a features object by field name (a tuple field as ``name.0``, ``name.1``, ...) and
+    everything else as text (the class, the grid, which fields are None), as safetensors stores them."""
+    cls = type(features)
+    tensors: dict[str, torch.Tensor] = {}
+    layout: dict[str, object] = {}
+    for f in fields(features):
+        value = getattr(features, f.name)
+        if torch.is_tensor(value):
+            tensors[f.name] = value.detach().cpu().contiguous()
+            layout[f.name] = "tensor"
+        elif isinstance(value, tuple) and value and all(torch.is_tensor(t) for t in value):
+            tensors.update({f"{f.name}.{i}": t.detach().cpu().contiguous() for i, t in enumerate(value)})
+            layout[f.name] = ["tensors", len(value)]
+        else:  # None, (), the grid size: plain values
+            layout[f.name] = ["value", list(value) if isinstance(value, tuple) else value]
+    metadata = {"class": f"{cls.__module__}:{cls.__qualname__}", "fields": json.dumps(layout)}
+    return tensors, metadata
+
+
+def features_from_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str]):
+    """The features object ``features_to_tensors`` took apart; its class must live in ``explorer.models``."""
+    cls = _feature_class(metadata.get("class", ""))
+    layout = json.loads(metadata["fields"])
+    values = {}
+    for name, kind in layout.items():
+        if kind == "tensor":
+            values[name] = tensors[name]
+        elif kind[0] == "tensors":
+            values[name] = tuple(tensors[f"{name}.{i}"] for i in range(kind[1]))
+        else:
+            values[name] = tuple(kind[1]) if isinstance(kind[1], list) else kind[1]
+    return cls(**values)
+
+
+def _feature_class(name: str):
+    module, _, qualname = name.partition(":")
+    if not module.startswith(FEATURE_MODULES):
+        raise ValueError(f"stored features name the class {name!r}, which is not explorer's")
+    cls = getattr(importlib.import_module(module), qualname, None)
+    if not (isinstance(cls, type) and issubclass(cls, (ImageFeatures, TextFeatures))):
+        raise ValueError(f"stored features name {name!r}, which is not a features class")
+    return cls

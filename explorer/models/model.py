@@ -129,6 +129,16 @@ class Model:
         return self.method.map_kinds
 
     @property
+    def global_score(self) -> bool:
+        """Whether the method's score is the cosine of the global embeddings (no re-ranking needed)."""
+        return self.method.global_score
+
+    @property
+    def reads_whole_caption(self) -> bool:
+        """Whether the method reads captions past ``context_length`` (CAFT's chunks) instead of cutting them."""
+        return self.method.reads_whole_caption
+
+    @property
     def uses_dense_caption(self) -> bool:
         return self.method.uses_dense_caption
 

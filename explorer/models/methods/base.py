@@ -115,6 +115,17 @@ class Method:
         """[n_images, n_texts]. Default: cosine of the global embeddings."""
         return cosine_matrix(image.cls, text.eot)
 
+    @property
+    def global_score(self) -> bool:
+        """True when ``similarity`` is the cosine of the global embeddings (``cls``, ``eot``): a search over
+        those vectors is then already the method's own ranking, and retrieval needs no re-ranking."""
+        cls = type(self)
+        return cls.similarity is Method.similarity and cls.score_captions is Method.score_captions
+
+    # A method that reads a long caption past its context (CAFT's 77-token chunks) says so: nothing of
+    # the caption is cut. Everyone else sees it cut at ``context_length`` tokens.
+    reads_whole_caption: ClassVar[bool] = False
+
     def score_captions(self, image: ImageFeatures, captions: list[str]) -> torch.Tensor:
         """[n_images, n_captions] scores of raw captions. Methods whose text side is more than one token
         sequence (CAFT's chunks) override this; everyone else tokenizes and calls ``similarity``."""

@@ -467,6 +467,8 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
         full[:, part_mask] = per_part
         return scores + alpha * full.sum(dim=-1)
 
+    reads_whole_caption = True  # CAFT++ reads every 77-token chunk of a long caption
+
     def score_captions(self, image: ImageFeatures, captions: list[str]) -> torch.Tensor:
         """Raw long captions are scored with CAFT++ (chunked), not cut at 77 tokens."""
         return self.similarity_long(image, captions)

@@ -141,6 +141,10 @@ class FineLipMethod(ClipFamily):
             blocks.append(sim.amax(dim=3).mean(dim=2) + sim.amax(dim=2).mean(dim=2))
         return torch.cat(blocks, dim=1)
 
+    @property
+    def global_score(self) -> bool:
+        return self.mode == "global"
+
     def similarity(self, image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
         if self.mode == "global":
             return cosine_matrix(image.cls, text.eot)

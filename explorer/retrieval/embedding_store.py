@@ -1,0 +1,432 @@
+"""The on-disk embedding cache of one model on one dataset: embedded once, reused, extended.
+
+    store = EmbeddingStore(model, read_retrieval_set("data/urban1k"))
+    store.update(progress=print)            # embeds what is not there yet; resumable
+    vectors = store.image_vectors()         # [n_images, d] unit vectors, in the set's order
+    features = store.image_features([3, 7]) # the method's full ImageFeatures of those images
+
+Layout (open formats: safetensors shards and one JSON index)::
+
+    $EXPLORER_HOME/embeddings/<model name>-<dataset hash>/
+        index.json                  what was embedded, by whom (``key``), and where
+        images-000000.safetensors   every field of the method's ImageFeatures, for up to 256 pictures
+        captions-000000.safetensors the global (EOT) embedding of up to 1024 captions
+
+- Keyed: ``index.json`` holds the model key (``fingerprint.model_key``: weights hash, method, config,
+  preprocessing, context length, precision), the dataset (layout, root, split) and the format
+  version. A folder whose key differs (another checkpoint under the same name, an older version, a
+  folder copied from elsewhere) is detected, said in ``notes``, and rebuilt: never reused.
+- Incremental: a picture is known by its path under the dataset root with its size and mtime, a
+  caption by its text's hash; ``update`` embeds only what is new or changed.
+- Resumable and atomic: each shard is written to a temporary file and renamed, then the index is
+  rewritten the same way. A kill loses at most the shard being filled; a shard the index does not
+  name (the kill came between the two renames) is deleted on the next update.
+- Unreadable pictures are recorded with the reason (and not retried until the file changes);
+  ``usable_set`` is the dataset without them, which is what search and Recall@K run on.
+- Pictures are encoded 32 at a time in the set's order, as ``explorer eval`` encodes them, so the
+  synthetic world's numbers are the same from both.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from explorer.core import paths
+from explorer.core.cache import MB, BoundedCache
+from explorer.core.errors import ExplorerError
+from explorer.core.files import atomic_path, write_text_atomic
+from explorer.core.images import load_image
+from explorer.data.retrieval_sets import RetrievalSet
+from explorer.data.retrieval_sets.base import Skipped
+from explorer.models.features import concat_features, features_from_tensors, features_to_tensors
+from explorer.retrieval.fingerprint import model_key, short_hash
+
+FORMAT = "explorer-embeddings"
+VERSION = 1
+INDEX_FILE = "index.json"
+IMAGE_BATCH = 32  # pictures per forward pass: explorer eval's DEFAULT_IMAGE_BATCH
+CAPTION_BATCH = 64
+SHARD_IMAGES = 256  # pictures per shard file: what a kill can lose at most
+SHARD_CAPTIONS = 1024
+_SHARD = re.compile(r"^(images|captions)-\d{6}\.safetensors$")
+
+Progress = Callable[[int, int, str], None]  # (done, total, "images" | "captions")
+
+
+class StoreError(ExplorerError):
+    """The embedding cache cannot be used (e.g. its folder cannot be written)."""
+
+
+@dataclass
+class StoreStatus:
+    folder: Path
+    images_total: int
+    images_done: int
+    captions_total: int
+    captions_done: int
+    failed: list[Skipped] = field(default_factory=list)  # pictures that could not be read, with why
+    bytes_on_disk: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return (self.images_done + len(self.failed) >= self.images_total
+                and self.captions_done >= self.captions_total)
+
+    def line(self) -> str:
+        text = (f"{self.images_done}/{self.images_total} images, {self.captions_done}/{self.captions_total} "
+                f"captions embedded ({self.bytes_on_disk / MB:.1f} MB at {self.folder})")
+        if self.failed:
+            text += f"; {len(self.failed)} unreadable"
+        return text
+
+
+def embeddings_root() -> Path:
+    return paths.home() / "embeddings"
+
+
+class EmbeddingStore:
+    def __init__(self, model, dataset: RetrievalSet, root: str | Path | None = None):
+        self.model, self.dataset = model, dataset
+        self.key = {"format": FORMAT, "version": VERSION, "model": model_key(model),
+                    "dataset": {"layout": dataset.layout, "root": str(Path(dataset.root).resolve()),
+                                "split": dataset.split}}
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", getattr(model, "name", "") or model.method.name).strip("-")
+        self.folder = Path(root or embeddings_root()) / f"{name}-{short_hash(self.key['dataset'])}"
+        self.notes: list[str] = []
+        self._index: dict | None = None
+        self._index_stamp: tuple | None = None  # the index file as last read or written here
+        self._usable: tuple | None = None  # (index it was made from, failures then, the usable set)
+        self._shards = BoundedCache(f"embedding shards ({name})", max_bytes=256 * MB)
+
+    # ---- what is there ---------------------------------------------------------------------------
+
+    def status(self) -> StoreStatus:
+        index = self._read_index()
+        images, failed = self._image_locations(index), self._failures(index)
+        captions = self._caption_locations(index)
+        wanted = [self._item(path) for path in self.dataset.images]
+        hashes = {_text_hash(c) for c in self.dataset.captions}
+        size = sum(p.stat().st_size for p in self.folder.glob("*.safetensors")) if self.folder.is_dir() else 0
+        return StoreStatus(
+            folder=self.folder, images_total=len(wanted),
+            images_done=sum(1 for item in wanted if tuple(item) in images),
+            captions_total=len(hashes), captions_done=len(hashes & set(captions)),
+            failed=[Skipped(item[0], failed[tuple(item)]) for item in wanted if tuple(item) in failed],
+            bytes_on_disk=size, notes=list(self.notes))
+
+    def usable_set(self) -> RetrievalSet:
+        """The dataset without the pictures that could not be read (each listed in ``skipped``)."""
+        index = self._read_index()
+        if self._usable is not None and self._usable[0] is index and len(index["failed"]) == self._usable[1]:
+            return self._usable[2]
+        usable = self._without_unreadable(index)
+        self._usable = (index, len(index["failed"]), usable)
+        return usable
+
+    def _without_unreadable(self, index: dict) -> RetrievalSet:
+        failed = self._failures(index)
+        drop = {i: failed[tuple(self._item(p))] for i, p in enumerate(self.dataset.images)
+                if tuple(self._item(p)) in failed}
+        if not drop:
+            return self.dataset
+        keep = [i for i in range(len(self.dataset.images)) if i not in drop]
+        new_index = {old: new for new, old in enumerate(keep)}
+        pairs = [(c, new_index[i]) for c, i in zip(self.dataset.captions, self.dataset.caption_image) if i in new_index]
+        ids = self.dataset.image_ids
+        return replace(self.dataset, images=tuple(self.dataset.images[i] for i in keep),
+                       captions=tuple(c for c, _ in pairs), caption_image=tuple(i for _, i in pairs),
+                       image_ids=tuple(ids[i] for i in keep) if ids else (),
+                       skipped=self.dataset.skipped + tuple(Skipped(str(self.dataset.images[i]), f"image unreadable: "
+                                                                    f"{why}") for i, why in drop.items()))
+
+    # ---- embedding -------------------------------------------------------------------------------
+
+    def update(self, progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> StoreStatus:
+        """Embed every picture and caption of the dataset that the cache does not hold yet."""
+        should_stop = should_stop or (lambda: False)
+        with self._locked():
+            self._index = None  # another process may have added shards
+            index = self._read_index(fresh_if_stale=True)
+            self._remove_orphans(index)
+            self._embed_images(index, progress, should_stop)
+            if not should_stop():
+                self._embed_captions(index, progress, should_stop)
+        return self.status()
+
+    def _embed_images(self, index: dict, progress: Progress | None, should_stop) -> None:
+        known = self._image_locations(index)
+        failed = self._failures(index)
+        todo = [(i, self._item(p)) for i, p in enumerate(self.dataset.images)
+                if tuple(self._item(p)) not in known and tuple(self._item(p)) not in failed]
+        done, total = len(self.dataset.images) - len(todo), len(self.dataset.images)
+        if progress:
+            progress(done, total, "images")
+        pending: list = []  # (item, features of one batch)
+        for start in range(0, len(todo), IMAGE_BATCH):
+            if should_stop():
+                break
+            batch = todo[start:start + IMAGE_BATCH]
+            pictures, items = [], []
+            for i, item in batch:
+                try:
+                    pictures.append(load_image(self.dataset.images[i]).image)
+                    items.append(item)
+                except Exception as error:  # a corrupt or vanished picture: recorded, the rest goes on
+                    index["failed"].append([*item, _reason(error)])
+            if pictures:
+                pending.append((items, self.model.encode_image(pictures)))
+            if sum(len(items) for items, _ in pending) >= SHARD_IMAGES:
+                self._write_image_shard(index, pending)
+                pending = []
+            done += len(batch)
+            if progress:
+                progress(done, total, "images")
+        if pending:
+            self._write_image_shard(index, pending)
+        elif index["failed"]:
+            self._write_index(index)
+
+    def _embed_captions(self, index: dict, progress: Progress | None, should_stop) -> None:
+        known = set(self._caption_locations(index))
+        todo, seen = [], set()
+        for caption in self.dataset.captions:
+            digest = _text_hash(caption)
+            if digest not in known and digest not in seen:
+                seen.add(digest)
+                todo.append((digest, caption))
+        total = len({_text_hash(c) for c in self.dataset.captions})  # as ``status`` counts them
+        done = total - len(todo)
+        for start in range(0, len(todo), SHARD_CAPTIONS):
+            if should_stop():
+                break
+            chunk = todo[start:start + SHARD_CAPTIONS]
+            vectors = []
+            for first in range(0, len(chunk), CAPTION_BATCH):
+                texts = [caption for _, caption in chunk[first:first + CAPTION_BATCH]]
+                vectors.append(F.normalize(self.model.encode_text(texts).eot.float().cpu(), dim=-1))
+                done += len(texts)
+                if progress:
+                    progress(done, total, "captions")
+                if should_stop():
+                    chunk = chunk[:first + CAPTION_BATCH]
+                    break
+            self._write_shard(index, "captions", {"global": torch.cat(vectors)}, {}, [d for d, _ in chunk])
+
+    def _write_image_shard(self, index: dict, pending: list) -> None:
+        features = concat_features([f for _, f in pending])
+        tensors, metadata = features_to_tensors(features)
+        self._write_shard(index, "images", tensors, metadata, [item for items, _ in pending for item in items])
+
+    def _write_shard(self, index: dict, kind: str, tensors: dict, metadata: dict, items: list) -> None:
+        name = f"{kind}-{len(index[kind]):06d}.safetensors"
+        with atomic_path(self.folder / name) as temporary:
+            save_file(tensors, str(temporary), metadata=metadata)
+        index[kind].append({"file": name, "items": items})
+        self._write_index(index)
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    # Reading: ``indices`` count in ``usable_set()`` (the dataset less its unreadable pictures), which
+    # is the dataset itself when every picture could be read.
+
+    def image_vectors(self, indices: Sequence[int] | None = None) -> torch.Tensor:
+        """[n, d] float32 unit vectors of the set's pictures (all of them, in order, or ``indices``)."""
+        return F.normalize(self._gather("images", indices, ("cls",))["cls"].float(), dim=-1)
+
+    def image_features(self, indices: Sequence[int] | None = None):
+        """The method's full ``ImageFeatures`` of the set's pictures (all, in order, or ``indices``)."""
+        return self._gather("images", indices, None)
+
+    def caption_vectors(self, indices: Sequence[int] | None = None) -> torch.Tensor:
+        """[n, d] float32 unit vectors of the set's captions (all, in order, or ``indices``)."""
+        index = self._read_index()
+        locations = self._caption_locations(index)
+        captions = self.usable_set().captions
+        order = range(len(captions)) if indices is None else indices
+        wanted = [_text_hash(captions[i]) for i in order]
+        missing = [h for h in wanted if h not in locations]
+        if missing:
+            raise StoreError(f"{len(missing)} captions are not embedded yet; run the indexing first")
+        return self._rows("captions", [locations[h] for h in wanted], ("global",))["global"]
+
+    def _gather(self, kind: str, indices, names):
+        locations = self._image_locations(self._read_index())
+        images = self.usable_set().images
+        order = range(len(images)) if indices is None else indices
+        wanted = []
+        for i in order:
+            item = tuple(self._item(images[i]))
+            if item not in locations:
+                raise StoreError(f"{images[i]} is not embedded yet; run the indexing first")
+            wanted.append(locations[item])
+        rows = self._rows(kind, wanted, names)
+        return rows if names else features_from_tensors(rows, self._shard_metadata(wanted))
+
+    def _rows(self, kind: str, locations: list[tuple[str, int]], names) -> dict[str, torch.Tensor]:
+        """The rows at (shard file, row) ``locations``, in that order, of every tensor (or of ``names``)."""
+        by_file: dict[str, list[int]] = {}
+        for position, (file, _) in enumerate(locations):
+            by_file.setdefault(file, []).append(position)
+        parts: dict[str, list] = {}
+        order: list[int] = []
+        for file, positions in by_file.items():
+            tensors = self._shard(file)
+            rows = torch.as_tensor([locations[p][1] for p in positions])
+            for name, tensor in tensors.items():
+                if names is None or name in names:
+                    parts.setdefault(name, []).append(tensor[rows])
+            order += positions
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.as_tensor(order, dtype=torch.long)] = torch.arange(len(order))
+        if not parts:
+            return {}
+        return {name: torch.cat(chunks)[inverse] for name, chunks in parts.items()}
+
+    def _shard(self, file: str) -> dict[str, torch.Tensor]:
+        def read():
+            with safe_open(str(self.folder / file), framework="pt") as handle:
+                return {name: handle.get_tensor(name) for name in handle.keys()}
+        # Keyed by the file's identity too: a shard rewritten under the same name (the folder rebuilt by
+        # another store or process) is read again, never served from an earlier read.
+        return self._shards.get((file, _stamp(self.folder / file)), read)
+
+    def _shard_metadata(self, locations) -> dict[str, str]:
+        file = locations[0][0] if locations else self._read_index()["images"][0]["file"]
+        with safe_open(str(self.folder / file), framework="pt") as handle:
+            return handle.metadata()
+
+    # ---- the index -------------------------------------------------------------------------------
+
+    def _item(self, path: Path) -> list:
+        """A picture's identity: its path under the dataset root, size and mtime (a changed file is new)."""
+        path = Path(path)
+        try:
+            stat = path.stat()
+            size, mtime = stat.st_size, stat.st_mtime_ns
+        except OSError:
+            size, mtime = -1, -1
+        try:
+            name = str(path.resolve().relative_to(Path(self.dataset.root).resolve()))
+        except ValueError:
+            name = str(path.resolve())
+        return [name, size, mtime]
+
+    @staticmethod
+    def _image_locations(index: dict) -> dict[tuple, tuple[str, int]]:
+        # Later shards win: a changed picture's new embedding replaces its old one.
+        return {tuple(item): (shard["file"], row) for shard in index["images"]
+                for row, item in enumerate(shard["items"])}
+
+    @staticmethod
+    def _caption_locations(index: dict) -> dict[str, tuple[str, int]]:
+        return {digest: (shard["file"], row) for shard in index["captions"] for row, digest in enumerate(shard["items"])}
+
+    @staticmethod
+    def _failures(index: dict) -> dict[tuple, str]:
+        return {tuple(entry[:3]): entry[3] for entry in index["failed"]}
+
+    def _read_index(self, fresh_if_stale: bool = False) -> dict:
+        file = self.folder / INDEX_FILE
+        stamp = _stamp(file)
+        if self._index is not None and stamp == self._index_stamp:
+            return self._index  # unchanged since read or written here (another store may write it too)
+        self._index_stamp = stamp
+        empty = {"key": self.key, "images": [], "captions": [], "failed": []}
+        if stamp is None:
+            self._index = empty
+            return empty
+        try:
+            index = json.loads(file.read_text(encoding="utf-8"))
+            stale = index.get("key") != self.key
+        except (OSError, ValueError) as error:
+            index, stale = None, True
+            note = f"the cache index at {file} could not be read ({error}); it is rebuilt"
+            if note not in self.notes:
+                self.notes.append(note)
+        if stale:
+            reason = _stale_reason(index.get("key") or {}, self.key, file) if index is not None else None
+            if reason and reason not in self.notes:
+                self.notes.append(reason)
+            if fresh_if_stale:
+                self._clear()
+            self._index = empty
+            return empty
+        self._index = index
+        return index
+
+    def _write_index(self, index: dict) -> None:
+        write_text_atomic(self.folder / INDEX_FILE, json.dumps(index))
+        self._index, self._index_stamp = index, _stamp(self.folder / INDEX_FILE)
+
+    def _clear(self) -> None:
+        for path in self.folder.glob("*.safetensors"):
+            if _SHARD.match(path.name):
+                path.unlink(missing_ok=True)
+        (self.folder / INDEX_FILE).unlink(missing_ok=True)
+        self._shards.clear()
+
+    def _remove_orphans(self, index: dict) -> None:
+        named = {shard["file"] for kind in ("images", "captions") for shard in index[kind]}
+        for path in self.folder.glob("*.safetensors"):
+            if _SHARD.match(path.name) and path.name not in named:
+                path.unlink(missing_ok=True)  # written before a kill, never indexed
+                self._shards.discard(lambda key, name=path.name: key[0] == name)
+
+    @contextmanager
+    def _locked(self):
+        """One writer per cache folder, across threads and processes (``flock``)."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle = open(self.folder / ".lock", "w")
+        except OSError as error:
+            raise StoreError(f"the embedding cache at {self.folder} cannot be written: {error}") from error
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _stamp(path: Path) -> tuple | None:
+    """A file's identity on disk (an atomic rewrite changes it), or None when there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
+
+
+def _reason(error: Exception) -> str:
+    return " ".join(str(error).split())[:300] or type(error).__name__
+
+
+def _stale_reason(found: dict, wanted: dict, file: Path) -> str:
+    if found.get("format") != FORMAT or found.get("version") != VERSION:
+        what = f"an older or other version ({found.get('format')} v{found.get('version')}, this is v{VERSION})"
+    elif found.get("model") != wanted.get("model"):
+        changed = sorted(k for k in wanted["model"] if (found.get("model") or {}).get(k) != wanted["model"][k])
+        what = f"another model (differs in {', '.join(changed)})"
+    else:
+        what = "another dataset"
+    return f"the embedding cache at {file.parent} was written by {what}: not reused, embedding again"
+
+
+__all__ = ["EmbeddingStore", "StoreError", "StoreStatus", "embeddings_root"]
