@@ -277,6 +277,12 @@ class EmbeddingStore:
 
     def _rows(self, kind: str, locations: list[tuple[str, int]], names) -> dict[str, torch.Tensor]:
         """The rows at (shard file, row) ``locations``, in that order, of every tensor (or of ``names``)."""
+        if not locations:  # none asked for: no rows, shaped as a shard's (the first one)
+            shards = self._read_index()[kind]
+            if not shards:
+                raise StoreError(f"no {kind} are embedded yet; run the indexing first")
+            return {name: tensor[:0] for name, tensor in self._shard(shards[0]["file"]).items()
+                    if names is None or name in names}
         by_file: dict[str, list[int]] = {}
         for position, (file, _) in enumerate(locations):
             by_file.setdefault(file, []).append(position)
@@ -350,6 +356,8 @@ class EmbeddingStore:
             return empty
         try:
             index = json.loads(file.read_text(encoding="utf-8"))
+            if not isinstance(index, dict):
+                raise ValueError(f"a JSON {type(index).__name__}, not an object")
             stale = index.get("key") != self.key
         except (OSError, ValueError) as error:
             index, stale = None, True
