@@ -378,7 +378,8 @@ def test_unreadable_pictures_are_recorded_dropped_and_not_retried(tmp_path, monk
     store = EmbeddingStore(model, dataset, root=tmp_path / "emb")
     status = store.update()
     assert status.complete and status.images_done == 6 and counter.pictures == 6
-    assert sorted(f.item for f in status.failed) == ["2bad.png", "4empty.png"]
+    assert sorted(Path(f.item).name for f in status.failed) == ["2bad.png", "4empty.png"]
+    assert all(Path(f.item).is_absolute() or Path(f.item).exists() for f in status.failed)  # named as the set names it
     assert all(f.reason for f in status.failed)
 
     usable = store.usable_set()
@@ -405,7 +406,7 @@ def test_unreadable_pictures_are_recorded_dropped_and_not_retried(tmp_path, monk
     # ... until the file changes: a repaired picture is embedded.
     write_picture(root / "2bad.png", seed=77)
     status = EmbeddingStore(model, folder_set(root), root=tmp_path / "emb").update()
-    assert counter.pictures == 1 and [f.item for f in status.failed] == ["4empty.png"]
+    assert counter.pictures == 1 and [Path(f.item).name for f in status.failed] == ["4empty.png"]
 
 
 # ---- 9-11: stopping, reading too early, progress -------------------------------------------------------

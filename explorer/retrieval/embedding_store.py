@@ -60,6 +60,7 @@ IMAGE_BATCH = 32  # pictures per forward pass: explorer eval's DEFAULT_IMAGE_BAT
 CAPTION_BATCH = 64
 SHARD_IMAGES = 256  # pictures per shard file: what a kill can lose at most
 SHARD_CAPTIONS = 1024
+UNREADABLE = "image unreadable"  # the reason a picture that could not be decoded is left out
 _SHARD = re.compile(r"^(images|captions)-\d{6}\.safetensors$")
 
 Progress = Callable[[int, int, str], None]  # (done, total, "images" | "captions")
@@ -117,14 +118,15 @@ class EmbeddingStore:
         index = self._read_index()
         images, failed = self._image_locations(index), self._failures(index)
         captions = self._caption_locations(index)
-        wanted = [self._item(path) for path in self.dataset.images]
+        paths = {tuple(self._item(path)): str(path) for path in self.dataset.images}
+        wanted = list(paths)
         hashes = {_text_hash(c) for c in self.dataset.captions}
         size = sum(p.stat().st_size for p in self.folder.glob("*.safetensors")) if self.folder.is_dir() else 0
         return StoreStatus(
             folder=self.folder, images_total=len(wanted),
-            images_done=sum(1 for item in wanted if tuple(item) in images),
+            images_done=sum(1 for item in wanted if item in images),
             captions_total=len(hashes), captions_done=len(hashes & set(captions)),
-            failed=[Skipped(item[0], failed[tuple(item)]) for item in wanted if tuple(item) in failed],
+            failed=[Skipped(paths[item], failed[item]) for item in wanted if item in failed],
             bytes_on_disk=size, notes=list(self.notes))
 
     def usable_set(self) -> RetrievalSet:
@@ -149,8 +151,8 @@ class EmbeddingStore:
         return replace(self.dataset, images=tuple(self.dataset.images[i] for i in keep),
                        captions=tuple(c for c, _ in pairs), caption_image=tuple(i for _, i in pairs),
                        image_ids=tuple(ids[i] for i in keep) if ids else (),
-                       skipped=self.dataset.skipped + tuple(Skipped(str(self.dataset.images[i]), f"image unreadable: "
-                                                                    f"{why}") for i, why in drop.items()))
+                       skipped=self.dataset.skipped + tuple(Skipped(str(self.dataset.images[i]), f"{UNREADABLE}: {why}")
+                                                                    for i, why in drop.items()))
 
     # ---- embedding -------------------------------------------------------------------------------
 

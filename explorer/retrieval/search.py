@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from explorer.core.cache import GB, BoundedCache
-from explorer.core.errors import CaptionError
+from explorer.core.errors import CaptionError, ImageError
 from explorer.retrieval.embedding_store import EmbeddingStore
 from explorer.retrieval.vector_index import VectorIndex, top_k
 
@@ -102,7 +102,7 @@ class Searcher:
         started = time.perf_counter()
         if isinstance(picture, (int, np.integer)):
             if not 0 <= int(picture) < len(self.dataset.images):
-                raise IndexError(f"picture {picture} is not in the dataset (0..{len(self.dataset.images) - 1})")
+                raise ImageError(f"picture {picture} is not in the dataset (0..{len(self.dataset.images) - 1})")
             features = self.store.image_features([int(picture)])
             truth = np.flatnonzero(self.owner == int(picture)).tolist()
         else:

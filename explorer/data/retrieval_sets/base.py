@@ -103,8 +103,9 @@ def load_json(file: Path, expected: str = "", kind: type | None = None):
 
 def _reasons(skipped: Sequence[Skipped]) -> str:
     counts: dict[str, int] = {}
-    for item in skipped:
-        counts[item.reason] = counts.get(item.reason, 0) + 1
+    for item in skipped:  # by kind: "image unreadable: <the decoder's words>" counts as "image unreadable"
+        kind = item.reason.split(":")[0]
+        counts[kind] = counts.get(kind, 0) + 1
     return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
 
 

@@ -1,0 +1,217 @@
+"""`explorer index | search | eval-retrieval`: retrieval datasets embedded, searched and measured."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from explorer.cli.common import model_loader, zoo_from_args
+from explorer.core.errors import CaptionError, ExplorerError
+
+
+def add_commands(commands) -> None:
+    _add_retrieval_arguments(commands.add_parser("index", help="embed a retrieval dataset into the cache"), True,
+                             _run_index)
+    search = commands.add_parser("search", help="the top k of a retrieval dataset for a text or a picture")
+    _add_retrieval_arguments(search, False, _run_search)
+    query = search.add_mutually_exclusive_group(required=True)
+    query.add_argument("--text", help="find pictures for this text (a dataset caption has its picture as truth)")
+    query.add_argument("--image", type=Path, help="find captions for this picture file")
+    query.add_argument("--image-index", type=int, metavar="N", help="find captions for the dataset's picture N "
+                                                                     "(0-based; its captions are the truth)")
+    search.add_argument("--k", type=int, default=10, help="results shown (default 10)")
+    search.add_argument("--json", action="store_true", help="print one JSON object")
+    retrieval = commands.add_parser("eval-retrieval", help="Recall@K both ways on a retrieval dataset; write JSON")
+    _add_retrieval_arguments(retrieval, True, _run_eval_retrieval)
+    retrieval.add_argument("--out", type=Path, required=True, help="results JSON")
+    retrieval.add_argument("--k", type=int, nargs="+", help="the Ks of R@K (default 1 5 10 25 50)")
+    retrieval.add_argument("--csv", type=Path, help="also write one row per model as CSV")
+    retrieval.add_argument("--no-queries", action="store_true", help="leave the per-query records out of the JSON")
+    retrieval.add_argument("--shortlist", type=int, default=100, help="candidates re-ranked per query on datasets "
+                                                                      "too large to score every pair (default 100)")
+
+
+def _add_retrieval_arguments(parser: argparse.ArgumentParser, several: bool, run) -> None:
+    parser.set_defaults(run=run)
+    parser.add_argument("--model", required=True, metavar="NAME", help="zoo name, manifest .json or weights file"
+                        + ("; repeat for several" if several else ""),
+                        **({"action": "append", "dest": "models"} if several else {}))
+    parser.add_argument("--data", type=Path, required=True, help="the dataset: a folder (or index file) in one of "
+                                                                 "the layouts (docci, urban1k, karpathy, folder, ...)")
+    parser.add_argument("--split", help="default: the layout's (test; 'all' where the layout has no splits)")
+    parser.add_argument("--layout", help="read the dataset in this layout (default: detected)")
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N pictures, with their captions "
+                                                               "(as `explorer eval --limit N`)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--allow-pickle", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def first_images(dataset, n: int):
+    """The first ``n`` pictures of ``dataset`` with their captions (``explorer eval`` takes the first scenes)."""
+    if n < 1:
+        raise ExplorerError(f"--limit must be at least 1, not {n}")
+    if n >= len(dataset.images):
+        return dataset
+    kept = [(caption, image) for caption, image in zip(dataset.captions, dataset.caption_image) if image < n]
+    return replace(dataset, images=dataset.images[:n], captions=tuple(c for c, _ in kept),
+                   caption_image=tuple(i for _, i in kept), image_ids=dataset.image_ids[:n],
+                   notes=dataset.notes + (f"only the first {n} of {len(dataset.images)} pictures (--limit)",))
+
+
+def _retrieval_set(args):
+    from explorer.data.retrieval_sets import read_retrieval_set
+
+    if not args.data.exists():
+        raise ExplorerError(f"no dataset at {args.data}: the path does not exist")
+    dataset = read_retrieval_set(args.data, split=args.split, layout=args.layout)
+    return dataset if args.limit is None else first_images(dataset, args.limit)
+
+
+def _retrieval_models(args, names):
+    """A loader of ``names``, each checked first: an unknown name fails before anything is embedded."""
+    zoo = zoo_from_args(args)
+    for name in names:
+        if not Path(name).expanduser().exists():
+            zoo.get(name)  # an unknown name raises ManifestError: "No model named ...; known: ..."
+    return model_loader(args, zoo)
+
+
+def _indexed(args, model, name: str, dataset, always: bool = False):
+    """The store of ``model`` on ``dataset``, embedding what the cache lacks (a bar on stderr: images, captions)."""
+    from tqdm import tqdm
+
+    from explorer.retrieval.embedding_store import EmbeddingStore
+
+    store = EmbeddingStore(model, dataset)
+    if always or not store.status().complete:
+        if not always:
+            print(f"{name}: the cache is incomplete; embedding first", file=sys.stderr)
+        with tqdm(file=sys.stderr, leave=False, disable=args.no_progress, dynamic_ncols=True) as bar:
+            def progress(done: int, total: int, phase: str) -> None:
+                if getattr(bar, "phase", None) != phase:
+                    bar.phase = phase
+                    bar.reset(total=total)
+                    bar.set_description(f"{name}: {phase}")
+                bar.n = done
+                bar.refresh()
+
+            store.update(progress=progress)
+    return store
+
+
+def _print_skipped(items, notes, reason: str = "") -> None:
+    """What was left out, counted by reason, with the first few examples; then the notes."""
+    counts = Counter(reason or item.reason.split(":")[0] for item in items)
+    if counts:
+        print("skipped: " + ", ".join(f"{n} {why}" for why, n in counts.items())
+              + "".join(f"\n  {item.item}: {item.reason}" for item in items[:5]))
+    print("".join(f"note: {note}\n" for note in notes), end="")
+
+
+def _run_index(args) -> int:
+    dataset = _retrieval_set(args)
+    load = _retrieval_models(args, args.models)
+    print(dataset.summary())
+    _print_skipped(dataset.skipped, dataset.notes)
+    for name in args.models:
+        status = _indexed(args, load(name), name, dataset, always=True).status()
+        print(f"{name}: {status.line()}")
+        _print_skipped(status.failed, status.notes, "unreadable")
+    return 0
+
+
+def _run_search(args) -> int:
+    from explorer.core.images import load_image
+    from explorer.retrieval.search import Searcher
+
+    if args.text is not None and not args.text.strip():
+        raise CaptionError("the query is empty: give --text some words (or search with --image)")
+    if args.k < 1:
+        raise ExplorerError(f"--k must be at least 1, not {args.k}")
+    picture = load_image(args.image).image if args.image is not None else None  # unreadable: said before any work
+    dataset, n = _retrieval_set(args), args.image_index
+    if n is not None and not 0 <= n < len(dataset.images):
+        raise ExplorerError(f"--image-index {n}: the dataset's pictures are 0..{len(dataset.images) - 1}")
+    model = _retrieval_models(args, [args.model])(args.model)
+    store = _indexed(args, model, args.model, dataset)
+    searcher = Searcher(model, store)
+    usable = searcher.dataset
+    if args.text is not None:
+        result, query = searcher.text(args.text, args.k), {"text": args.text}
+    elif picture is not None:
+        result, query = searcher.image(picture, args.k), {"image": str(args.image)}
+    else:
+        if dataset.images[n] not in usable.images:
+            raise ExplorerError(f"picture {n} ({dataset.images[n]}) could not be read (see `explorer index`)")
+        result = searcher.image(usable.images.index(dataset.images[n]), args.k)
+        query = {"image": str(dataset.images[n]), "image_index": n}
+    t2i = result.direction == "t2i"
+    hits = [{"rank": rank, "index": hit.index, "score": hit.score, "cosine": hit.cosine,
+             **({"path": str(usable.images[hit.index])} if t2i else {"caption": usable.captions[hit.index]}),
+             "truth": hit.is_truth} for rank, hit in enumerate(result.hits, 1)]
+    notes = store.status().notes + result.notes
+    if args.json:
+        print(json.dumps({"model": args.model, "query": query, "direction": result.direction,
+                          "score": result.score_label, "hits": hits, "truth_rank": result.truth_rank,
+                          "truth_in_shortlist": result.truth_in_shortlist, "gallery": result.gallery,
+                          "notes": notes}, indent=2))
+        return 0
+    print(f"{args.model}: top {len(hits)} of {result.gallery} {'pictures' if t2i else 'captions'} by "
+          f"{result.score_label} ({dataset.layout}, {dataset.split}); * = ground truth")
+    for hit in hits:
+        shown = hit["path"] if t2i else hit["caption"] if len(hit["caption"]) <= 100 else hit["caption"][:97] + "..."
+        print(f"{hit['rank']:>4}  {hit['score']:+.4f}  {'*' if hit['truth'] else ' '} {shown}")
+    if result.truth_rank is not None:
+        print(f"truth: rank {result.truth_rank} of {result.gallery}" + ("" if result.truth_in_shortlist else
+                                                                    " (by global cosine: outside the shortlist)"))
+    elif args.text is not None:
+        print("truth: none (the query is not one of the dataset's captions)")
+    print("".join(f"note: {note}\n" for note in notes), end="")
+    return 0
+
+
+def _run_eval_retrieval(args) -> int:
+    from explorer.core.files import write_text_atomic
+    from explorer.retrieval.evaluate import (DEFAULT_KS, FORMAT, VERSION, dataset_record, evaluate_retrieval,
+                                             results_rows)
+
+    ks = sorted(set(args.k or DEFAULT_KS))
+    if ks[0] < 1 or args.shortlist < 1:
+        raise ExplorerError("every --k and --shortlist must be at least 1")
+    dataset = _retrieval_set(args)
+    load = _retrieval_models(args, args.models)
+    results = {"format": FORMAT, "version": VERSION, "dataset": dataset_record(dataset), "ks": ks, "models": {}}
+    for name in args.models:
+        store = _indexed(args, load(name), name, dataset)
+        results["models"][name] = evaluate_retrieval(store.model, store, ks, shortlist=args.shortlist,
+                                                     queries=not args.no_queries)
+        usable = store.usable_set()
+        results["dataset"] = dataset_record(usable)
+    write_text_atomic(args.out, json.dumps(results, indent=2))
+    print(usable.summary())
+    shown = [k for k in ks if k in (1, 5, 10)] or ks[:3]
+    rows = [["model", *(f"t2i R@{k}" for k in shown), *(f"i2t R@{k}" for k in shown), "t2i MedR", "i2t MedR",
+             "RSUM", "captions cut"]]
+    rows += [[name, *(f"{100 * e[f'{way}_R@{k}']:.1f}" for way in ("t2i", "i2t") for k in shown),
+              f"{e['t2i_median_rank']:g}", f"{e['i2t_median_rank']:g}", f"{e['rsum']:.1f}",
+              f"{e['truncation']['cut']}/{e['truncation']['captions']}"] for name, e in results["models"].items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    print("".join(f"{name}: {e['truncation']['summary']}\n" for name, e in results["models"].items()), end="")
+    print(f"wrote {args.out}")
+    if args.csv:
+        table, text = results_rows(results, ks), io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(table[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+        write_text_atomic(args.csv, text.getvalue())
+        print(f"wrote {args.csv}")
+    return 0
