@@ -61,6 +61,11 @@ def manifest_name(out_dir: Path, name: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-") or "trained"
 
 
+def checkpoint_folder_name(step: int) -> str:
+    """The folder (under ``resume/``) that holds the checkpoint of optimizer step ``step``."""
+    return f"step-{int(step):08d}"
+
+
 def architecture_name(method) -> str:
     arch = getattr(method, "arch", None)
     return arch.name if arch is not None else getattr(method, "architecture_name", "")
@@ -73,7 +78,7 @@ def save_checkpoint(out_dir: Path, method, state: dict, metadata: dict, keep_las
     """Write weights + state as ``resume/step-<step>/``, publish the weights, then point LATEST at it."""
     step = int(state["step"])
     resume = out_dir / RESUME_DIR
-    folder = resume / f"step-{step:08d}"
+    folder = resume / checkpoint_folder_name(step)
     if folder.exists():  # a leftover of a crash before LATEST moved: rewrite it whole
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

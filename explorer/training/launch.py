@@ -70,13 +70,14 @@ def train_from_args(method: str, data: str | Path, out: str | Path | None = None
                     size: str | None = None, context_length: int | None = None, resume: bool = False,
                     allow_pickle: bool = False, progress: bool = True, zoo_root: str | Path | None = None,
                     command: str = "", read_samples: Callable[[Path], Sequence] | None = None,
-                    on_metrics: Callable[[dict], None] | None = None, **settings):
+                    on_metrics: Callable[[dict], None] | None = None,
+                    should_stop: Callable[[], bool] | None = None, **settings):
     """Build (or warm-start) ``method``, read the samples in ``data`` and train; returns the ``TrainResult``.
 
     ``settings`` are ``TrainConfig`` fields. ``read_samples(folder)`` turns the data folder into
     a sequence of samples (default: ``SampleFolder``, samples.jsonl). On ``resume`` the model is
     rebuilt from the run's last checkpoint (its metadata names the method and its sizes), so
-    the init file is not read again.
+    the init file is not read again. ``should_stop`` is the loop's stop request (``train``).
     """
     from explorer.core.paths import checkpoints_root
     from explorer.models.io.loading import load_method
@@ -101,4 +102,5 @@ def train_from_args(method: str, data: str | Path, out: str | Path | None = None
     else:
         built, report = init_from(method, init, size=size, seed=config.seed, context_length=context_length,
                                   allow_pickle=allow_pickle)
-    return train(built, samples, config, out, init=report, resume=resume, progress=progress, on_metrics=on_metrics)
+    return train(built, samples, config, out, init=report, resume=resume, progress=progress, on_metrics=on_metrics,
+                 should_stop=should_stop)

@@ -23,7 +23,11 @@ A method supplies ``losses(batch)`` (named, already weighted terms) and
   grad scaler, step, RNG states, and the data order (batches are fixed by the
   epoch number, so the resumed run sees the batches the uninterrupted one
   would have);
-- ``metrics.jsonl`` and ``run.jsonl`` (metrics_log.py), a tqdm bar, seeds recorded.
+- ``metrics.jsonl`` and ``run.jsonl`` (metrics_log.py), a tqdm bar, seeds recorded;
+- a clean stop on request: ``should_stop()`` is asked before every optimizer step; when it
+  says yes the run saves a checkpoint (unless one is on disk for that step), logs a "stop"
+  event and returns with ``result.stopped`` set; ``resume=True`` continues it exactly
+  (background jobs map SIGTERM to this, ``explorer.jobs``).
 
 The run is seeded with ``seed`` (Python, numpy, torch) when it starts fresh.
 """
@@ -44,8 +48,9 @@ import torch
 
 from explorer.core.errors import ExplorerError
 from explorer.models.model import resolve_device
-from explorer.training.checkpointing import (WEIGHTS_FILE, capture_rng, latest_checkpoint, load_checkpoint,
-                                             manifest_name, restore_rng, save_checkpoint, write_manifest)
+from explorer.training.checkpointing import (WEIGHTS_FILE, capture_rng, checkpoint_folder_name, latest_checkpoint,
+                                             load_checkpoint, manifest_name, restore_rng, save_checkpoint,
+                                             write_manifest)
 from explorer.training.metrics_log import METRICS_FILE, RUN_LOG_FILE, JsonlLog
 from explorer.training.optimizer import build_adamw, group_lrs
 from explorer.training.samples import BatchSource, SampleLoader
@@ -123,6 +128,7 @@ class TrainResult:
     device: str = "cpu"
     precision: str = "fp32"
     notes: list[str] = field(default_factory=list)
+    stopped: bool = False  # should_stop() ended the run before total_steps (a checkpoint holds its state)
 
 
 def resolve_precision(precision: str, device: torch.device, notes: list[str]) -> str:
@@ -152,7 +158,8 @@ def seed_everything(seed: int) -> None:
 
 
 def train(method, dataset, config: TrainConfig | None, out_dir: str | Path, *, init: InitReport | None = None,
-          resume: bool = False, progress: bool = True, on_metrics: Callable[[dict], None] | None = None) -> TrainResult:
+          resume: bool = False, progress: bool = True, on_metrics: Callable[[dict], None] | None = None,
+          should_stop: Callable[[], bool] | None = None) -> TrainResult:
     """Train ``method`` on ``dataset`` and publish the result as a zoo entry in ``out_dir``.
 
     ``dataset``: a ``BatchSource`` or a sequence of samples (samples.py). ``config``: None for
@@ -161,7 +168,9 @@ def train(method, dataset, config: TrainConfig | None, out_dir: str | Path, *, i
     error when there is none; and a run folder with a checkpoint is never restarted without
     ``resume``). ``on_metrics(row)`` is called with each logged metrics row, after any
     checkpoint due at that step; an exception from it stops the run, which then resumes
-    from its last checkpoint. The model is left on the run's device, in the mode it came in.
+    from its last checkpoint. ``should_stop()`` is asked before every optimizer step (cheap: a
+    flag); a yes saves a checkpoint and returns early with ``stopped=True``. The model is left
+    on the run's device, in the mode it came in.
     """
     was_training = method.training
     try:
@@ -171,7 +180,7 @@ def train(method, dataset, config: TrainConfig | None, out_dir: str | Path, *, i
         raise
     bar = _progress_bar(progress, run.total, run.step, method)
     try:
-        run.loop(bar, on_metrics)
+        run.loop(bar, on_metrics, should_stop)
     finally:
         bar.close()
         method.train(was_training)
@@ -221,7 +230,7 @@ class _Run:
         self.parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.metrics, self.run_log = JsonlLog(out_dir / METRICS_FILE), JsonlLog(out_dir / RUN_LOG_FILE)
         self.step, self.samples, self.elapsed_before = 0, 0, 0.0
-        self.resumed_from = None
+        self.resumed_from, self.stopped = None, False
         if saved is not None:
             self.optimizer.load_state_dict(saved.state["optimizer"])
             self.scheduler.load_state_dict(saved.state["scheduler"])
@@ -250,13 +259,16 @@ class _Run:
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
-    def loop(self, bar, on_metrics) -> None:
+    def loop(self, bar, on_metrics, should_stop=None) -> None:
         config, start = self.config, self.step
         while self.step < self.total:
             epoch = self.step // self.steps_per_epoch
             batches = iter(self.source.batches(epoch, (self.step % self.steps_per_epoch) * config.accumulate))
             try:
                 for _ in range(self.step % self.steps_per_epoch, self.steps_per_epoch):
+                    if should_stop is not None and should_stop():
+                        self.stop()
+                        return
                     row = self.update(_take(batches, config.accumulate, epoch), epoch)
                     bar.update(1)
                     bar.set_postfix(loss=f"{row['loss']:.4f}", refresh=False)
@@ -275,6 +287,15 @@ class _Run:
                     close()
         if self.step > start or not (self.out_dir / WEIGHTS_FILE).exists():
             self.checkpoint(finished=True)
+
+    def stop(self) -> None:
+        """A requested stop: checkpoint this step (unless one is on disk), log it, and let ``train`` return."""
+        folder = latest_checkpoint(self.out_dir)
+        if self.step > 0 and (folder is None or folder.name != checkpoint_folder_name(self.step)):
+            self.checkpoint(finished=False)
+        self.stopped = True
+        self.run_log.write({"event": "stop", "step": self.step, "time": time.time(), "reason": "should_stop",
+                            "checkpoint": self.step > 0})
 
     def update(self, window: list, epoch: int) -> dict:
         """One optimizer step from the accumulated micro-batches; returns its metrics row."""
@@ -314,6 +335,9 @@ class _Run:
                "samples_per_s": n / seconds if seconds > 0 else math.inf, "elapsed_s": self.elapsed()}
         if self.scaler.is_enabled():
             row["grad_scale"] = float(self.scaler.get_scale())  # it drops when an update was skipped
+        if self.device.type == "cuda":  # the step's peak GPU memory, for live curves
+            row["gpu_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(self.device)
         self.history.append(row)
         return row
 
@@ -335,7 +359,7 @@ class _Run:
                            run_log_path=self.run_log.path, steps=self.step, total_steps=self.total,
                            resumed_from=self.resumed_from, last=self.history[-1] if self.history else {},
                            history=self.history, device=str(self.device), precision=self.precision,
-                           notes=self.notes)
+                           notes=self.notes, stopped=self.stopped)
 
 
 def _take(batches, count: int, epoch: int) -> list:

@@ -3,7 +3,7 @@
 Two files in a run folder:
 - ``metrics.jsonl``: one row per logged optimizer step, with the fields in
   ``METRIC_FIELDS`` plus ``loss/<term>`` for each of the method's loss terms
-  and ``lr/<group>`` for each parameter group;
+  and ``lr/<group>`` for each parameter group (and ``gpu_mem_gb``, the step's peak, on CUDA);
 - ``run.jsonl``: one row per event ("start", "resume", "checkpoint",
   "finish"), the first carrying the configuration, seeds, device and where
   the weights came from.

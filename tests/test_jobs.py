@@ -1,0 +1,203 @@
+"""Background training runs for real: each run is a process of its own, started, watched, cancelled,
+killed, resumed and queued through ``explorer.jobs.JobManager`` (tiny CLIP, 12-scene world, CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import explorer
+from explorer.jobs import JobManager, launcher
+from explorer.training.checkpointing import latest_checkpoint
+from explorer.training.metrics_log import read_jsonl
+from explorer.zoo import Zoo
+
+# A run small enough for a 2-core CPU: the tiny model, 4 samples a step, one torch thread.
+TINY = {"size": "tiny", "batch_size": 4, "cpu_threads": 1, "evaluate": False}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from explorer.data import write_dataset
+
+    root = tmp_path_factory.mktemp("world")
+    write_dataset(root, 12, seed=0, image_size=64)  # 10 train, 1 val, 1 test
+    return root
+
+
+@pytest.fixture
+def jobs(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "zoo"))
+    manager = JobManager(gpu_ids=[], max_running=2, grace_s=60)
+    yield manager
+    for run in manager.list(reconcile=False):  # nothing of a failed test keeps running
+        if run.pgid and run.status == "running":
+            launcher.signal_group(run.pgid, signal.SIGKILL)
+    launcher.wait_children(10)
+
+
+def wait_for(condition, timeout=120.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def assert_gone(pid, pgid=None):
+    """Reaped (no zombie: not our child any more) and no process of its group left (no orphan)."""
+    launcher.wait_children(10)
+    assert launcher.process_state(pid) == launcher.GONE
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    if pgid:
+        assert launcher.group_members(pgid) == []
+
+
+def assert_reaped_in_time(manager, run, timeout=60.0):
+    """A run process started by another run is adopted by this process (subreaper) and reaped by reconcile."""
+    def gone():
+        manager.reconcile()
+        return launcher.process_state(run.pid, run.start_ticks) == launcher.GONE
+
+    wait_for(gone, timeout, f"run {run.id}'s process to be reaped")
+
+
+def test_a_run_is_its_own_process_group_and_its_record_says_everything(jobs, world):
+    overrides = {**TINY, "evaluate": True, "eval_limit": 2, "eval_grounding_limit": 1}
+    first = jobs.submit("clip", world, max_steps=3, name="same", gpus=0, overrides=overrides)
+    second = jobs.submit("clip", world, max_steps=3, name="same", gpus=0, overrides=overrides)
+    assert first.status == second.status == "running" and first.pid != second.pid
+    for run in (first, second):
+        try:
+            assert os.getpgid(run.pid) == run.pid != os.getpgrp()  # the leader of its own group
+        except ProcessLookupError:  # already ended (and reaped): its record still says so below
+            pass
+    first, second = jobs.wait(first.id, timeout=240), jobs.wait(second.id, timeout=240)
+
+    for run in (first, second):
+        assert run.status == "done", run.error
+        assert run.exit_code == 0 and run.error is None and run.attempts == 1
+        assert run.command[:4] == [sys.executable, "-u", "-m", "explorer.jobs.worker"] and run.id in run.command
+        assert run.config["max_steps"] == 3 and run.config["lr_backbone"] == 1e-5 and run.config_sources
+        assert run.created <= run.started <= run.finished and run.pid and run.pgid == run.pid
+        assert run.progress == (3, 3)
+        assert [row["step"] for row in jobs.metrics(run.id)] == [1, 2, 3]
+        assert run.metrics_path.startswith(run.out_dir) and os.path.isfile(run.log_path)
+        assert "done (exit code 0)" in jobs.logs(run.id, tail=5)
+        assert explorer.load(run.checkpoint, device="cpu").key_report.ok  # the output checkpoint loads
+        evaluation = run.evaluation
+        assert evaluation["kind"] == "synthetic" and evaluation["split"] == "test"
+        assert evaluation["counts"]["retrieval_scenes"] == 1 and "long_t2i_R@1" in evaluation["metrics"]
+        assert_gone(run.pid, run.pgid)
+    # two runs with one name: both kept, with their own ids, folders and zoo entries
+    assert first.id != second.id and first.out_dir != second.out_dir
+    later = first if first.zoo_name != "same" else second  # whichever was published second
+    assert sorted([first.zoo_name, second.zoo_name]) == ["same", f"same-{later.id}"]
+    zoo = Zoo(os.environ["EXPLORER_CHECKPOINTS"])
+    assert {m.name for m in zoo.manifests()} >= {"same", f"same-{later.id}"}
+    assert zoo.load(later.zoo_name).method_name == "clip"
+
+    # the record survives the app: a new manager (a restart) reads the same records
+    again = JobManager()
+    assert [r.as_dict() for r in again.list()] == [r.as_dict() for r in jobs.list()]
+    brief = again.get(first.id[:6]).brief()  # an id prefix finds it
+    assert {k: brief[k] for k in ("id", "name", "status", "pid", "output_checkpoint")} == {
+        "id": first.id, "name": "same", "status": "done", "pid": first.pid, "output_checkpoint": first.checkpoint}
+    json.dumps(first.as_dict())  # JSON-ready, for `explorer jobs show --json`
+
+
+@pytest.mark.slow
+def test_cancel_saves_a_checkpoint_and_resume_finishes_from_it(jobs, world):
+    run = jobs.submit("clip", world, max_steps=60, gpus=0, overrides={**TINY, "checkpoint_every": 1000})
+    wait_for(lambda: jobs.metrics(run.id), what="the first logged step")
+    run = jobs.get(run.id)
+    assert os.getpgid(run.pid) == run.pid != os.getpgrp()
+
+    cancelled = jobs.cancel(run.id)
+    assert cancelled.status == "cancelled" and cancelled.exit_code == 143 and cancelled.error is None
+    events = read_jsonl(os.path.join(run.out_dir, "run.jsonl"))
+    stop = [e for e in events if e["event"] == "stop"]
+    assert len(stop) == 1 and 1 <= stop[0]["step"] < 60, events
+    step = stop[0]["step"]
+    assert latest_checkpoint(Path(run.out_dir)).name == f"step-{step:08d}"
+    assert cancelled.step == step and explorer.load(cancelled.checkpoint, device="cpu").key_report.ok
+    assert "SIGTERM during train" in jobs.logs(run.id)
+    assert_gone(run.pid, run.pgid)
+
+    resumed = jobs.resume(run.id)
+    assert resumed.status in ("queued", "running")
+    done = jobs.wait(run.id, timeout=240)
+    assert done.status == "done" and done.step == 60 and done.attempts == 2 and done.exit_code == 0, done.error
+    assert [row["step"] for row in jobs.metrics(run.id)] == list(range(1, 61))  # no step twice, none lost
+    events = read_jsonl(os.path.join(run.out_dir, "run.jsonl"))
+    assert [e["event"] for e in events if e["event"] in ("start", "stop", "resume", "finish")] == [
+        "start", "stop", "resume", "finish"]
+    assert [e["step"] for e in events if e["event"] == "resume"] == [step]
+    assert_gone(done.pid, done.pgid)
+    with pytest.raises(explorer.ExplorerError, match="done"):
+        jobs.resume(run.id)
+
+
+@pytest.mark.slow
+def test_the_app_dies_the_run_goes_on_and_a_killed_run_is_reconciled(jobs, world, tmp_path):
+    """An "app" process submits two runs and dies at once; a new manager sees both, one finishes with
+    its curves, the other is killed with SIGKILL and reconcile marks it failed, its log kept."""
+    app = (f"import os\nfrom explorer.jobs import JobManager\njobs = JobManager(subreaper=False)\n"
+           f"a = jobs.submit('clip', {str(world)!r}, max_steps=100000, name='long', gpus=0, overrides={TINY!r})\n"
+           f"b = jobs.submit('clip', {str(world)!r}, max_steps=3, name='short', gpus=0, overrides={TINY!r})\n"
+           f"print(a.id, b.id, flush=True)\nos._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", app], capture_output=True, text=True, timeout=120, check=True)
+    long_id, short_id = out.stdout.split()
+
+    restarted = JobManager()
+    assert {r.id: r.status for r in restarted.list()} == {long_id: "running", short_id: "running"}
+    short = restarted.wait(short_id, timeout=240)
+    assert short.status == "done" and [r["step"] for r in restarted.metrics(short_id)] == [1, 2, 3]
+    wait_for(lambda: restarted.metrics(long_id), what="the long run's first step")
+
+    long = restarted.get(long_id)
+    os.killpg(long.pgid, signal.SIGKILL)
+    failed = restarted.wait(long_id, timeout=60)
+    assert failed.status == "failed" and "without recording its end" in failed.error
+    if failed.exit_code is not None:  # known when this process adopted (and reaped) it
+        assert failed.exit_code == -signal.SIGKILL and "SIGKILL" in failed.error
+    log = restarted.logs(long_id, tail=None)
+    assert f"run {long_id}" in log and "step 1/100000" in log  # the log is kept
+    restarted.reconcile()  # reaps what it adopted
+    assert_gone(long.pid, long.pgid)
+    assert_reaped_in_time(restarted, short)  # it ends just after recording "done"
+
+
+@pytest.mark.slow
+def test_the_queue_starts_the_next_run_when_one_ends_and_a_crash_at_start_is_recorded(jobs, world, tmp_path):
+    jobs.set_max_running(1)
+    doomed = tmp_path / "doomed-world"
+    shutil.copytree(world, doomed)
+    first = jobs.submit("clip", world, max_steps=3, name="first", gpus=0, overrides=TINY)
+    second = jobs.submit("clip", doomed, max_steps=3, name="second", gpus=0, overrides=TINY)
+    third = jobs.submit("clip", world, max_steps=3, name="third", gpus=0, overrides=TINY)
+    assert (first.status, second.status, third.status) == ("running", "queued", "queued")
+    assert (jobs.queue_position(second.id), jobs.queue_position(third.id)) == (1, 2)
+    shutil.rmtree(doomed)  # the data goes away while the run waits: it fails when it starts
+
+    third = jobs.wait(third.id, timeout=300)
+    first, second = jobs.get(first.id), jobs.get(second.id)
+    assert first.status == "done" and third.status == "done", (first.error, third.error)
+    assert second.status == "failed" and second.exit_code == 1 and f"no data at {doomed}" in second.error
+    assert "no data at" in jobs.logs(second.id)
+    # one at a time, in order: each started after the one before it had ended
+    assert first.finished <= second.started and second.finished <= third.started
+    for run in (first, second, third):
+        assert_reaped_in_time(jobs, run)
