@@ -38,8 +38,8 @@ from explorer.retrieval.vector_index import VectorIndex, top_k
 DEFAULT_KS = (1, 5, 10, 25, 50)
 EXACT_PAIRS = 25_000_000  # image-caption pairs scored exactly by the method (DOCCI's 5,000 x 5,000)
 DEFAULT_SHORTLIST = 100  # candidates per query re-ranked past that
-DEFAULT_TOP = 10
-RSUM_KS = (1, 5, 10)  # candidates kept per query in the per-query records
+DEFAULT_TOP = 10  # candidates kept per query in the per-query records
+RSUM_KS = (1, 5, 10)  # what the papers' RSUM sums, both ways
 FORMAT = "explorer-retrieval"
 VERSION = 1
 
@@ -149,6 +149,9 @@ def _shortlisted(model, store, dataset, owner, shortlist, top, progress):
     queries = np.unique(owner)
     i2t_scores, i2t_ids = VectorIndex(caption_vectors).search(image_vectors[torch.as_tensor(queries)],
                                                               min(shortlist, n_captions))
+    if (t2i_ids < 0).any() or (i2t_ids < 0).any():  # an IVF index returns only what its probed cells hold
+        raise ValueError("the gallery's approximate index returned fewer candidates than the shortlist; "
+                         "use a smaller shortlist")
     if not model.global_score:
         t2i_scores, i2t_scores = _rerank(model, store, dataset, t2i_ids, i2t_ids, queries, progress)
     t2i_ranks = np.empty(n_captions, dtype=np.int64)

@@ -5,16 +5,16 @@
     task.line()          # "demo-caft on synthetic (test): images 128/300"
     indexer.stop(task)   # stops between batches; what was embedded is kept (the cache resumes)
 
-One worker thread runs one task at a time, in the order submitted (two embeddings at once would only
+One worker thread (a daemon: quitting does not wait for it) runs one task at a time, in the order submitted (two embeddings at once would only
 share the same cores); submitting a dataset that is queued or running returns the task there is.
 A task that fails keeps its error for the page; the cache keeps every finished shard.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from explorer.retrieval.embedding_store import EmbeddingStore, StoreStatus
@@ -46,6 +46,8 @@ class IndexingTask:
 
     def line(self) -> str:
         if self.state == "running":
+            if not self.total:
+                return f"{self.title}: starting"
             return f"{self.title}: embedding {self.phase} {self.done}/{self.total}"
         if self.state == "failed":
             return f"{self.title}: failed: {self.error}"
@@ -56,9 +58,13 @@ class IndexingTask:
 
 class Indexer:
     def __init__(self):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-indexing")
+        # A daemon thread, not a ThreadPoolExecutor: quitting the app must not wait for an embedding to end
+        # (the cache keeps every finished shard, and the next update resumes from there).
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._tasks: dict[str, IndexingTask] = {}
         self._lock = threading.Lock()
+        self._worker = threading.Thread(target=self._work, name="explorer-indexing", daemon=True)
+        self._worker.start()
 
     def submit(self, store: EmbeddingStore) -> IndexingTask:
         """Embed what ``store`` lacks, in the background; the task already queued or running, if any."""
@@ -71,7 +77,7 @@ class Indexer:
             task = IndexingTask(key=key, title=f"{getattr(store.model, 'name', '')} on {dataset.layout} "
                                                 f"({dataset.split})")
             self._tasks[key] = task
-        self._pool.submit(self._run, task, store)
+        self._queue.put((task, store))
         return task
 
     def task(self, key: str) -> IndexingTask | None:
@@ -83,9 +89,17 @@ class Indexer:
     def stop(self, task: IndexingTask) -> None:
         task.stop_requested.set()
 
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            self._run(*item)
+            del item  # the store holds its model: not kept alive between tasks
+
     def _run(self, task: IndexingTask, store: EmbeddingStore) -> None:
         if task.stop_requested.is_set():
-            task.state = "stopped"
+            task.state, task.finished = "stopped", time.time()
             return
         task.state = "running"
 
@@ -94,14 +108,18 @@ class Indexer:
 
         try:
             task.status = store.update(progress=progress, should_stop=task.stop_requested.is_set)
-            task.state = "stopped" if task.stop_requested.is_set() else "done"
+            stopped = task.stop_requested.is_set() and not task.status.complete
+            task.state = "stopped" if stopped else "done"
         except Exception as error:  # the page shows it; the worker goes on with the next task
             task.error = " ".join(str(error).split()) or type(error).__name__
             task.state = "failed"
         finally:
             task.finished = time.time()
 
-    def shutdown(self) -> None:
-        for task in self._tasks.values():
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop every task (between batches) and the worker."""
+        for task in list(self._tasks.values()):
             task.stop_requested.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._queue.put(None)
+        if wait:
+            self._worker.join()

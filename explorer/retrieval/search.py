@@ -24,11 +24,14 @@ import torch.nn.functional as F
 
 from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import CaptionError, ImageError
-from explorer.retrieval.embedding_store import EmbeddingStore
+from explorer.retrieval.embedding_store import EmbeddingStore, StoreError
 from explorer.retrieval.vector_index import VectorIndex, top_k
 
 DEFAULT_SHORTLIST = 100
-RERANK_ALL = 2000  # galleries up to this size are ranked entirely by the method's score
+RERANK_ALL = 2000  # picture galleries up to this size are ranked entirely by the method's score
+# A picture query re-encodes every candidate caption with the method (CAFT's chunks, SEPS's tokens):
+# 300 captions took 3-5 s for demo-caft on CPU, so past this many captions only the shortlist is.
+RERANK_ALL_CAPTIONS = 200
 
 
 @dataclass
@@ -67,12 +70,15 @@ class Searcher:
     """Searches one model's embedded dataset both ways; the vector indexes (``Gallery``) are built once
     per model and cache state and shared (``GALLERIES``)."""
 
-    def __init__(self, model, store: EmbeddingStore, shortlist: int = DEFAULT_SHORTLIST, rerank_all: int = RERANK_ALL):
+    def __init__(self, model, store: EmbeddingStore, shortlist: int = DEFAULT_SHORTLIST, rerank_all: int = RERANK_ALL,
+                 rerank_all_captions: int = RERANK_ALL_CAPTIONS):
         self.model, self.store = model, store
         gallery = gallery_for(store)
         self.dataset, self.images, self.captions, self.owner = (gallery.dataset, gallery.images, gallery.captions,
                                                                 gallery.owner)
-        self.shortlist, self.rerank_all = shortlist, rerank_all
+        self.shortlist, self.rerank_all, self.rerank_all_captions = shortlist, rerank_all, rerank_all_captions
+        if not len(self.images):
+            raise StoreError(f"{self.dataset.summary()}: there is nothing to search (no readable picture)")
 
     def text(self, text: str, k: int = 10) -> SearchResult:
         """The pictures that best match ``text``; its own picture is the truth when it is a dataset caption."""
@@ -82,7 +88,7 @@ class Searcher:
         started = time.perf_counter()
         query = F.normalize(self.model.encode_text([text]).eot.float().cpu(), dim=-1)[0]
         truth = sorted({int(self.owner[j]) for j, caption in enumerate(self.dataset.captions) if caption == text})
-        candidates, cosines = self._candidates(self.images, query)
+        candidates, cosines = self._candidates(self.images, query, self.rerank_all)
         if self.model.global_score:
             scores = cosines
         else:
@@ -109,7 +115,7 @@ class Searcher:
             features = self.model.encode_image([picture]).to("cpu")
             truth = []
         query = F.normalize(features.cls.float(), dim=-1)[0]
-        candidates, cosines = self._candidates(self.captions, query)
+        candidates, cosines = self._candidates(self.captions, query, self.rerank_all_captions)
         if self.model.global_score:
             scores = cosines
         else:
@@ -120,10 +126,11 @@ class Searcher:
         result.seconds = time.perf_counter() - started
         return result
 
-    def _candidates(self, index: VectorIndex, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n = len(index) if len(index) <= self.rerank_all else min(self.shortlist, len(index))
+    def _candidates(self, index: VectorIndex, query: torch.Tensor, rerank_all: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(index) if len(index) <= rerank_all else min(self.shortlist, len(index))
         cosines, ids = index.search(query[None], n)
-        return ids[0], cosines[0]
+        found = ids[0] >= 0  # an IVF index marks places it found nothing for with -1
+        return ids[0][found], cosines[0][found]
 
     def _result(self, direction, candidates, scores, cosines, truth, k, everything) -> SearchResult:
         scores = scores.float().cpu()
@@ -141,7 +148,14 @@ class Searcher:
             else:  # past the shortlist: its rank by global cosine
                 all_cosines, all_ids = everything()
                 position = np.flatnonzero(np.isin(all_ids[0].numpy(), truth))
-                result.truth_rank, result.truth_in_shortlist = int(position[0]) + 1, False
+                result.truth_in_shortlist = False
+                if len(position):
+                    result.truth_rank = int(position[0]) + 1
+                else:  # an IVF index returns only what its probed cells hold, and the truth was not there
+                    found = int((all_ids[0] >= 0).sum())
+                    result.truth_rank = found + 1
+                    result.notes.append(f"the right answer is not among the {found:,} nearest that the IVF index "
+                                        f"returned: its rank is {found + 1:,} or worse")
         return result
 
 

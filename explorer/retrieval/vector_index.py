@@ -31,15 +31,20 @@ from typing import Any
 import numpy as np
 import torch
 
-# How ``auto`` picks, measured on this project's machine (2 cores, AVX-512, torch 2.13, faiss-cpu 1.15.1),
-# one query against n random unit vectors of d = 512, k = 10:
-#   n        exact fp32   faiss flat fp32   exact fp16   faiss flat SQ fp16
-#   10k      0.5 ms       1.1 ms            see below    0.45 ms
-#   100k     7.9 ms       17.8 ms                        10.9 ms
-#   1M       84 ms        171 ms            ~100 ms      77 ms
-# Torch beats IndexFlatIP at every size (FAISS scans one query on one core), so fp32 stays exact until
-# IVF. In fp16 FAISS's SQ scan wins past EXACT_LIMIT. Past IVF_THRESHOLD a flat scan costs > 80 ms a
-# query (2 MB per 1,000 vectors to read, about 24 GB/s here), so IVF takes over.
+# How ``auto`` picks (``choose_kind``), measured on this project's machine (2 cores, AVX-512, torch 2.13,
+# faiss-cpu 1.15.1): ms for one query against n random unit vectors, d = 512, k = 10 (best of repeats):
+#   n        exact fp32   flat fp32 (IndexFlatIP)   exact fp16   flat fp16 (SQ fp16)
+#   10k      0.7          1.1                       1.3          0.6
+#   50k      2.9          7.6                       8.0          3.3
+#   100k     9.0          18.1                      13.7         11.4
+#   300k     30           59                        56           34
+#   1M       84           171                       ~100         77
+# Torch beats IndexFlatIP at every size (FAISS scans a single query on one core; in a batch of 64 it is
+# 8x slower still, its BLAS path starting only at 128k queries), so fp32 stays exact until IVF. fp16 stays
+# exact up to EXACT_LIMIT (under 8 ms, ties by id, and a batch shares the upcast: 2.4 ms a query in 64
+# against FAISS's 6.6), then FAISS's fp16 scan is the faster. Past IVF_THRESHOLD one scan costs over
+# 85 ms a query (bandwidth: 2 MB per 1,000 vectors), and IVF answers in ~4 ms (1.2M clustered vectors,
+# nlist 2048, nprobe 32, recall@10 1.0) after a ~30 s build.
 EXACT_LIMIT = 50_000
 IVF_THRESHOLD = 1_000_000
 RECALL_TARGET = 0.95  # the recall@10 that the default nprobe is raised to reach
@@ -48,7 +53,7 @@ RECALL_NOISE = 0.1  # norm of the perturbation added to each sampled vector befo
 NLIST_CAP = 2048  # k-means beyond this many clusters makes the build slow on 2 cores
 TRAIN_PER_LIST = 64  # training points per cluster (FAISS asks for at least 39)
 SCORE_BUDGET = 1 << 25  # float32 scores held at once by the exact path (128 MB)
-GALLERY_CHUNK = 4096  # fp16 rows upcast at once: stays in cache, so the upcast costs little
+GALLERY_CHUNK = 2048  # fp16 rows upcast at once (4 MB as float32, in cache); 1k-8k measured alike, 2k best
 KINDS = ("auto", "exact", "flat", "ivf")
 STORAGES = ("fp32", "fp16")
 
@@ -200,7 +205,7 @@ class VectorIndex:
         ``RECALL_TARGET``) and write what recall it measured into ``recall_note``."""
         queries = recall_queries(unit, rng)
         k = min(10, self._n)
-        truth = top_k(queries @ unit.T, k)[1]
+        truth = exact_search(unit, queries, k)[1]
         candidates = [int(nprobe)] if nprobe else _nprobe_ladder(self.nlist)
         for probe in candidates:
             self.nprobe = self._faiss_index.nprobe = min(probe, self.nlist)
@@ -243,19 +248,7 @@ class VectorIndex:
         return normalise(q, "queries")
 
     def _search_exact(self, q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        # Queries in blocks so that a large batch never holds more than SCORE_BUDGET scores at once.
-        step = max(1, SCORE_BUDGET // self._n)
-        results = [top_k(self._scores(q[start:start + step]), k) for start in range(0, len(q), step)]
-        return torch.cat([r[0] for r in results]), torch.cat([r[1] for r in results])
-
-    def _scores(self, q: torch.Tensor) -> torch.Tensor:
-        if self._tensor.dtype == torch.float32:
-            return q @ self._tensor.T
-        scores = torch.empty(len(q), self._n)
-        for start in range(0, self._n, GALLERY_CHUNK):  # fp16: upcast a cache-sized block at a time
-            block = self._tensor[start:start + GALLERY_CHUNK].float()
-            torch.mm(q, block.T, out=scores[:, start:start + len(block)])
-        return scores
+        return exact_search(self._tensor, q, k)
 
     def _search_faiss(self, q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         scores, ids = self._faiss_index.search(_as_faiss(q), k)
@@ -284,17 +277,37 @@ class VectorIndex:
         return f"VectorIndex({self.describe()})"
 
 
+def exact_search(gallery: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``top_k`` of ``q @ gallery.T`` (gallery fp32 or fp16), queries in blocks so that a large batch
+    never holds more than SCORE_BUDGET scores at once."""
+    step = max(1, SCORE_BUDGET // max(1, len(gallery)))
+    results = [top_k(_scores(gallery, q[start:start + step]), k) for start in range(0, len(q), step)]
+    return torch.cat([r[0] for r in results]), torch.cat([r[1] for r in results])
+
+
+def _scores(gallery: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    if gallery.dtype == torch.float32:
+        return q @ gallery.T
+    scores = torch.empty(len(q), len(gallery))
+    for start in range(0, len(gallery), GALLERY_CHUNK):  # fp16: upcast a cache-sized block at a time
+        block = gallery[start:start + GALLERY_CHUNK].float()
+        torch.mm(q, block.T, out=scores[:, start:start + len(block)])
+    return scores
+
+
 def default_nlist(n: int) -> int:
     """About 4 sqrt(n) clusters, capped for build time, and at least TRAIN_PER_LIST points each."""
     return max(1, min(int(4 * math.sqrt(n)), NLIST_CAP, n // TRAIN_PER_LIST))
 
 
 def _nprobe_ladder(nlist: int) -> list[int]:
-    probes, probe = [], max(1, nlist // 64)
-    while probe < nlist:
+    """nlist/64, doubling, up to nlist/4: data that needs more than a quarter of the clusters scanned
+    has no cluster structure for IVF to use, and the note then says what recall it got."""
+    probes, probe, top = [], max(1, nlist // 64), max(1, nlist // 4)
+    while probe < top:
         probes.append(probe)
         probe *= 2
-    return probes + [nlist]
+    return probes + [top]
 
 
 def recall_queries(unit: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:

@@ -6,7 +6,8 @@ import gradio as gr
 
 from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
 from explorer.grounding.sentence_maps import MapCache
-from explorer.ui import grounding_tab, memory_panel, models_tab
+from explorer.retrieval.indexing import Indexer
+from explorer.ui import grounding_tab, memory_panel, models_tab, retrieval_tab
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -31,25 +32,33 @@ PAGE_CSS = """
 """
 
 
-def build_app(zoo: Zoo | None = None) -> gr.Blocks:
+def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None) -> gr.Blocks:
     zoo = zoo or Zoo()
     cache = MapCache()
+    indexer = indexer or Indexer()  # one embedding worker for every session: embeddings share the cores
     with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
         gr.Markdown(f"# {TITLE}")
-        with gr.Tabs():
+        with gr.Tabs(elem_id="main-tabs") as tabs:  # ids: other tabs switch to one (``gr.Tabs(selected=id)``)
             with gr.Tab("Grounding", id="grounding"):
-                grounding_models = grounding_tab.build(zoo, cache)
+                grounding = grounding_tab.build(zoo, cache)
+            with gr.Tab("Retrieval", id="retrieval"):
+                retrieval_models, retrieval_load = retrieval_tab.build(zoo, indexer, grounding, tabs)
             with gr.Tab("Models", id="models"):
                 zoo_changes, zoo_listing = models_tab.build(zoo)
                 memory_panel.build()
-        # The zoo is live: every model list follows it, after a change in the Models tab and on every
-        # page load (another session, or the CLI, may have changed it).
-        refresh = dict(fn=lambda current: grounding_tab.refresh_models(zoo, current), inputs=grounding_models,
-                       outputs=grounding_models)
-        for event in zoo_changes:
-            event.then(**refresh)
-        app.load(**refresh)
+        # The zoo is live: every model list follows it, after a change in the Models tab and on every page
+        # load (another session, or the CLI, may have changed it).
+        refreshes = [dict(fn=lambda current: grounding_tab.refresh_models(zoo, current), inputs=grounding.models,
+                          outputs=grounding.models),
+                     dict(fn=lambda current: retrieval_tab.refresh_models(zoo, current), inputs=retrieval_models,
+                          outputs=retrieval_models)]
+        for refresh in refreshes:
+            for event in zoo_changes:
+                event.then(**refresh)
+            app.load(**refresh)
         app.load(**zoo_listing)
+        for handler in retrieval_load:
+            app.load(**handler)
     return app
 
 

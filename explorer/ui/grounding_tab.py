@@ -119,8 +119,9 @@ def models_summary(zoo: Zoo, names) -> str:
     return "\n".join(f"- **{name}**: {model_summary(zoo, name)}" for name in names)
 
 
-def build(zoo: Zoo, cache: MapCache):
-    """The tab; returns its model list (the app refreshes it when the zoo changes)."""
+def build(zoo: Zoo, cache: MapCache) -> Inputs:
+    """The tab; returns its inputs: the app refreshes their model list when the zoo changes, and other
+    tabs fill them (the Retrieval tab opens a query here)."""
     choices = model_choices(zoo)
     defaults = zoo.default_names(2)
     examples = example_images()
@@ -184,7 +185,7 @@ def build(zoo: Zoo, cache: MapCache):
     caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table])
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
     image.change(describe, inputs=image, outputs=[preview, picture_note])
-    return models
+    return inputs
 
 
 def safe_budget(text):
