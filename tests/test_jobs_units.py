@@ -250,13 +250,13 @@ def test_a_checkpoint_write_that_fails_half_way_leaves_no_torn_file(tmp_path, mo
         Path(path).write_bytes(b"\x00" * 100)  # half a file, then the disk gives up
         raise OSError(errno.EIO, "I/O error", str(path))
 
-    if part == "weights":
-        monkeypatch.setattr(safetensors.torch, "save_file", lambda tensors, path, metadata=None: half(path))
-    else:
-        monkeypatch.setattr(torch, "save", lambda obj, path, *a, **k: half(path))
-    with pytest.raises(OSError, match="I/O error"):
-        train(model, batches, config, out, resume=True, progress=False)  # its step-2 checkpoint fails
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:  # undoes only this patch
+        if part == "weights":
+            patch.setattr(safetensors.torch, "save_file", lambda tensors, path, metadata=None: half(path))
+        else:
+            patch.setattr(torch, "save", lambda obj, path, *a, **k: half(path))
+        with pytest.raises(OSError, match="I/O error"):
+            train(model, batches, config, out, resume=True, progress=False)  # its step-2 checkpoint fails
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # no temporary left behind
     for path, content in before.items():  # every published file is the old one, whole
         assert path.read_bytes() == content, path
@@ -332,10 +332,10 @@ def test_an_attempt_with_no_checkpoint_starts_over_without_stale_metrics(jobs, w
             raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
         real_write(self, row)
 
-    monkeypatch.setattr(JsonlLog, "write", write)
-    failed = run_here(jobs, run)
+    with monkeypatch.context() as patch:  # undoes only this patch, not the fixture's EXPLORER_* variables
+        patch.setattr(JsonlLog, "write", write)
+        failed = run_here(jobs, run)
     assert failed.exit_code == 28 and "it has no checkpoint yet" in failed.error
-    monkeypatch.undo()
     jobs.store.update(run.id, status="queued", error=None, exit_code=None)  # what resume does, without a process
     done = run_here(jobs, run)
     assert done.status == "done" and [r["step"] for r in jobs.metrics(run.id)] == [1, 2, 3, 4]

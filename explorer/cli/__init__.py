@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import figures, retrieval
+from explorer.cli import figures, jobs, retrieval
 from explorer.cli.common import zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -113,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(run=_run_eval)
 
     retrieval.add_commands(commands)
+    jobs.add_commands(commands)
     return parser
 
 

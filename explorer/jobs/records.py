@@ -111,9 +111,10 @@ class Run:
         return out
 
     def brief(self) -> dict:
-        """What ``explorer jobs list --json`` gives per run."""
+        """What ``explorer jobs list --json`` gives per run (``checkpoint``: the name tools read; the
+        older ``output_checkpoint`` stays for those that read it)."""
         return {"id": self.id, "name": self.name, "status": self.status, "pid": self.pid,
-                "output_checkpoint": self.checkpoint, "zoo_name": self.zoo_name,
+                "checkpoint": self.checkpoint, "output_checkpoint": self.checkpoint, "zoo_name": self.zoo_name,
                 "progress": {"step": self.step, "total": self.total_steps}, "error": self.error}
 
 

@@ -6,8 +6,9 @@ import gradio as gr
 
 from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
 from explorer.grounding.sentence_maps import MapCache
+from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
-from explorer.ui import grounding_tab, memory_panel, models_tab, retrieval_tab
+from explorer.ui import grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -32,10 +33,13 @@ PAGE_CSS = """
 """
 
 
-def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None) -> gr.Blocks:
+def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobManager | None = None) -> gr.Blocks:
     zoo = zoo or Zoo()
     cache = MapCache()
     indexer = indexer or Indexer()  # one embedding worker for every session: embeddings share the cores
+    # One manager for every session; finished runs join this zoo. Its first list() reconciles the runs
+    # whose process died while no app was watching.
+    jobs = jobs or JobManager(zoo_root=zoo.root)
     with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
         gr.Markdown(f"# {TITLE}")
         with gr.Tabs(elem_id="main-tabs") as tabs:  # ids: other tabs switch to one (``gr.Tabs(selected=id)``)
@@ -43,21 +47,25 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None) -> gr.Bloc
                 grounding = grounding_tab.build(zoo, cache)
             with gr.Tab("Retrieval", id="retrieval"):
                 retrieval_models, retrieval_load = retrieval_tab.build(zoo, indexer, grounding, tabs)
+            with gr.Tab("Jobs", id="jobs"):
+                jobs_init, jobs_changes, jobs_load = jobs_tab.build(jobs, zoo, grounding, tabs)
             with gr.Tab("Models", id="models"):
                 zoo_changes, zoo_listing = models_tab.build(zoo)
                 memory_panel.build()
-        # The zoo is live: every model list follows it, after a change in the Models tab and on every page
-        # load (another session, or the CLI, may have changed it).
+        # The zoo is live: every model list follows it, after a change in the Models tab or the Jobs tab (a
+        # run finished, was deleted, or opens in Grounding) and on every page load (another session, or the
+        # CLI, may have changed it).
         refreshes = [dict(fn=lambda current: grounding_tab.refresh_models(zoo, current), inputs=grounding.models,
                           outputs=grounding.models),
                      dict(fn=lambda current: retrieval_tab.refresh_models(zoo, current), inputs=retrieval_models,
-                          outputs=retrieval_models)]
+                          outputs=retrieval_models),
+                     dict(fn=lambda current: jobs_tab.refresh_inits(zoo, current), inputs=jobs_init, outputs=jobs_init)]
         for refresh in refreshes:
-            for event in zoo_changes:
+            for event in [*zoo_changes, *jobs_changes]:
                 event.then(**refresh)
             app.load(**refresh)
         app.load(**zoo_listing)
-        for handler in retrieval_load:
+        for handler in [*retrieval_load, *jobs_load]:
             app.load(**handler)
     return app
 
