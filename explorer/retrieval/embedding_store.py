@@ -389,6 +389,8 @@ class EmbeddingStore:
         self._shards.clear()
 
     def _remove_orphans(self, index: dict) -> None:
+        for temporary in self.folder.glob(".*.tmp"):  # a kill mid-write (atomic_path cleans up only on errors)
+            temporary.unlink(missing_ok=True)
         named = {shard["file"] for kind in ("images", "captions") for shard in index[kind]}
         for path in self.folder.glob("*.safetensors"):
             if _SHARD.match(path.name) and path.name not in named:

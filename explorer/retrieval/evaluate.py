@@ -125,7 +125,7 @@ def results_rows(results: dict, ks: Sequence[int] | None = None) -> list[dict]:
 
 
 def _exact(model, store, dataset, owner, top, progress):
-    features = store.image_features()
+    features = store.image_features().to(model.device)
     scores = score_captions(model, features, list(dataset.captions), DEFAULT_CAPTION_CHUNK)  # [I, T]
     recall = recall_at_k(scores, owner, ks=(1,))
     k = min(top, scores.shape[0])
@@ -188,7 +188,7 @@ def _rerank(model, store, dataset, t2i_ids, i2t_ids, queries, progress):
         pictures = sorted(set().union(*(wanted.get(j, set()) for j in chunk)))
         if not pictures:
             continue
-        scores = model.similarity(store.image_features(pictures), [dataset.captions[j] for j in chunk])
+        scores = model.similarity(store.image_features(pictures).to(model.device), [dataset.captions[j] for j in chunk])
         for row, image in enumerate(pictures):
             for column, j in enumerate(chunk):
                 if image in wanted.get(j, ()):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from explorer.retrieval.embedding_store import EmbeddingStore, StoreStatus
 
 STATES = ("queued", "running", "done", "failed", "stopped")
+KEEP_FINISHED = 64  # finished tasks remembered (their last line and status)
 
 
 @dataclass
@@ -77,6 +78,9 @@ class Indexer:
             task = IndexingTask(key=key, title=f"{getattr(store.model, 'name', '')} on {dataset.layout} "
                                                 f"({dataset.split})")
             self._tasks[key] = task
+            finished = [k for k, t in self._tasks.items() if not t.active]
+            for old in finished[:-KEEP_FINISHED]:  # the page shows the latest; the rest would only grow
+                del self._tasks[old]
         self._queue.put((task, store))
         return task
 

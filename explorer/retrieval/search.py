@@ -28,10 +28,12 @@ from explorer.retrieval.embedding_store import EmbeddingStore, StoreError
 from explorer.retrieval.vector_index import VectorIndex, top_k
 
 DEFAULT_SHORTLIST = 100
-RERANK_ALL = 2000  # picture galleries up to this size are ranked entirely by the method's score
-# A picture query re-encodes every candidate caption with the method (CAFT's chunks, SEPS's tokens):
-# 300 captions took 3-5 s for demo-caft on CPU, so past this many captions only the shortlist is.
-RERANK_ALL_CAPTIONS = 200
+# Galleries up to this size are ranked entirely by the method's score, so a query's rank is the one the
+# Recall table (which scores every pair) gives it. Past it, the method ranks the shortlist, and says so.
+# A picture query re-encodes every candidate caption (CAFT's chunks, SEPS's tokens): 300 captions take
+# 3-5 s for demo-caft on 2 CPU cores.
+RERANK_ALL = 2000
+RERANK_ALL_CAPTIONS = 2000
 
 
 @dataclass
@@ -92,7 +94,8 @@ class Searcher:
         if self.model.global_score:
             scores = cosines
         else:
-            scores = self.model.similarity(self.store.image_features(candidates.tolist()), [text])[:, 0]
+            features = self.store.image_features(candidates.tolist()).to(self.model.device)
+            scores = self.model.similarity(features, [text])[:, 0]
         result = self._result("t2i", candidates, scores, cosines, truth, k,
                               lambda: self.images.search(query[None], len(self.images)))
         budget = self.model.token_counter.budget(text, self.model.context_length)
@@ -138,9 +141,15 @@ class Searcher:
         right = set(truth)
         hits = [Hit(index=int(candidates[o]), score=float(v), cosine=float(cosines[o]),
                     is_truth=int(candidates[o]) in right) for v, o in zip(values[0], order[0])]
+        index = self.images if direction == "t2i" else self.captions
         result = SearchResult(direction=direction, hits=hits, truth=list(truth), ranked=len(candidates),
-                              gallery=len(self.images if direction == "t2i" else self.captions),
+                              gallery=len(index),
                               score_label=self.model.score_label if not self.model.global_score else "cosine")
+        if len(candidates) < len(index) and not self.model.global_score:
+            result.notes.append(f"the method's score ranked the {len(candidates)} best of {len(index):,} by global "
+                                "cosine; the Recall table scores every pair")
+        if index.recall_note:
+            result.notes.append(index.recall_note)
         if truth:
             mask = torch.as_tensor(np.isin(candidates.numpy(), truth))
             if mask.any():
@@ -166,5 +175,6 @@ def gallery_for(store: EmbeddingStore) -> Gallery:
     """The vector indexes of ``store``'s model and dataset, kept while the cache on disk does not change."""
     index_file = store.folder / "index.json"
     stamp = index_file.stat().st_mtime_ns if index_file.exists() else 0
-    key = (str(store.folder), store.key["model"]["weights"], stamp)
+    usable = store.usable_set()  # the pictures and captions it searches: a changed dataset is a new gallery
+    key = (str(store.folder), store.key["model"]["weights"], stamp, hash((usable.images, usable.captions)))
     return GALLERIES.get(key, lambda: Gallery(store))

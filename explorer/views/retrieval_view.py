@@ -42,7 +42,7 @@ from explorer.data.retrieval_sets import RetrievalSet, detect, read_retrieval_se
 from explorer.evaluation.runner import DEFAULT_LIMIT
 from explorer.grounding.truth import save_scene_truth, truth_path
 from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import FORMAT, VERSION, dataset_record, evaluate_retrieval, results_rows
+from explorer.retrieval.evaluate import DEFAULT_KS, FORMAT, VERSION, dataset_record, evaluate_retrieval, results_rows
 from explorer.retrieval.evaluate import worst_queries as worst_records
 from explorer.retrieval.indexing import Indexer
 from explorer.retrieval.search import Searcher, SearchResult
@@ -58,6 +58,7 @@ SYNTHETIC = "synthetic"  # the picker's value for it
 SYNTHETIC_SCENES, SYNTHETIC_SPLIT = DEFAULT_LIMIT, "test"
 DEFAULT_SPLIT = "default"  # the picker's value for "the layout's own default split"
 KS = (1, 5, 10)  # the Recall@K the table shows (the long-caption papers report these)
+EXPORT_KS = DEFAULT_KS  # what is measured and exported: every K of `explorer eval-retrieval` (1 ... 50)
 THUMB_SIDE = 192  # pixels on the long side of a gallery picture
 QUERY_PICTURES = 60  # dataset pictures offered in the query gallery (any other by its number)
 CAPTION_CHARS = 110  # a caption in a table cell: the rest is in the exported JSON
@@ -200,7 +201,9 @@ def thumbnail(path: Path) -> Image.Image:
 
 # One store per model object and dataset object, so their shard caches serve every query; a model
 # reloaded by the zoo (or a dataset read again) replaces its store, which lets the old model go.
-STORES = BoundedCache("retrieval embedding stores", max_items=4 * MAX_MODELS, sizeof=lambda store: 0)
+# A store holds its model, so at most one per model on the page: the models themselves are the zoo's (its
+# cache holds as many), and a store's own shard cache is bounded in bytes.
+STORES = BoundedCache("retrieval embedding stores", max_items=MAX_MODELS, sizeof=lambda store: 0)
 
 
 def store_for(model, dataset: RetrievalSet) -> EmbeddingStore:
@@ -440,7 +443,7 @@ class Evaluation:
 
 
 def evaluate_models(load: Callable, names: Sequence[str], dataset: RetrievalSet, indexer: Indexer | None = None,
-                    ks: Sequence[int] = KS) -> Iterable[tuple[str, Evaluation]]:
+                    ks: Sequence[int] = EXPORT_KS) -> Iterable[tuple[str, Evaluation]]:
     """Evaluate each model in turn, yielding (model just done, the evaluation so far): the page fills the
     table as it goes. A model that is not indexed (or fails) is recorded in ``errors``, not waited for."""
     _check_models(names)
@@ -471,8 +474,9 @@ def recall_table(evaluation: Evaluation) -> list[list]:
     table = []
     for row in recall_rows(evaluation):
         entry = evaluation.entries[row["model"]]
-        table.append([row["model"], row["score"], *(round(100 * row[f"t2i_R@{k}"], 1) for k in evaluation.ks),
-                      *(round(100 * row[f"i2t_R@{k}"], 1) for k in evaluation.ks), row["t2i_median_rank"],
+        shown = [k for k in KS if k in evaluation.ks]
+        table.append([row["model"], row["score"], *(round(100 * row[f"t2i_R@{k}"], 1) for k in shown),
+                      *(round(100 * row[f"i2t_R@{k}"], 1) for k in shown), row["t2i_median_rank"],
                       row["i2t_median_rank"], round(row["rsum"], 1),
                       f"{row['captions_cut']}/{entry['truncation']['captions']}"])
     return table
