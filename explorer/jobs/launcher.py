@@ -19,8 +19,11 @@
   start time the kernel gives (``/proc/<pid>/stat``), recorded at spawn.
 
 Many GPUs: ``worker_command(..., gpus=N)`` with N > 1 builds ``torchrun --standalone
---nproc_per_node N -m explorer.jobs.worker ...``; the worker has no DDP yet, so the manager refuses
-such runs (the command is the seam for that step, and is untested).
+--nproc_per_node N -m explorer.jobs.worker ...``. The training loop runs under torchrun with DDP
+(``explorer.training.ddp``; tested with ``explorer train`` on 2 CPU processes), but the worker is
+not rank-aware yet (every rank would write the record, evaluate and publish; rank 0 would record its
+own pid over torchrun's; GOAL's pair mining would run on every rank), so the manager still refuses
+such runs and this command stays untested.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ A method supplies ``losses(batch)`` (named, already weighted terms) and
   (background jobs map SIGTERM to this, ``explorer.jobs``).
 
 The run is seeded with ``seed`` (Python, numpy, torch) when it starts fresh.
+
+Many processes: launched by ``torchrun --nproc_per_node N`` (or inside a process group the caller
+set up) the same call trains with DDP, ``batch_size`` per rank and every loss over the global
+batch; only rank 0 writes (ddp.py says how).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import torch
 
 from explorer.core.errors import ExplorerError
 from explorer.models.model import resolve_device
+from explorer.training import ddp
 from explorer.training.checkpointing import (WEIGHTS_FILE, capture_rng, checkpoint_folder_name, latest_checkpoint,
                                              load_checkpoint, manifest_name, restore_rng, save_checkpoint,
                                              write_manifest)
@@ -129,6 +134,8 @@ class TrainResult:
     precision: str = "fp32"
     notes: list[str] = field(default_factory=list)
     stopped: bool = False  # should_stop() ended the run before total_steps (a checkpoint holds its state)
+    rank: int = 0  # this process's rank under DDP (0: the one that wrote the files)
+    world_size: int = 1  # processes that trained together
 
 
 def resolve_precision(precision: str, device: torch.device, notes: list[str]) -> str:
@@ -141,13 +148,17 @@ def resolve_precision(precision: str, device: torch.device, notes: list[str]) ->
     return precision
 
 
-def as_batch_source(dataset, method, config: TrainConfig) -> BatchSource:
-    """A ``BatchSource`` as it is, or a sequence of samples wrapped in a ``SampleLoader`` for ``method``."""
+def as_batch_source(dataset, method, config: TrainConfig, ranks: ddp.Ranks | None = None) -> BatchSource:
+    """A ``BatchSource`` as it is, or a sequence of samples wrapped in a ``SampleLoader`` for ``method``;
+    with ``ranks``, this rank's slice of every global batch (ddp.py)."""
     if isinstance(dataset, BatchSource):
-        return dataset
+        return dataset if ranks is None else ddp.RankSlices(dataset, ranks.rank, ranks.world)
     if isinstance(dataset, Sequence) or (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-        return SampleLoader(dataset, method.preprocess, config.batch_size, shuffle=config.shuffle, seed=config.seed,
-                            workers=config.workers)
+        options = dict(shuffle=config.shuffle, seed=config.seed, workers=config.workers)
+        if ranks is not None:
+            return ddp.RankSampleLoader(dataset, method.preprocess, config.batch_size, ranks.rank, ranks.world,
+                                        **options)
+        return SampleLoader(dataset, method.preprocess, config.batch_size, **options)
     raise TypeError(f"train() takes a BatchSource or a sequence of samples, not {type(dataset).__name__}")
 
 
@@ -170,32 +181,43 @@ def train(method, dataset, config: TrainConfig | None, out_dir: str | Path, *, i
     checkpoint due at that step; an exception from it stops the run, which then resumes
     from its last checkpoint. ``should_stop()`` is asked before every optimizer step (cheap: a
     flag); a yes saves a checkpoint and returns early with ``stopped=True``. The model is left
-    on the run's device, in the mode it came in.
+    on the run's device, in the mode it came in. Under DDP (ddp.py) ``on_metrics`` is called on
+    rank 0 only, and a stop asked on any rank stops every rank at the same step.
     """
     was_training = method.training
+    config = config or TrainConfig()
+    ranks = ddp.setup(config.device)
     try:
-        run = _Run(method, dataset, config or TrainConfig(), Path(out_dir).expanduser(), init, resume)
+        run = _Run(method, dataset, config, Path(out_dir).expanduser(), init, resume, ranks)
     except BaseException:
         method.train(was_training)
+        if ranks is not None:
+            ranks.close()
         raise
-    bar = _progress_bar(progress, run.total, run.step, method)
+    leader = ranks is None or ranks.leader
+    bar = _progress_bar(progress and leader, run.total, run.step, method)
     try:
-        run.loop(bar, on_metrics, should_stop)
+        run.loop(bar, on_metrics if leader else None, should_stop)
     finally:
         bar.close()
         method.train(was_training)
+    if ranks is not None:
+        ranks.close()
     return run.result()
 
 
 class _Run:
     """The state of one call of ``train``: model, optimizer, schedule, counters, logs."""
 
-    def __init__(self, method, dataset, config: TrainConfig, out_dir: Path, init: InitReport | None, resume: bool):
-        self.method, self.config, self.out_dir = method, config, out_dir
+    def __init__(self, method, dataset, config: TrainConfig, out_dir: Path, init: InitReport | None, resume: bool,
+                 ranks: ddp.Ranks | None = None):
+        self.method, self.config, self.out_dir, self.ranks = method, config, out_dir, ranks
+        self.world = 1 if ranks is None else ranks.world
+        self.ddp = None  # the DDP wrapper, made at the first step (ddp.wrap)
         self.notes: list[str] = []
-        self.device = resolve_device(config.device)
+        self.device = resolve_device(config.device) if ranks is None else ranks.device
         self.precision = resolve_precision(config.precision, self.device, self.notes)
-        self.source = as_batch_source(dataset, method, config)
+        self.source = as_batch_source(dataset, method, config, ranks)
         self.steps_per_epoch = len(self.source) // config.accumulate
         if self.steps_per_epoch < 1:
             raise TrainingError(f"an epoch has {len(self.source)} batch(es), fewer than accumulate="
@@ -219,6 +241,10 @@ class _Run:
         if folder is not None:
             saved = load_checkpoint(folder, method)
             _check_same_run(saved.state.get("config", {}), config, folder)
+            if int(saved.state.get("world_size", 1)) != self.world:
+                raise TrainingError(f"{folder} was trained on {saved.state.get('world_size', 1)} process(es) and "
+                                    f"this run has {self.world}: the global batch and the schedule would change. "
+                                    "Resume it with the same number of processes.")
         else:
             seed_everything(config.seed)
         self.optimizer = build_adamw(method, {"backbone": config.lr_backbone, "new": config.lr_new},
@@ -228,7 +254,8 @@ class _Run:
         self.amp = (torch.autocast(device_type=self.device.type, dtype=AMP_DTYPES[self.precision])
                     if self.precision in AMP_DTYPES else contextlib.nullcontext())
         self.parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self.metrics, self.run_log = JsonlLog(out_dir / METRICS_FILE), JsonlLog(out_dir / RUN_LOG_FILE)
+        log = JsonlLog if ranks is None or ranks.leader else ddp.SilentLog  # rank 0 writes
+        self.metrics, self.run_log = log(out_dir / METRICS_FILE), log(out_dir / RUN_LOG_FILE)
         self.step, self.samples, self.elapsed_before = 0, 0, 0.0
         self.resumed_from, self.stopped = None, False
         if saved is not None:
@@ -253,7 +280,7 @@ class _Run:
             "time": time.time(), "method": method.name, "config": config.to_dict(), "seed": config.seed,
             "device": str(self.device), "precision": self.precision, "steps_per_epoch": self.steps_per_epoch,
             "batches_per_epoch": len(self.source), "warmup_steps": schedule.warmup_steps, "command": self.command,
-            "notes": self.notes, "init": None if init is None else init.to_dict(),
+            "notes": self.notes, "init": None if init is None else init.to_dict(), "world_size": self.world,
         })
 
     def elapsed(self) -> float:
@@ -266,7 +293,7 @@ class _Run:
             batches = iter(self.source.batches(epoch, (self.step % self.steps_per_epoch) * config.accumulate))
             try:
                 for _ in range(self.step % self.steps_per_epoch, self.steps_per_epoch):
-                    if should_stop is not None and should_stop():
+                    if self.agree(should_stop is not None and should_stop()):
                         self.stop()
                         return
                     row = self.update(_take(batches, config.accumulate, epoch), epoch)
@@ -285,34 +312,47 @@ class _Run:
                 close = getattr(batches, "close", None)
                 if close is not None:
                     close()
-        if self.step > start or not (self.out_dir / WEIGHTS_FILE).exists():
+        if self.agree(self.step > start or not (self.out_dir / WEIGHTS_FILE).exists()):
             self.checkpoint(finished=True)
 
     def stop(self) -> None:
         """A requested stop: checkpoint this step (unless one is on disk), log it, and let ``train`` return."""
         folder = latest_checkpoint(self.out_dir)
-        if self.step > 0 and (folder is None or folder.name != checkpoint_folder_name(self.step)):
+        if self.agree(self.step > 0 and (folder is None or folder.name != checkpoint_folder_name(self.step))):
             self.checkpoint(finished=False)
         self.stopped = True
         self.run_log.write({"event": "stop", "step": self.step, "time": time.time(), "reason": "should_stop",
                             "checkpoint": self.step > 0})
+
+    def agree(self, flag: bool) -> bool:
+        """``flag``, or under DDP whether any rank says yes (every rank asks at the same point)."""
+        return flag if self.ranks is None else self.ranks.agree(flag)
 
     def update(self, window: list, epoch: int) -> dict:
         """One optimizer step from the accumulated micro-batches; returns its metrics row."""
         t0 = time.perf_counter()
         lrs = group_lrs(self.optimizer)  # the rates this step runs at
         n = sum(len(batch) for batch in window)
+        losses = self.method.losses
+        if self.ranks is not None:
+            losses = self.ddp or self.wrap(window[0].to(self.device))
         self.optimizer.zero_grad(set_to_none=True)
         terms: dict[str, float] = {}
-        for batch in window:
+        for i, batch in enumerate(window):
             share = len(batch) / n
-            with self.amp:
-                parts = self.method.losses(batch.to(self.device))
-            if not parts:
-                raise TrainingError(f"{self.method.title}.losses returned no terms")
-            self.scaler.scale(sum(parts.values()) * share).backward()
+            # under DDP the gradients are averaged over ranks after the window's last backward only
+            syncing = self.ddp is None or i == len(window) - 1
+            with contextlib.nullcontext() if syncing else self.ddp.no_sync():
+                with self.amp:
+                    parts = losses(batch.to(self.device))
+                if not parts:
+                    raise TrainingError(f"{self.method.title}.losses returned no terms")
+                self.scaler.scale(sum(parts.values()) * share).backward()
             for key, value in parts.items():
                 terms[key] = terms.get(key, 0.0) + float(value.detach()) * share
+        if self.ranks is not None:  # each rank's terms are its share: their mean is the global-batch loss
+            terms = dict(zip(terms, self.ranks.mean(list(terms.values()))))
+        n *= self.world
         loss = sum(terms.values())
         if not math.isfinite(loss):  # before the update, so the weights stay as they were
             raise TrainingError(f"the loss became {loss} at step {self.step + 1} (terms {terms}); "
@@ -341,17 +381,31 @@ class _Run:
         self.history.append(row)
         return row
 
+    def wrap(self, batch):
+        """The DDP wrapper, made once before the first step (ddp.wrap: the unused-parameter probe)."""
+        self.ddp, unused = ddp.wrap(self.method, self.ranks, batch, self.amp)
+        self.run_log.write({"event": "ddp", "step": self.step, "time": time.time(), "world_size": self.world,
+                            "backend": self.ranks.backend,
+                            "find_unused_parameters": bool(unused), "unused_parameters": unused[:20]})
+        return self.ddp
+
     def checkpoint(self, finished: bool) -> None:
+        if self.ranks is not None and not self.ranks.leader:
+            self.ranks.barrier()  # rank 0 writes; the others wait until the files are complete
+            return
         state = {"step": self.step, "samples": self.samples, "elapsed_s": self.elapsed(),
                  "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                  "scaler": self.scaler.state_dict(), "rng": capture_rng(), "config": self.config.to_dict(),
-                 "total_steps": self.total, "steps_per_epoch": self.steps_per_epoch, "init_source": self.init_source}
+                 "total_steps": self.total, "steps_per_epoch": self.steps_per_epoch, "init_source": self.init_source,
+                 "world_size": self.world}
         metadata = {"training": {"step": self.step, "total_steps": self.total, "seed": self.config.seed,
                                  "command": self.command, "init": self.init_source, "finished": finished}}
         save_checkpoint(self.out_dir, self.method, state, metadata, keep_last=self.config.keep_checkpoints)
         write_manifest(self.out_dir, self.name, self.method, source=f"trained by explorer: {self.command}",
                        notes=_manifest_notes(self.step, self.total, self.config, self.init_source, finished))
         self.run_log.write({"event": "finish" if finished else "checkpoint", "step": self.step, "time": time.time()})
+        if self.ranks is not None:
+            self.ranks.barrier()
 
     def result(self) -> TrainResult:
         return TrainResult(out_dir=self.out_dir, manifest=self.out_dir / f"{self.name}.json",
@@ -359,7 +413,8 @@ class _Run:
                            run_log_path=self.run_log.path, steps=self.step, total_steps=self.total,
                            resumed_from=self.resumed_from, last=self.history[-1] if self.history else {},
                            history=self.history, device=str(self.device), precision=self.precision,
-                           notes=self.notes, stopped=self.stopped)
+                           notes=self.notes, stopped=self.stopped, rank=0 if self.ranks is None else self.ranks.rank,
+                           world_size=self.world)
 
 
 def _take(batches, count: int, epoch: int) -> list:

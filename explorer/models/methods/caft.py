@@ -133,7 +133,8 @@ from explorer.models.methods import keys_with_prefix, register
 from explorer.models.methods.base import cosine_matrix
 from explorer.models.methods.clip import ClipFamily, example_architecture
 from explorer.models.nn.attention_pool import ATTENTION_MAP, DEFAULT_POOL_HEADS, AttentionPoolMaps, TextConditionedPool
-from explorer.models.nn.losses import sigmoid_loss
+from explorer.models.nn.distributed import gather_with_grad
+from explorer.models.nn.losses import diagonal_positives, sigmoid_loss, sigmoid_pairs
 
 DEFAULT_STAGES = ((64, 2), (32, 2), (16, 2))  # (tokens, ViT blocks) per grouping stage: 196 -> 64 -> 32 -> 16
 DEFAULT_ALPHA = 0.3  # CAFT++
@@ -516,8 +517,16 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
         whole = self.whole_caption(sub[:, : self.n_chunks], torch.ones(n, self.n_chunks, dtype=torch.bool,
                                                                        device=device))
         image = self.encode_image(batch.pixels)
-        part_scores = self.part_scores(image, sub.reshape(n * k, -1)).reshape(len(image), n, k)
-        part = torch.stack([sigmoid_loss(part_scores[:, :, j], self.logit_scale, self.logit_bias)
+        # Under DDP this rank's images against every rank's sub-captions / whole captions (gathered with
+        # gradients; nn.losses explains the scaling); in one process `every` is `sub` itself.
+        every = gather_with_grad(sub)  # [G, k, d]
+        part_scores = self.part_scores(image, every.reshape(-1, every.shape[-1])).reshape(len(image), len(every), k)
+        positives = diagonal_positives(len(image), len(every), device)
+        part = torch.stack([sigmoid_loss(part_scores[:, :, j], self.logit_scale, self.logit_bias, positives)
                             for j in range(k)]).mean()
-        whole_scores = F.normalize(image.cls.float(), dim=-1) @ F.normalize(whole.float(), dim=-1).T
-        return {"part": part, "whole": sigmoid_loss(whole_scores, self.whole_logit_scale, self.whole_logit_bias)}
+        whole_loss = sigmoid_pairs(image.cls, whole, _cosines, self.whole_logit_scale, self.whole_logit_bias)
+        return {"part": part, "whole": whole_loss}
+
+
+def _cosines(images: torch.Tensor, texts: torch.Tensor) -> torch.Tensor:
+    return F.normalize(images.float(), dim=-1) @ F.normalize(texts.float(), dim=-1).T

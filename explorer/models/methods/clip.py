@@ -30,7 +30,7 @@ from explorer.models.io.hf_clip_layout import HF_BUFFERS, hf_to_openai, is_hf_cl
 from explorer.models.methods import keys_with_prefix, register
 from explorer.models.methods.base import Method
 from explorer.models.nn.backbone import ClipBackbone
-from explorer.models.nn.losses import info_nce
+from explorer.models.nn.losses import info_nce_pairs
 from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT, merge_longclip_tables
 from explorer.models.preprocess import Preprocess
 
@@ -163,11 +163,12 @@ class ClipFamily(ClipBackbone, Method):
         return self.encode_text(self.tokenize(captions).ids.to(self.positional_embedding.device))
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
-        """CLIP's symmetric InfoNCE over the batch (Radford et al. 2021) on the long captions."""
-        image = self.encode_image(batch.pixels)
-        text = self.encode_captions(batch.captions)
-        logits = self.logit_scale.exp() * F.normalize(image.cls, dim=-1) @ F.normalize(text.eot, dim=-1).T
-        return {"contrastive": info_nce(logits)}
+        """CLIP's symmetric InfoNCE over the batch (Radford et al. 2021) on the long captions; under DDP the
+        batch is the global one (``losses.info_nce_pairs``)."""
+        image = F.normalize(self.encode_image(batch.pixels).cls, dim=-1)
+        text = F.normalize(self.encode_captions(batch.captions).eot, dim=-1)
+        scale = self.logit_scale.exp()
+        return {"contrastive": info_nce_pairs(image, text, lambda rows, columns: scale * rows @ columns.T)}
 
 
 def example_architecture(size: str, context_length: int, quick_gelu: bool = True) -> ClipArchitecture:

@@ -42,8 +42,9 @@ from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods import register
 from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
 from explorer.models.methods.clip import ClipFamily
+from explorer.models.nn.distributed import world
 from explorer.models.nn.late_interaction import NEGATIVE_SLOPE, token_similarity
-from explorer.models.nn.losses import hinge_hardest
+from explorer.models.nn.losses import hinge_hardest, hinge_pairs
 from explorer.models.nn.refinement import TokenRefiner
 
 IMAGE_PREFIX = "cross_net.aggr_net."
@@ -132,14 +133,7 @@ class FineLipMethod(ClipFamily):
         """[n_images, n_texts] late-interaction score R of the refined tokens (in [-0.2, 2])."""
         v = F.normalize(self.refined_image_tokens(image).float(), dim=-1)  # [I, Pv, d]
         t = F.normalize(self.refined_text_tokens(text).float(), dim=-1)  # [T, Kt, d]
-        per_text = v.shape[0] * v.shape[1] * t.shape[1]
-        step = max(1, _SCORE_BUDGET // max(per_text, 1))
-        blocks = []
-        for start in range(0, t.shape[0], step):
-            sim = F.leaky_relu(torch.einsum("ipd,jkd->ijkp", v, t[start:start + step]), NEGATIVE_SLOPE)
-            # text -> image: each text token's best image token; image -> text: the converse
-            blocks.append(sim.amax(dim=3).mean(dim=2) + sim.amax(dim=2).mean(dim=2))
-        return torch.cat(blocks, dim=1)
+        return late_interaction_scores(v, t)
 
     @property
     def global_score(self) -> bool:
@@ -160,10 +154,17 @@ class FineLipMethod(ClipFamily):
 
         Whatever ``mode`` is set for inference, training uses R (paper section 3.3; the official
         code trains FineLIP with this loss alone and FineLIP* only reweights at inference).
+
+        Under DDP the negatives are the global batch's: the refined, normalised tokens are gathered
+        (``losses.hinge_pairs``), so the refinement runs once per sample, on its own rank.
         """
         image = self.encode_image(batch.pixels)
         text = self.encode_captions(batch.captions)
-        return {"hinge": hinge_hardest(self.fine_scores(image, text), margin=MARGIN)}
+        if world()[1] == 1:
+            return {"hinge": hinge_hardest(self.fine_scores(image, text), margin=MARGIN)}
+        v = F.normalize(self.refined_image_tokens(image).float(), dim=-1)
+        t = F.normalize(self.refined_text_tokens(text).float(), dim=-1)
+        return {"hinge": hinge_pairs(v, t, late_interaction_scores, margin=MARGIN)}
 
     # ---- maps ----------------------------------------------------------------------------------
 
@@ -217,6 +218,20 @@ class FineLipMethod(ClipFamily):
         if kind == REFINEMENT_MAP:
             return self.refinement_weights(image)[self.best_refined_token(image, text)]
         return super().sentence_maps(image, text, kind)
+
+
+def late_interaction_scores(v: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """[I, T] FineLIP's score R of normalised refined image tokens ``v`` [I, Pv, d] and text tokens ``t``
+    [T, Kt, d]: mean over text tokens of the best image token + mean over image tokens of the best text
+    token, of leaky_relu(cosine, 0.1); in blocks of texts that fit the memory budget."""
+    per_text = v.shape[0] * v.shape[1] * t.shape[1]
+    step = max(1, _SCORE_BUDGET // max(per_text, 1))
+    blocks = []
+    for start in range(0, t.shape[0], step):
+        sim = F.leaky_relu(torch.einsum("ipd,jkd->ijkp", v, t[start:start + step]), NEGATIVE_SLOPE)
+        # text -> image: each text token's best image token; image -> text: the converse
+        blocks.append(sim.amax(dim=3).mean(dim=2) + sim.amax(dim=2).mean(dim=2))
+    return torch.cat(blocks, dim=1)
 
 
 def _single(image: ImageFeatures) -> None:

@@ -51,7 +51,8 @@ from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
 from explorer.models.methods import keys_with_prefix, register
 from explorer.models.methods.clip import ClipFamily
 from explorer.models.nn.attention_pool import ATTENTION_MAP, DEFAULT_POOL_HEADS, AttentionPoolMaps, TextConditionedPool
-from explorer.models.nn.losses import sigmoid_loss
+from explorer.models.nn.distributed import world
+from explorer.models.nn.losses import sigmoid_pairs
 from explorer.models.nn.positional import SHORT_CONTEXT
 
 POOL_PREFIX = "visual_proj."
@@ -170,14 +171,16 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
             texts, owner = list(batch.captions), torch.arange(len(batch.captions))
         image = self.encode_image(batch.pixels)
         text = self.encode_captions(texts)
-        positives = torch.arange(len(image))[:, None] == owner[None, :]  # [n_images, n_texts]
-        positives = positives.to(text.eot.device)
-        global_scores = F.normalize(image.cls.float(), dim=-1) @ F.normalize(text.eot.float(), dim=-1).T
-        return {
-            "text-conditioned": sigmoid_loss(self.conditioned_scores(image, text), self.logit_scale,
-                                             self.logit_bias, positives),
-            "multi-positive": sigmoid_loss(global_scores, self.logit_scale, self.logit_bias, positives),
-        }
+        if world()[1] > 1:  # under DDP the texts of every rank are gathered; both scores read only their EOT
+            text = TextFeatures(eot=text.eot, tokens=text.eot[:, None], mask=text.mask[:, :1])
+
+        def global_scores(images: ImageFeatures, captions: TextFeatures) -> torch.Tensor:
+            return F.normalize(images.cls.float(), dim=-1) @ F.normalize(captions.eot.float(), dim=-1).T
+
+        # positives: image i with its texts (owner); over the global batch under DDP
+        multi_positive = sigmoid_pairs(image, text, global_scores, self.logit_scale, self.logit_bias, owner)
+        conditioned = sigmoid_pairs(image, text, self.conditioned_scores, self.logit_scale, self.logit_bias, owner)
+        return {"text-conditioned": conditioned, "multi-positive": multi_positive}
 
     # ---- maps ----------------------------------------------------------------------------------
 

@@ -86,7 +86,8 @@ from explorer.models.io.hf_clip_layout import is_hf_clip, openai_to_hf
 from explorer.models.methods import register
 from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
 from explorer.models.methods.clip import ClipFamily, hf_text_positions
-from explorer.models.nn.losses import info_nce
+from explorer.models.nn.distributed import all_sizes, gather_with_grad, global_mean, world
+from explorer.models.nn.losses import info_nce_pairs
 from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT
 from explorer.models.tokenizer import count_tokens, tokenize
 
@@ -342,11 +343,25 @@ class GoalMethod(ClipFamily):
     # ---- training ------------------------------------------------------------------------------
 
     def _tsl(self, pooled: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if world()[1] > 1:
+            return self._tsl_global(pooled, target)
         if self.tsl_form == "matrix":  # paper Eq. (14): n x n cosines vs the identity
             scores = F.normalize(pooled, dim=-1) @ F.normalize(target, dim=-1).T
             return F.mse_loss(scores, torch.eye(len(pooled), device=scores.device, dtype=scores.dtype))
         cosine = F.cosine_similarity(pooled, target, dim=-1)
         return F.mse_loss(cosine, torch.ones_like(cosine))
+
+    def _tsl_global(self, pooled: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``_tsl`` over every rank's samples under DDP (their counts may differ: a sentence not found in
+        its caption is left out), scaled as ``nn.distributed`` says; the matrix form takes this rank's
+        rows against every rank's targets."""
+        if self.tsl_form != "matrix":
+            return global_mean((F.cosine_similarity(pooled, target, dim=-1) - 1) ** 2)
+        start = sum(all_sizes(len(pooled))[:world()[0]])  # this rank's first row in the global matrix
+        scores = F.normalize(pooled, dim=-1) @ F.normalize(gather_with_grad(target, uneven=True), dim=-1).T
+        rows = torch.arange(len(pooled), device=scores.device) + start
+        eye = rows[:, None] == torch.arange(scores.shape[1], device=scores.device)[None, :]
+        return global_mean(((scores - eye.to(scores.dtype)) ** 2).flatten())
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
         """global + 0.5 * local + TSL image + TSL text (module docstring)."""
@@ -369,11 +384,18 @@ class GoalMethod(ClipFamily):
         pooled_text = self.project_text(self.ln_final(torch.einsum("bk,bkw->bw", weights[kept], states[:n][kept])))
 
         scale = self.logit_scale.exp()
-        terms = {
-            "global": info_nce(scale * cosine_logits(image_global, text_global)),
-            "local": LOCAL_WEIGHT * info_nce(scale * cosine_logits(image_local, text_local)),
+
+        def logits(images, texts):
+            return scale * cosine_logits(images, texts)
+
+        terms = {  # the InfoNCE terms over the global batch under DDP; the TSL terms are per sample
+            "global": info_nce_pairs(image_global, text_global, logits),
+            "local": LOCAL_WEIGHT * info_nce_pairs(image_local, text_local, logits),
             "tsl_image": TSL_WEIGHT * self._tsl(pooled_image, image_local),
         }
+        if world()[1] > 1:  # every rank takes part, with or without a kept sentence
+            terms["tsl_text"] = TSL_WEIGHT * self._tsl(pooled_text, text_local[kept])
+            return terms
         terms["tsl_text"] = (TSL_WEIGHT * self._tsl(pooled_text, text_local[kept]) if bool(kept.any())
                              else states.new_zeros(()))
         return terms

@@ -46,6 +46,10 @@ Subcaption-aggregated patches, SAP (Eqs. 9-10):
     sub-caption of an image is a positive for that image), negative for the other images.
     L_sub = mean over images of 1/M sum_{i of that image} (sum over images b of the pair terms).
 
+Under DDP (torchrun) every batch-level term takes its negatives from the global batch: the global
+terms and L_sub gather the other ranks' features with gradients (``nn.distributed``, ``nn.losses``);
+L_word is per sample and stays on its rank.
+
 Total (Eq. 11): L = L_global + lambda_W L_word + lambda_S L_sub, lambda_W = lambda_S = 1 (Sec. 4.1).
 ``losses`` returns the four weighted terms ``global_long``, ``global_short``, ``word``, ``sub``.
 
@@ -102,7 +106,8 @@ from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods import register
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.models.methods.clip import ClipFamily
-from explorer.models.nn.losses import sigmoid_loss
+from explorer.models.nn.distributed import batch_offset, gather_with_grad, global_mean, world
+from explorer.models.nn.losses import sigmoid_loss, sigmoid_pairs
 
 SUBCAPTION_ALPHA = "subcaption-alpha"
 CALIBRATION_PREFIX = "calibration."
@@ -247,8 +252,9 @@ class MulClipMethod(ClipFamily):
     def global_loss(self, image_cls: torch.Tensor, long_eot: torch.Tensor,
                     short_eot: torch.Tensor) -> dict[str, torch.Tensor]:
         """Eq. 3, weighted: batch-level sigmoid loss of v_cls vs the long caption and vs the summary."""
-        return {"global_long": self.contrast(cosines(image_cls, long_eot)),
-                "global_short": LAMBDA_SHORT * self.contrast(cosines(image_cls, short_eot))}
+        scale, bias = self.logit_scale.float(), self.logit_bias.float()  # over the global batch under DDP
+        return {"global_long": sigmoid_pairs(image_cls, long_eot, cosines, scale, bias),
+                "global_short": LAMBDA_SHORT * sigmoid_pairs(image_cls, short_eot, cosines, scale, bias)}
 
     def word_loss(self, patches: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
         """Eqs. 5-8, unweighted: v' [B, N'_v, d] and t' [B, N'_t, d] -> L_word averaged over samples."""
@@ -259,7 +265,13 @@ class MulClipMethod(ClipFamily):
         return (torch.stack(image_terms) + torch.stack(text_terms)).mean()
 
     def sub_loss(self, patches: torch.Tensor, sentences: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
-        """Eqs. 9-10, unweighted: v' [B, N', d], t_sub [S, d], owner [S] (the image each sentence describes)."""
+        """Eqs. 9-10, unweighted: v' [B, N', d], t_sub [S, d], owner [S] (the image each sentence describes).
+
+        Under DDP a sentence pools the refined patches of every image of the global batch (gathered), and
+        the mean over images is over every rank's images with a sentence (``distributed.global_mean``).
+        """
+        if world()[1] > 1:
+            return self.sub_loss_global(patches, sentences, owner)
         n_images = patches.shape[0]
         queries = sentences[None].expand(n_images, -1, -1)  # [B, S, d]
         pooled, _ = attention_pool(queries, patches)  # vbar [B, S, d]: sentence s pooling image b
@@ -268,6 +280,16 @@ class MulClipMethod(ClipFamily):
         per_image = [self.contrast(scores[owner == b], positives[owner == b])
                      for b in range(n_images) if bool((owner == b).any())]
         return torch.stack(per_image).mean()
+
+    def sub_loss_global(self, patches: torch.Tensor, sentences: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+        """``sub_loss`` under DDP: this rank's sentences against every rank's images."""
+        n_local, every = patches.shape[0], gather_with_grad(patches)  # [G, N', d]
+        pooled, _ = attention_pool(sentences[None].expand(every.shape[0], -1, -1), every)  # [G, S, d]
+        scores = (F.normalize(pooled.float(), dim=-1) * F.normalize(sentences.float(), dim=-1)[None]).sum(-1).T
+        positives = (owner + batch_offset(n_local))[:, None] == torch.arange(every.shape[0], device=owner.device)
+        per_image = [self.contrast(scores[owner == b], positives[owner == b])
+                     for b in range(n_local) if bool((owner == b).any())]
+        return global_mean(torch.stack(per_image) if per_image else scores.new_zeros(0))
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
         batch.require("sentences", method=self.title)
@@ -290,7 +312,7 @@ class MulClipMethod(ClipFamily):
         patches, _ = self.calibrate_image(image)
         words, _ = self.calibrate_text(long)
         terms["word"] = LAMBDA_WORD * self.word_loss(patches, words)
-        if flat:
+        if flat or world()[1] > 1:  # under DDP every rank joins the gather, with or without a sentence
             terms["sub"] = LAMBDA_SUB * self.sub_loss(patches, sub_eot, owner.to(sub_eot.device))
         else:  # no sentence in the whole batch: the term is zero, but keeps its name for logging
             terms["sub"] = patches.sum() * 0.0

@@ -6,12 +6,33 @@
   diagonal and -1 elsewhere, summed over pairs and divided by the batch size.
 - ``hinge_hardest``: the VSE++ triplet loss with the hardest negative in both
   directions (Faghri et al.), used by FineLIP and LAPS/SEPS with margin 0.2.
+
+Each takes the score matrix of one batch. Under DDP (``torchrun``) the batch's negatives must come
+from the global batch, so the methods call the ``*_pairs`` forms instead, with their features and
+their scoring function ``score(images, texts) -> [n_images, n_texts]`` (images are rows, whatever
+the features are: tensors or feature dataclasses). In one process they are exactly the forms above
+on ``score(images, texts)``. On many, each rank gathers the other ranks' features with gradients
+(``distributed.gather_with_grad``) and computes the loss of its OWN rows against ALL columns: its
+images against every text ([B, G]) and, for the two-sided losses (InfoNCE, hinge), every image
+against its texts ([G, B]; the sigmoid loss has one term per pair, so its rows hold them all), the
+targets offset by rank * B. This is open_clip's ``local_loss=True, gather_with_grad=True``: 2 B G
+scores per rank instead of the G^2 of the whole matrix on every rank, which matters for FineLIP's
+and SEPS's token-level scores. Scaling (``distributed`` docstring): the mean over
+ranks of the returned values is the single-process loss of the global batch, and so DDP's averaged
+gradient is its gradient: InfoNCE and the sigmoid loss are means over rows (the rank's own rows);
+the hinge is a sum over rows, so a rank returns its rows' sum times the world size.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
+
+from explorer.models.nn.distributed import all_sizes, batch_offset, gather_features, gather_with_grad, world
+
+Score = Callable[[object, object], torch.Tensor]  # (images, texts) -> [n_images, n_texts]
 
 
 def info_nce(logits: torch.Tensor) -> torch.Tensor:
@@ -37,3 +58,72 @@ def hinge_hardest(scores: torch.Tensor, margin: float = 0.2) -> torch.Tensor:
     cost_text = (margin + scores - positive[:, None]).clamp(min=0).masked_fill(eye, 0)  # image -> wrong text
     cost_image = (margin + scores - positive[None, :]).clamp(min=0).masked_fill(eye, 0)  # text -> wrong image
     return cost_text.max(dim=1).values.sum() + cost_image.max(dim=0).values.sum()
+
+
+# ---- the same losses over the global batch (DDP); exactly the forms above in one process -------------------
+
+
+def diagonal_positives(n_rows: int, n_columns: int, device=None) -> torch.Tensor:
+    """[n_rows, n_columns] bool: local row i's positive is global column rank * n_rows + i (in one
+    process: the diagonal, ``torch.eye``)."""
+    rows = torch.arange(n_rows, device=device) + batch_offset(n_rows)
+    return rows[:, None] == torch.arange(n_columns, device=device)[None, :]
+
+
+def info_nce_pairs(images, texts, score: Score) -> torch.Tensor:
+    """``info_nce`` over the global batch; ``score`` gives the logits (temperature included)."""
+    if world()[1] == 1:
+        return info_nce(score(images, texts))
+    return info_nce_blocks(score(images, gather_features(texts)), score(gather_features(images), texts))
+
+
+def info_nce_blocks(rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """This rank's share of InfoNCE: ``rows`` [B, G] its images x every text, ``columns`` [G, B] every
+    image x its texts; the mean cross-entropy of its own image rows and text rows."""
+    target = torch.arange(rows.shape[0], device=rows.device) + batch_offset(rows.shape[0])
+    return (F.cross_entropy(rows, target) + F.cross_entropy(columns.T, target)) / 2
+
+
+def sigmoid_pairs(images, texts, score: Score, logit_scale: torch.Tensor, logit_bias: torch.Tensor,
+                  owner: torch.Tensor | None = None) -> torch.Tensor:
+    """``sigmoid_loss`` over the global batch. ``owner`` [n_texts]: the (local) image each text belongs to,
+    when texts are not one per image (FLAIR's sub-captions; their count may differ per rank).
+
+    Each pair is one term, so a rank needs only its image rows against every text: their sum
+    divided by its B rows is its share (the mean over ranks is the sum over G rows / G).
+    """
+    n = len(images)
+    if world()[1] == 1:
+        scores = score(images, texts)
+        positives = None if owner is None else (torch.arange(n)[:, None] == owner.cpu()[None, :]).to(scores.device)
+        return sigmoid_loss(scores, logit_scale, logit_bias, positives)
+    device = logit_scale.device
+    if owner is None:
+        all_texts = gather_features(texts)
+        positives = diagonal_positives(n, len(all_texts), device)
+    else:
+        counts = all_sizes(len(texts))  # texts per rank
+        all_texts = gather_features(texts, uneven=counts)
+        owners = gather_with_grad(owner.to(device) + batch_offset(n), uneven=counts)
+        positives = (torch.arange(n, device=device) + batch_offset(n))[:, None] == owners[None, :]
+    scores = score(images, all_texts)
+    return sigmoid_loss(scores, logit_scale, logit_bias, positives.to(scores.device))
+
+
+def hinge_pairs(images, texts, score: Score, margin: float = 0.2) -> torch.Tensor:
+    """``hinge_hardest`` over the global batch: the hardest negative among all G texts / images."""
+    if world()[1] == 1:
+        return hinge_hardest(score(images, texts), margin)
+    return hinge_blocks(score(images, gather_features(texts)), score(gather_features(images), texts), margin)
+
+
+def hinge_blocks(rows: torch.Tensor, columns: torch.Tensor, margin: float = 0.2) -> torch.Tensor:
+    """This rank's share of ``hinge_hardest``: ``rows`` [B, G] its images x every text, ``columns`` [G, B]
+    every image x its texts; the sum over its own rows and columns, times the world size."""
+    n, device = rows.shape[0], rows.device
+    local = torch.arange(n, device=device)
+    own = local + batch_offset(n)  # the global index of each local pair
+    is_positive = diagonal_positives(n, rows.shape[1], device)  # [B, G]
+    cost_text = (margin + rows - rows[local, own][:, None]).clamp(min=0).masked_fill(is_positive, 0)
+    cost_image = (margin + columns - columns[own, local][None, :]).clamp(min=0).masked_fill(is_positive.T, 0)
+    return (cost_text.max(dim=1).values.sum() + cost_image.max(dim=0).values.sum()) * world()[1]

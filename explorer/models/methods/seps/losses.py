@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from explorer.models.nn.losses import hinge_hardest
+from explorer.models.nn.losses import hinge_blocks, hinge_hardest
 
 MARGIN = 0.2  # hinge margin (LAPS/SEPS)
 RATIO_LOSS_WEIGHT = 2.0
@@ -22,15 +22,21 @@ BRANCH_RATIO_WEIGHTS = (0.5, 0.5)  # lambda_1 (sparse), lambda_2 (dense) of eq. 
 
 def seps_loss_terms(scores: torch.Tensor, keep_sparse: torch.Tensor, keep_dense: torch.Tensor, target: float,
                     margin: float = MARGIN, ratio_weight: float = RATIO_LOSS_WEIGHT,
-                    branch_weights: tuple[float, float] = BRANCH_RATIO_WEIGHTS) -> dict[str, torch.Tensor]:
+                    branch_weights: tuple[float, float] = BRANCH_RATIO_WEIGHTS,
+                    column_scores: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The weighted SEPS loss terms.
 
     ``scores`` [B, B] image x caption (positives on the diagonal); ``keep_*``
     [B, B, P] the decisions of each pair's branches. ``hinge``: VSE++'s hardest
     negative hinge summed over the batch; ``ratio``: ``ratio_weight * mean over
     pairs of (l1 r_s + l2 r_d - target)^2``, r = the pair's mean decision.
+
+    Under DDP: ``scores`` [B, G] and ``keep_*`` [B, G, P] are this rank's images against
+    every caption of the global batch and ``column_scores`` [G, B] every image against its
+    captions (``nn.losses.hinge_blocks``: the hinge share of this rank); the ratio's mean over
+    this rank's B x G pairs averages, over ranks, to the mean over all G x G pairs.
     """
     l1, l2 = branch_weights
     ratio = l1 * keep_sparse.float().mean(dim=-1) + l2 * keep_dense.float().mean(dim=-1)
-    return {"hinge": hinge_hardest(scores, margin),
-            "ratio": ratio_weight * ((ratio - target) ** 2).mean()}
+    hinge = hinge_hardest(scores, margin) if column_scores is None else hinge_blocks(scores, column_scores, margin)
+    return {"hinge": hinge, "ratio": ratio_weight * ((ratio - target) ** 2).mean()}
