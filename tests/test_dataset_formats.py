@@ -1,4 +1,5 @@
-"""Datasets on disk: the synthetic layout round trip, and DOCCI / Urban1k written and read in their real layouts."""
+"""Datasets on disk: the synthetic layout round trip, and DOCCI / Urban1k written and read in their real layouts
+(read by ``explorer.data.retrieval_sets``: one reader per layout)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from PIL import Image
 from explorer.core.errors import ExplorerError
 from explorer.data import (DatasetError, detect_layout, export_docci, export_urban1k, generate_scene, read_dataset,
                            read_docci, read_records, read_urban1k, write_dataset)
+from explorer.data.retrieval_sets import docci, urban1k
 
 SIZE = 48
 
@@ -162,18 +164,39 @@ def test_read_docci_reads_the_real_layout(tmp_path):
     moved = tmp_path / "test_images"
     (root / "images").rename(moved)
     assert len(read_docci(root, images_dir=moved)) == 4
-    with pytest.raises(DatasetError, match="missing"):
+    with pytest.raises(DatasetError, match="no images/ folder"):
         read_docci(root)
-    assert read_docci(root, missing="skip") == []
+    (moved / "test_00000.jpg").unlink()
+    with pytest.raises(DatasetError, match="1 image missing.*test_00000.jpg.*missing='skip'"):
+        read_docci(root, images_dir=moved)
+    kept = read_docci(root, images_dir=moved, missing="skip")
+    assert [r.id for r in kept] == ["train_00000", "qual_dev_00000", "qual_test_00000"]
     with pytest.raises(DatasetError, match="no split"):
         read_docci(root, split="val")
 
 
+def test_read_docci_is_the_retrieval_sets_reader(tmp_path):
+    """One DOCCI reader: the records are exactly what ``retrieval_sets.docci`` reads, split by split."""
+    root = _docci_fixture(tmp_path / "docci")
+    for split in docci.SPLITS:
+        data = docci.read(root, split)
+        assert [(r.id, r.image_path, r.long_caption) for r in read_docci(root, split)] == \
+            list(zip(data.image_ids, data.images, data.captions))
+
+
 def test_read_docci_reports_malformed_lines(tmp_path):
+    (tmp_path / "images").mkdir()
     (tmp_path / "docci_descriptions.jsonlines").write_text('{"example_id": "test_00000", "split": "test", '
                                                            '"image_file": "test_00000.jpg"}\n')
     with pytest.raises(DatasetError, match="line 1.*description"):
         read_docci(tmp_path)
+    Image.new("RGB", (8, 8)).save(tmp_path / "images" / "test_00001.jpg")
+    with open(tmp_path / "docci_descriptions.jsonlines", "a", encoding="utf-8") as out:
+        out.write('{"example_id": "test_00001", "split": "test", "image_file": "test_00001.jpg", '
+                  '"description": "kept"}\n')
+    with pytest.raises(DatasetError, match=r"1 bad line.*jsonlines:1 \(bad line: no description"):
+        read_docci(tmp_path)
+    assert [r.long_caption for r in read_docci(tmp_path, missing="skip")] == ["kept"]
     (tmp_path / "docci_descriptions.jsonlines").write_text("not json\n")
     with pytest.raises(DatasetError, match="line 1"):
         read_docci(tmp_path)
@@ -220,17 +243,34 @@ def test_read_urban1k_reads_the_real_layout(tmp_path):
     assert records[0].long_caption == "The image shows a busy street at dusk. Cars wait at a red light."
     assert records[2].image_path == root / "image" / "10.jpg" and records[2].load_image().size == (32, 24)
     assert detect_layout(root) == "urban1k" and len(read_records(root)) == 3
-    with pytest.raises(DatasetError, match="only a 'test' split"):
+    with pytest.raises(DatasetError, match="only split is 'test'"):
         read_urban1k(root, split="train")
     (root / "image" / "2.jpg").unlink()
-    with pytest.raises(DatasetError, match="1 of 3 images are missing"):
+    with pytest.raises(DatasetError, match="1 image missing"):
         read_urban1k(root)
     assert [r.id for r in read_urban1k(root, missing="skip")] == ["1", "10"]
     (root / "caption" / "1.txt").write_text("  \n")
-    with pytest.raises(DatasetError, match="empty"):
-        read_urban1k(root, missing="skip")
+    with pytest.raises(DatasetError, match="caption empty"):
+        read_urban1k(root)
+    assert [r.id for r in read_urban1k(root, missing="skip")] == ["10"]
     with pytest.raises(DatasetError, match="not an Urban1k folder"):
         read_urban1k(tmp_path)
+
+
+def test_read_urban1k_is_the_retrieval_sets_reader(tmp_path):
+    """One Urban1k reader: the first line of each caption file (as the official scripts), and a
+    caption file that is not UTF-8 is reported, not read with replacement characters."""
+    root = _urban1k_fixture(tmp_path / "Urban1k")
+    (root / "caption" / "2.txt").write_text("First line.\nA second line the official scripts never read.\n")
+    (root / "caption" / "10.txt").write_bytes("Caf\xe9 on a corner.".encode("latin-1"))
+    with pytest.raises(DatasetError, match=r"10\.txt \(caption file is not UTF-8\)"):
+        read_urban1k(root)
+    records = read_urban1k(root, missing="skip")
+    assert [(r.id, r.long_caption) for r in records] == [
+        ("1", "The image shows a busy street at dusk. Cars wait at a red light."), ("2", "First line.")]
+    data = urban1k.read(root)
+    assert [(r.id, r.image_path, r.long_caption) for r in records] == \
+        list(zip(data.image_ids, data.images, data.captions))
 
 
 def test_read_records_detects_each_layout(written, tmp_path):
@@ -239,5 +279,13 @@ def test_read_records_detects_each_layout(written, tmp_path):
     assert records[0].load_image().size == (SIZE, SIZE)
     assert records[0].long_caption == read_dataset(written, "val")[0].long_caption
     assert detect_layout(written) == "synthetic"
-    with pytest.raises(DatasetError, match="holds no dataset"):
+    assert len(read_records(written)) == 12  # None: every split of the synthetic world
+    with pytest.raises(DatasetError, match="matches no dataset layout. Tried: docci"):
         read_records(tmp_path)
+    folder = tmp_path / "plain"  # any layout retrieval_sets reads, e.g. a plain folder
+    folder.mkdir()
+    Image.new("RGB", (8, 8)).save(folder / "a.jpg")
+    (folder / "a.txt").write_text("a plain caption")
+    assert detect_layout(folder) == "folder"
+    assert [(r.id, r.long_caption, r.split, r.source) for r in read_records(folder)] == \
+        [("a", "a plain caption", "all", "folder")]

@@ -9,8 +9,7 @@ import pytest
 from PIL import Image
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets import detect, layout_module
-from explorer.data.retrieval_sets import dci, docci, sharegpt4v, urban1k
+from explorer.data.retrieval_sets import dci, detect, docci, layout_module, sharegpt4v, urban1k
 
 
 def _picture(path: Path, color=(200, 30, 30)) -> Path:
@@ -62,10 +61,11 @@ def test_docci_bad_input(tmp_path):
         docci.read(root, "val")
     (root / docci.FILE).write_text('{"example_id": "x", "split": "test", "image_file": "x.jpg", "description": "a"}\n'
                                    "{not json\n", encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"docci_descriptions\.jsonlines, line 2"):
-        docci.read(root, None)
-    (root / docci.FILE).write_text('{"example_id": "x", "split": "test"}\n', encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"line 1: no image_file, description"):
+    s = docci.read(root, None)  # the bad line is reported, the good one read (its picture is missing)
+    assert sorted((k.item, k.reason.split(" (")[0]) for k in s.skipped) == [
+        (f"{root / docci.FILE}:2", "bad line: not JSON"), (str(root / "images" / "x.jpg"), "image missing")]
+    (root / docci.FILE).write_text('{"example_id": "x", "split": "test"}\n{oops\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"no usable line: 2 bad, e\.g\. line 1: no image_file, description"):
         docci.read(root, None)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -122,7 +122,11 @@ def test_urban1k_annotations_json(tmp_path):
     _detected(tmp_path, "urban1k")
     (tmp_path / "annotations.json").write_text('[{"image": "pics/a.jpg", "caption": "x"}, {"oops": 1}]',
                                                 encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"annotations\.json, entry 1"):
+    s = urban1k.read(tmp_path, None)
+    assert s.captions == ("x",) and [(k.item, k.reason) for k in s.skipped] == [
+        (f"{tmp_path / 'annotations.json'}[1]", "bad entry: needs image and caption (and image_id)")]
+    (tmp_path / "annotations.json").write_text('[{"oops": 1}]', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"annotations\.json has no usable entry: 1 bad, e\.g\. entry \[0\]"):
         urban1k.read(tmp_path, None)
     (tmp_path / "annotations.json").write_text('[{"caption": "x",', encoding="utf-8")
     with pytest.raises(DatasetError, match=r"annotations\.json is not valid JSON"):
@@ -176,8 +180,10 @@ def test_dci_bad_input(tmp_path):
     with pytest.raises(DatasetError, match="train, valid, test"):
         dci.read(root, "val")
     (base / "annotations" / "sa_2.json").write_text("{broken")
-    with pytest.raises(DatasetError, match=r"sa_2\.json is not valid JSON"):
-        dci.read(root, "valid")
+    s = dci.read(root, None)  # the broken annotation is reported, the others read
+    assert s.image_ids == ("sa_1", "sa_3")
+    assert [(Path(k.item).name, k.reason.split(" (")[0]) for k in s.skipped if k.item.endswith("sa_2.json")] == [
+        ("sa_2.json", "bad annotation: not valid JSON")]
     (base / "splits.json").write_text("[1, 2]")
     with pytest.raises(DatasetError, match=r"splits\.json"):
         dci.read(root, None)
@@ -239,7 +245,11 @@ def test_sharegpt4v_bad_input(tmp_path):
     entries = json.loads(file.read_text())
     entries[3]["conversations"] = [entries[3]["conversations"][0]]
     file.write_text(json.dumps(entries))
-    with pytest.raises(DatasetError, match=r"1107\.json, entry 3"):
+    s = sharegpt4v.read(tmp_path, None)
+    assert len(s.captions) == 4 and [(k.item, k.reason) for k in s.skipped] == [
+        (f"{file}[3]", "bad entry: needs image and conversations[1].value")]
+    file.write_text(json.dumps([{"image": "a.jpg", "conversations": []}]))
+    with pytest.raises(DatasetError, match=r"1107\.json has no usable entry"):
         sharegpt4v.read(tmp_path, None)
     file.write_text('[{"image": "a.jpg", "conversations": [')
     with pytest.raises(DatasetError, match=r"1107\.json is not valid JSON"):

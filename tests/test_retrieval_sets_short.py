@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from explorer.data import DatasetError, read_dataset, write_dataset
-from explorer.data.retrieval_sets import LAYOUTS, detect, read_retrieval_set
-from explorer.data.retrieval_sets import folder, goal_json, karpathy, manifest, synthetic
+from explorer.data.retrieval_sets import (LAYOUTS, detect, folder, goal_json, karpathy, manifest, read_retrieval_set,
+                                          synthetic)
 
 MODULES = (karpathy, goal_json, synthetic, manifest, folder)
 
@@ -81,7 +81,7 @@ def test_karpathy_bad_input(tmp_path):
     with pytest.raises(DatasetError, match="dataset_coco.json"):
         karpathy.read(tmp_path, None)
     (tmp_path / "dataset_coco.json").write_text('{"images": [{"filename": "x.jpg"}]}')
-    with pytest.raises(DatasetError, match=r"dataset_coco.json, images\[0\]"):
+    with pytest.raises(DatasetError, match=r"dataset_coco.json has no usable entry: 1 bad, e.g. entry images\[0\]"):
         karpathy.read(tmp_path, None)
 
 
@@ -157,11 +157,15 @@ def test_csv_manifest(tmp_path):
     assert test.captions == ("one", "one, again") and reasons(test)["3.jpg"] == "image missing"
     with pytest.raises(DatasetError, match="test, train"):
         manifest.read(tmp_path, "val")
+    (tmp_path / "pairs.csv").write_text("image,caption\npics/1.jpg,one,extra\npics/2.jpg,two\n")
+    rs = manifest.read(tmp_path, None)
+    assert rs.captions == ("two",) and [(k.item, k.reason) for k in rs.skipped] == [
+        (f"{tmp_path / 'pairs.csv'}:2", "bad line: 3 columns, the header has 2")]
     (tmp_path / "pairs.csv").write_text("image,caption\npics/1.jpg,one,extra\n")
-    with pytest.raises(DatasetError, match="pairs.csv, line 2"):
+    with pytest.raises(DatasetError, match="pairs.csv has no usable line: 1 bad, e.g. line 2: 3 columns"):
         manifest.read(tmp_path, None)
     (tmp_path / "pairs.csv").write_text('image,caption\npics/1.jpg,"one\n')
-    with pytest.raises(DatasetError, match="pairs.csv"):
+    with pytest.raises(DatasetError, match="pairs.csv has no usable line"):
         manifest.read(tmp_path, None)
 
 
@@ -174,7 +178,12 @@ def test_jsonl_manifest(tmp_path):
     with pytest.raises(DatasetError, match="no split column"):
         manifest.read(tmp_path, "test")
     (tmp_path / "m.jsonl").write_text(json.dumps(lines[0]) + "\n{broken\n")
-    with pytest.raises(DatasetError, match="m.jsonl, line 2"):
+    rs = manifest.read(tmp_path, None)
+    assert rs.captions == ("first",) and [(k.item, k.reason.split(" (")[0]) for k in rs.skipped] == [
+        (f"{tmp_path / 'm.jsonl'}:2", "bad line: not JSON")]
+    (tmp_path / "m.jsonl").write_text("{broken\n" + json.dumps({"image_path": " ", "text": "x"}) + "\n")
+    assert manifest.matches(tmp_path)  # the header is the first line that is a JSON object
+    with pytest.raises(DatasetError, match=r"m.jsonl has no usable line: 2 bad, e.g. line 1: not JSON"):
         manifest.read(tmp_path, None)
 
 

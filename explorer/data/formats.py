@@ -1,24 +1,20 @@
-"""Long-caption retrieval sets on disk: DOCCI and Urban1k, read as they ship, and written from scenes.
+"""DOCCI and Urban1k written from scenes, and any retrieval layout read as a list of records.
 
-Both readers return ``LongCaptionRecord`` (id, image path, long caption,
-split), the one record type retrieval evaluation needs; ``read_records``
-picks the reader from what a folder holds (DOCCI, Urban1k, or this package's
-own synthetic layout).
+Reading has ONE reader per layout: ``explorer.data.retrieval_sets`` (``docci``, ``urban1k``, ...),
+and one detector (``retrieval_sets.detect``). The functions here only reshape what those readers
+return into ``LongCaptionRecord`` (id, image path, caption, split, source), one record per caption,
+for callers that want a flat list:
 
-DOCCI (Google, 2024), as released::
+- ``read_docci(path, split=None)``: ``retrieval_sets.docci`` (``None``: every split, each record
+  with its own split); ``images_dir`` moves the pictures elsewhere.
+- ``read_urban1k(path)``: ``retrieval_sets.urban1k`` -- the FIRST line of each caption file, as the
+  official Urban1k scripts read it; the ``annotations.json`` form too.
+- ``read_records(path, split)``: whatever ``retrieval_sets.detect`` finds; the synthetic world
+  through ``read_dataset`` (``None``: every split), as ``synthetic_records``.
 
-    <root>/docci_descriptions.jsonlines   one JSON object per line, with at least
-                                           example_id, split (train | test | qual_dev | qual_test),
-                                           image_file (a name inside images/), description
-    <root>/images/<image_file>            e.g. images/test_00000.jpg
-
-Urban1k (the Long-CLIP authors), as released::
-
-    <root>/image/1.jpg ... 1000.jpg
-    <root>/caption/1.txt ... 1000.txt     one long caption per file, same stem as its image
-
-Urban1k has no splits: every record is ``test``. Records come in numeric
-order of the stem (1, 2, ..., 10, not 1, 10, 2).
+Anything a reader leaves out (a missing picture, an empty caption, a caption file or line that is
+not UTF-8, a bad line) is a ``DatasetError`` naming it with ``missing='error'`` (the default), or
+is dropped with ``missing='skip'``. ``explorer.data.retrieval_sets`` returns those reasons instead.
 
 Exporting scenes: ``export_docci`` maps the synthetic splits train / val /
 test to DOCCI's train / qual_dev / test, names examples ``<split>_<nnnnn>``
@@ -38,17 +34,16 @@ from pathlib import Path
 from PIL import Image
 
 from explorer.core.images import load_image
-from explorer.core.jsonl import JsonlError, read_jsonl, write_jsonl
+from explorer.core.jsonl import write_jsonl
 from explorer.data.errors import DatasetError
+from explorer.data.retrieval_sets import RetrievalSet, detect, docci, read_retrieval_set, urban1k
 from explorer.data.scene import Scene
-from explorer.data.store import SCENES_FILE, read_dataset
+from explorer.data.store import read_dataset
 
-DOCCI_FILE = "docci_descriptions.jsonlines"
-DOCCI_SPLITS = ("train", "test", "qual_dev", "qual_test")
-DOCCI_KEYS = ("example_id", "split", "image_file", "description")
+DOCCI_FILE = docci.FILE
+DOCCI_SPLITS = docci.SPLITS
 DOCCI_SPLIT_OF = {"train": "train", "val": "qual_dev", "test": "test"}  # synthetic split -> DOCCI split
-URBAN1K_SPLIT = "test"
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+URBAN1K_SPLIT = urban1k.SPLIT
 JPEG_QUALITY = 95
 
 
@@ -58,59 +53,40 @@ class LongCaptionRecord:
     image_path: Path
     long_caption: str
     split: str
-    source: str  # docci | urban1k | synthetic
+    source: str  # the layout read: docci | urban1k | synthetic | any of retrieval_sets.LAYOUTS
 
     def load_image(self, max_side: int | None = None) -> Image.Image:
         """The picture as RGB, read safely (``explorer.core.images.load_image``)."""
         return load_image(self.image_path, max_side=max_side).image
 
 
-def _check_missing(records: list[LongCaptionRecord], missing: str, where: Path) -> list[LongCaptionRecord]:
+def _records(data: RetrievalSet, missing: str, split_of: dict[str, str] | None = None) -> list[LongCaptionRecord]:
+    """One record per caption of ``data``; what the reader left out is an error unless ``missing='skip'``."""
     if missing not in ("error", "skip"):
         raise ValueError(f"missing must be 'error' or 'skip', got {missing!r}")
-    absent = [r for r in records if not r.image_path.is_file()]
-    if absent and missing == "error":
-        raise DatasetError(f"{len(absent)} of {len(records)} images are missing from {where} (first: "
-                           f"{absent[0].image_path.name}); pass missing='skip' to read the others.")
-    gone = {id(r) for r in absent}
-    return [r for r in records if id(r) not in gone]
+    if data.skipped and missing == "error":
+        first = data.skipped[0]
+        raise DatasetError(f"{data.summary()}; first: {first.item} ({first.reason}). "
+                           f"Pass missing='skip' to read the others.")
+    split_of = split_of or {}
+    return [LongCaptionRecord(id=data.image_ids[image], image_path=data.images[image], long_caption=caption,
+                              split=split_of.get(data.image_ids[image], data.split), source=data.layout)
+            for caption, image in zip(data.captions, data.caption_image)]
 
 
 # -- DOCCI --------------------------------------------------------------------------------------------------
 
 def read_docci(path: str | os.PathLike, split: str | None = None, *, images_dir: str | os.PathLike | None = None,
                missing: str = "error") -> list[LongCaptionRecord]:
-    """DOCCI records from its folder (or its ``docci_descriptions.jsonlines``), optionally one split.
+    """DOCCI records from its folder (or its ``docci_descriptions.jsonlines``), optionally one split,
+    read by ``explorer.data.retrieval_sets.docci``.
 
     ``images_dir`` defaults to ``images/`` beside the jsonlines file. Lines whose image is not on
-    disk are an error, or left out with ``missing='skip'``.
+    disk (or that the reader leaves out for another reason) are an error, or left out with
+    ``missing='skip'``.
     """
-    if split is not None and split not in DOCCI_SPLITS:
-        raise DatasetError(f"DOCCI has no split {split!r}: its splits are {', '.join(DOCCI_SPLITS)}")
-    path = Path(path)
-    file = path / DOCCI_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise DatasetError(f"no {DOCCI_FILE} in {path}: point at the folder that holds DOCCI's descriptions.")
-    images = Path(images_dir) if images_dir is not None else file.parent / "images"
-    records = [LongCaptionRecord(id=str(item["example_id"]), image_path=images / item["image_file"],
-                                 long_caption=str(item["description"]).strip(), split=str(item["split"]),
-                                 source="docci")
-               for item in docci_lines(file) if split is None or item["split"] == split]
-    return _check_missing(records, missing, images)
-
-
-def docci_lines(file: Path):
-    """The lines of ``docci_descriptions.jsonlines``, each checked for DOCCI's fields (a
-    ``DatasetError`` names the file and line of a bad one)."""
-    try:
-        for number, item in read_jsonl(file):
-            absent = [k for k in DOCCI_KEYS if not isinstance(item, dict) or k not in item]
-            if absent:
-                raise DatasetError(f"{file}, line {number}: no {', '.join(absent)} (a DOCCI line has "
-                                   f"{', '.join(DOCCI_KEYS)})")
-            yield item
-    except JsonlError as error:
-        raise DatasetError(str(error)) from error
+    data = docci.read(Path(path), "all" if split is None else split, images_dir=images_dir)
+    return _records(data, missing, data.extra.get("split_of"))
 
 
 def export_docci(scenes: Iterable[Scene], out_dir: str | os.PathLike, *, split_of: dict[str, str] | None = None,
@@ -145,37 +121,11 @@ def export_docci(scenes: Iterable[Scene], out_dir: str | os.PathLike, *, split_o
 
 # -- Urban1k ------------------------------------------------------------------------------------------------
 
-def _stem_order(stem: str) -> tuple:
-    return (0, int(stem), stem) if stem.isdigit() else (1, 0, stem)
-
-
 def read_urban1k(path: str | os.PathLike, split: str | None = None, *,
                  missing: str = "error") -> list[LongCaptionRecord]:
-    """Urban1k records: every ``caption/<stem>.txt`` with its ``image/<stem>.jpg``, in numeric order."""
-    if split not in (None, URBAN1K_SPLIT):
-        raise DatasetError(f"Urban1k has only a {URBAN1K_SPLIT!r} split, not {split!r}")
-    root = Path(path)
-    captions, images = root / "caption", root / "image"
-    if not captions.is_dir() or not images.is_dir():
-        raise DatasetError(f"{root} is not an Urban1k folder: it needs caption/ (N.txt) and image/ (N.jpg).")
-    by_stem: dict[str, Path] = {}
-    for file in images.iterdir():
-        if file.suffix.lower() in IMAGE_SUFFIXES:
-            # .jpg first (what the release ships), then the other suffixes in IMAGE_SUFFIXES order
-            known = by_stem.get(file.stem)
-            if known is None or IMAGE_SUFFIXES.index(file.suffix.lower()) < IMAGE_SUFFIXES.index(known.suffix.lower()):
-                by_stem[file.stem] = file
-    texts = sorted((f for f in captions.iterdir() if f.suffix == ".txt" and f.is_file()),
-                   key=lambda f: _stem_order(f.stem))
-    records = []
-    for text in texts:
-        caption = text.read_text(encoding="utf-8", errors="replace").strip()
-        if not caption:
-            raise DatasetError(f"{text} is empty: every Urban1k caption file holds one long caption.")
-        image = by_stem.get(text.stem, images / f"{text.stem}.jpg")
-        records.append(LongCaptionRecord(id=text.stem, image_path=image, long_caption=caption,
-                                         split=URBAN1K_SPLIT, source="urban1k"))
-    return _check_missing(records, missing, images)
+    """Urban1k records, read by ``explorer.data.retrieval_sets.urban1k``: the first line of every
+    ``caption/<stem>.txt`` with its ``image/<stem>.jpg``, in numeric order (or ``annotations.json``)."""
+    return _records(urban1k.read(Path(path), split), missing)
 
 
 def export_urban1k(scenes: Iterable[Scene], out_dir: str | os.PathLike, *, overwrite: bool = False) -> Path:
@@ -205,28 +155,18 @@ def synthetic_records(path: str | os.PathLike, split: str | None = None) -> list
 
 
 def detect_layout(path: str | os.PathLike) -> str:
-    """'synthetic', 'docci' or 'urban1k': which layout a folder (or file) holds."""
-    path = Path(path)
-    if path.is_file():
-        if path.name == SCENES_FILE:
-            return "synthetic"
-        if path.suffix == ".jsonlines":
-            return "docci"
-    elif (path / SCENES_FILE).is_file():
-        return "synthetic"
-    elif (path / DOCCI_FILE).is_file():
-        return "docci"
-    elif (path / "caption").is_dir() and (path / "image").is_dir():
-        return "urban1k"
-    raise DatasetError(f"{path} holds no dataset this reads: expected {SCENES_FILE} (synthetic), "
-                       f"{DOCCI_FILE} (DOCCI) or caption/ and image/ folders (Urban1k).")
+    """Which layout ``path`` holds (a name in ``explorer.data.retrieval_sets.LAYOUTS``: 'synthetic',
+    'docci', 'urban1k', ...); a ``DatasetError`` listing every layout tried when none matches."""
+    return detect(path)
 
 
-def read_records(path: str | os.PathLike, split: str | None = None) -> list[LongCaptionRecord]:
-    """Retrieval records from any supported layout, detected from what ``path`` holds."""
+def read_records(path: str | os.PathLike, split: str | None = None, *,
+                 missing: str = "error") -> list[LongCaptionRecord]:
+    """Retrieval records from any supported layout, detected from what ``path`` holds (``split`` None:
+    every split of the synthetic world and DOCCI, the layout's default split otherwise)."""
     layout = detect_layout(path)
     if layout == "synthetic":
         return synthetic_records(path, split)
     if layout == "docci":
-        return read_docci(path, split)
-    return read_urban1k(path, split)
+        return read_docci(path, split, missing=missing)
+    return _records(read_retrieval_set(path, split, layout=layout), missing)

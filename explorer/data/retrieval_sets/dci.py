@@ -11,7 +11,9 @@ Layout::
 Caption = ``short_caption + " " + extra_caption``, as the long-text papers build it; one caption
 per image, the image id is the annotation's file stem. ``split=None`` reads ALL splits (7,805 images
 in the real set) and the set's split is ``"all"``; ``extra["splits_used"]`` and a note say which
-splits were read. An annotation named in splits.json but absent is skipped ("annotation missing").
+splits were read. An annotation named in splits.json but absent is skipped ("annotation missing");
+one that is not JSON, has no ``image``, or has bytes that are not UTF-8 in the fields read is skipped
+("bad annotation: ..."); the other annotations are read. A bad ``splits.json`` is a ``DatasetError``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set
+from explorer.data.retrieval_sets.manifest import bad_text, read_json
 
 NAME = "dci"
 FOLDER = "densely_captioned_images"
@@ -41,8 +44,19 @@ def matches(root: Path) -> bool:
     return (base / "annotations").is_dir() and (base / SPLITS_FILE).is_file()
 
 
-def _load(file: Path, what: str):
-    return load_json(file, what)
+def _annotation(file: Path) -> tuple[dict | None, str]:
+    """The annotation in ``file`` and "", or None and why it cannot be used."""
+    try:
+        item = read_json(file)
+    except DatasetError as error:
+        return None, f"not valid JSON ({error.__cause__ or error})"
+    except OSError as error:
+        return None, f"cannot be read ({error})"
+    if not isinstance(item, dict) or not isinstance(item.get("image"), str):
+        return None, "no image (a DCI annotation has image, short_caption and extra_caption)"
+    if bad_text(item["image"], item.get("short_caption"), item.get("extra_caption")):
+        return None, "not UTF-8"
+    return item, ""
 
 
 def read(root: Path, split: str | None = None) -> RetrievalSet:
@@ -53,7 +67,7 @@ def read(root: Path, split: str | None = None) -> RetrievalSet:
     if lacking:
         raise DatasetError(f"{root} is not a DCI folder: {base} lacks {', '.join(lacking)} ({EXPECTS})")
     splits_file = base / SPLITS_FILE
-    splits = _load(splits_file, "a map of split name to annotation file names")
+    splits = read_json(splits_file, "a map of split name to annotation file names")
     if not isinstance(splits, dict) or not all(isinstance(v, list) for v in splits.values()):
         raise DatasetError(f"{splits_file}: expected a JSON object mapping split names to lists of file names")
     if split is not None and split != "all" and split not in splits:
@@ -66,9 +80,10 @@ def read(root: Path, split: str | None = None) -> RetrievalSet:
         if not file.is_file():
             skipped.append(Skipped(str(file), "annotation missing"))
             continue
-        item = _load(file, "a DCI annotation")
-        if not isinstance(item, dict) or "image" not in item:
-            raise DatasetError(f"{file}: a DCI annotation needs image, short_caption and extra_caption")
+        item, why = _annotation(file)
+        if item is None:
+            skipped.append(Skipped(str(file), f"bad annotation: {why}"))
+            continue
         caption = f"{item.get('short_caption') or ''} {item.get('extra_caption') or ''}".strip()
         pairs.append((base / "photos" / str(item["image"]), [caption], file.stem))
     notes = [f"splits used: {', '.join(used)}", "caption = short_caption + ' ' + extra_caption"]

@@ -16,10 +16,10 @@ import re
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.formats import IMAGE_SUFFIXES
 from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set
 
 NAME = "folder"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 EXPECTS = f"pictures ({', '.join(IMAGE_SUFFIXES)}) each with a same-stem .txt caption beside it"
 
 

@@ -8,37 +8,52 @@ Layout::
 The file has no splits: the set is ``all`` (``test`` is accepted as the same thing, since these
 files are evaluation sets). Entries naming the same file are one image with several captions, in
 the order the image first appears. The image id is its file name. ``root`` may be the json itself.
+
+Detection is cheap: it looks at file names and the first ``HEAD_BYTES`` of each ``*.json`` (a list
+whose first object has exactly the keys filename and caption), never parsing a whole file. Reading
+is exact: an entry without ``filename`` (a string) and ``caption``, or with bytes that are not UTF-8
+in them, is left out and reported as ``Skipped("<file>[<index>]", "bad entry: ...")``; the other
+entries are read. A file with no usable entry is a ``DatasetError``.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, build_set, find_image, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set, find_image
+from explorer.data.retrieval_sets.manifest import bad_text, no_usable, read_json
 
 NAME = "goal_json"
 EXPECTS = "a *.json holding a list of {\"filename\", \"caption\"} objects (GOAL's evaluation files)"
 KEYS = {"filename", "caption"}
-MAX_BYTES = 200 * 1024 * 1024  # larger json files are not looked into when detecting
+HEAD_BYTES = 64 * 1024  # what detection reads of each json: enough for the first entry
 
 
-def _load(file: Path):
-    return load_json(file, "a JSON list of {filename, caption} objects")
+def _first_entry(file: Path):
+    """The list's first entry, parsed from the file's head alone; None when the head holds no list
+    or the entry does not end within it."""
+    with open(file, "rb") as handle:
+        head = handle.read(HEAD_BYTES)
+    text = head.decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n")
+    if not text.startswith("["):
+        return None
+    try:
+        return json.JSONDecoder().raw_decode(text[1:].lstrip())[0]
+    except ValueError:
+        return None
 
 
 def _is_goal(file: Path) -> bool:
-    """Cheap check: a small json whose first character is '[' and whose entries all have exactly KEYS."""
+    """Cheap check: a json whose first character is '[' and whose first entry has exactly KEYS."""
     try:
-        if not file.is_file() or file.suffix.lower() != ".json" or file.stat().st_size > MAX_BYTES:
+        if not file.is_file() or file.suffix.lower() != ".json":
             return False
-        with open(file, "rb") as head:
-            if head.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] != b"[":
-                return False
-        data = _load(file)
-    except (OSError, DatasetError):
+        entry = _first_entry(file)
+    except OSError:
         return False
-    return bool(data) and isinstance(data, list) and all(isinstance(e, dict) and set(e) == KEYS for e in data)
+    return isinstance(entry, dict) and set(entry) == KEYS
 
 
 def _candidates(root: Path) -> list[Path]:
@@ -49,6 +64,14 @@ def _candidates(root: Path) -> list[Path]:
 
 def matches(root: Path) -> bool:
     return bool(_candidates(Path(root)))
+
+
+def _problem(entry) -> str | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or "caption" not in entry:
+        return "needs 'filename' (a string) and 'caption'"
+    if bad_text(entry["filename"], entry["caption"]):
+        return "not UTF-8"
+    return None
 
 
 def read(root: Path, split: str | None) -> RetrievalSet:
@@ -65,19 +88,20 @@ def read(root: Path, split: str | None) -> RetrievalSet:
             raise DatasetError(f"{root} holds several GOAL jsons ({', '.join(p.name for p in found)}); "
                                f"point at one of them")
         file = found[0]
-    data = _load(file)
-    if not isinstance(data, list):
-        raise DatasetError(f"{file}: not a list of {{filename, caption}} objects")
-    folder, order, captions = file.parent, [], {}
+    data = read_json(file, "a JSON list of {filename, caption} objects", list)
+    folder, order, captions, bad = file.parent, [], {}, []
     for number, entry in enumerate(data):
-        if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or "caption" not in entry:
-            raise DatasetError(f"{file}, entry {number}: needs 'filename' (a string) and 'caption'")
+        problem = _problem(entry)
+        if problem is not None:
+            bad.append((f"[{number}]", problem))
+            continue
         name = entry["filename"]
         if name not in captions:
             order.append(name)
             captions[name] = []
         captions[name].append(entry["caption"])
-    pairs = []
-    for name in order:
-        pairs.append((find_image(folder, name), captions[name], name))
-    return build_set(NAME, root, "all", pairs, notes=[f"read {file.name}"], extra={"index": str(file)})
+    if bad and not order:
+        raise no_usable(file, bad, "entry")
+    pairs = [(find_image(folder, name), captions[name], name) for name in order]
+    skipped = [Skipped(f"{file}{where}", f"bad entry: {why}") for where, why in bad]
+    return build_set(NAME, root, "all", pairs, skipped=skipped, notes=[f"read {file.name}"], extra={"index": str(file)})

@@ -12,6 +12,12 @@ Layout::
 Any number of captions per image (5 in both releases). The default split is ``test`` (the 5k COCO
 and 1k Flickr30k test images of the papers); ``all`` reads every split. The image id is ``cocoid``,
 else ``imgid``, else the file name. ``root`` may also be the json file itself.
+
+An image entry without ``filename`` or without any sentence, and a sentence without ``raw`` (or
+``tokens``), or with bytes that are not UTF-8, is left out and reported as
+``Skipped("<file>:images[<i>]", "bad entry: ...")`` (``...images[<i>].sentences[<j>]`` for a
+sentence); the rest is read. Entries that name another split than the one read are not looked at.
+A file with no usable image entry is a ``DatasetError``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, build_set, find_image, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set, find_image
+from explorer.data.retrieval_sets.manifest import bad_text, no_usable, other_split, read_json
 
 NAME = "karpathy"
 EXPECTS = "a Karpathy-split dataset_*.json (e.g. dataset_coco.json, dataset_flickr30k.json) with an images list"
@@ -56,18 +63,32 @@ def _image_path(folder: Path, filepath: str, filename: str) -> Path:
     return find_image(folder, *([f"{filepath}/{filename}"] if filepath else []), filename)
 
 
-def _captions(file: Path, number: int, sentences) -> list:
-    if not isinstance(sentences, list):
-        raise DatasetError(f"{file}, images[{number}]: 'sentences' is not a list")
-    texts = []
-    for sentence in sentences:
+def _captions(sentences) -> tuple[list, list[tuple[str, str]]]:
+    """The captions of an image entry's sentences, and (where, why) for each sentence left out."""
+    texts, bad = [], []
+    for number, sentence in enumerate(sentences):
         if isinstance(sentence, dict) and "raw" in sentence:
-            texts.append(sentence["raw"])
+            text = sentence["raw"]
         elif isinstance(sentence, dict) and isinstance(sentence.get("tokens"), list):
-            texts.append(" ".join(map(str, sentence["tokens"])))
+            text = " ".join(map(str, sentence["tokens"]))
         else:
-            raise DatasetError(f"{file}, images[{number}]: a sentence without 'raw' ({sentence!r:.80})")
-    return texts
+            bad.append((f".sentences[{number}]", f"a sentence without 'raw' ({sentence!r:.80})"))
+            continue
+        if bad_text(text):
+            bad.append((f".sentences[{number}]", "not UTF-8"))
+        else:
+            texts.append(text)
+    return texts, bad
+
+
+def _problem(entry) -> str | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str):
+        return "an image entry needs 'filename'"
+    if not isinstance(entry.get("sentences"), list) or not entry["sentences"]:
+        return "an image entry needs 'sentences' (a list of {raw})"
+    if bad_text(entry["filename"], entry.get("filepath")):
+        return "not UTF-8"
+    return None
 
 
 def read(root: Path, split: str | None) -> RetrievalSet:
@@ -77,19 +98,28 @@ def read(root: Path, split: str | None) -> RetrievalSet:
                            f"{', '.join(SPLITS)} (or 'all')")
     root = Path(root)
     file = _index_file(root)
-    data = load_json(file, 'a Karpathy json {"images": [...]}')
+    data = read_json(file, 'a Karpathy json {"images": [...]}')
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, list):
         raise DatasetError(f"{file}: no 'images' list (a Karpathy json is {{\"images\": [...], ...}})")
-    folder, pairs = file.parent, []
+    folder, pairs, bad, usable = file.parent, [], [], 0
     for number, entry in enumerate(images):
-        if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or "sentences" not in entry:
-            raise DatasetError(f"{file}, images[{number}]: an image entry needs 'filename' and 'sentences'")
+        where, problem = f":images[{number}]", _problem(entry)
+        usable += problem is None
+        if other_split(entry, split):
+            continue
+        if problem is not None:
+            bad.append((where, problem))
+            continue
         if split != "all" and entry.get("split") != split:
             continue
         filename, filepath = entry["filename"], str(entry.get("filepath") or "")
         image_id = next((entry[k] for k in ("cocoid", "imgid") if entry.get(k) is not None), filename)
-        pairs.append((_image_path(folder, filepath, filename), _captions(file, number, entry["sentences"]),
-                      image_id))
+        texts, left = _captions(entry["sentences"])
+        bad += [(where + part, why) for part, why in left]
+        pairs.append((_image_path(folder, filepath, filename), texts, image_id))
+    if bad and not usable:
+        raise no_usable(file, [(where.lstrip(":"), why) for where, why in bad], "entry")
     notes = [f"read {file.name}, split {split}"]
-    return build_set(NAME, root, split, pairs, notes=notes, extra={"index": str(file)})
+    skipped = [Skipped(f"{file}{where}", f"bad entry: {why}") for where, why in bad]
+    return build_set(NAME, root, split, pairs, skipped=skipped, notes=notes, extra={"index": str(file)})

@@ -15,6 +15,10 @@ Splits (which entries are read):
 Entries naming the same image path become ONE image with all their captions (image -> text
 retrieval then counts any of them as a hit); the 1k cut counts entries, not images. The image id
 is the first entry's ``id``, else the path's stem. Notes say which file and how many entries were read.
+
+An entry without ``image`` and ``conversations[1].value`` (or with bytes that are not UTF-8 in them)
+is left out and reported as ``Skipped("<file>[<index>]", "bad entry: ...")``; the other entries are
+read. A file with no usable entry is a ``DatasetError``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, build_set, find_image, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set, find_image
+from explorer.data.retrieval_sets.manifest import bad_text, no_usable, read_json
 
 NAME = "sharegpt4v"
 EXPECTS = "a share-captioner *.json (a list of {image, conversations})"
@@ -69,23 +74,32 @@ def read(root: Path, split: str | None = None) -> RetrievalSet:
     if not found:
         raise DatasetError(f"{root} holds no share-captioner json ({EXPECTS})")
     file = _pick(found, split)
-    entries = load_json(file, "a JSON list of {image, conversations} objects", list)
+    entries = read_json(file, "a JSON list of {image, conversations} objects", list)
     total = len(entries)
     if split == "1k":
         entries = entries[:FIRST]
     folder = file.parent
     grouped: dict[Path, tuple[list[str], str]] = {}
+    bad = []
     for number, entry in enumerate(entries):
         try:
             image, caption = str(entry["image"]), entry["conversations"][1]["value"]
-        except (TypeError, KeyError, IndexError) as error:
-            raise DatasetError(f"{file}, entry {number}: needs image and conversations[1].value") from error
+        except (TypeError, KeyError, IndexError):
+            bad.append((f"[{number}]", "needs image and conversations[1].value"))
+            continue
+        if bad_text(image, caption, entry.get("id")):
+            bad.append((f"[{number}]", "not UTF-8"))
+            continue
         path = find_image(folder, image)
         image_id = str(entry.get("id", Path(image).stem))
         grouped.setdefault(path, ([], image_id))[0].append(str(caption).replace("\n", " "))
+    if bad and not grouped:
+        raise no_usable(file, bad, "entry")
     pairs = [(path, captions, image_id) for path, (captions, image_id) in grouped.items()]
     notes = [f"{file.name}: {len(entries)} of {total} entries read "
              + (f"(the first {FIRST}, ShareGPT4V-1k)" if split == "1k" else "(all of them)"),
              f"{len(grouped)} distinct images: entries sharing an image path are one image with all their captions",
              "caption = conversations[1].value, newlines to spaces"]
-    return build_set(NAME, folder, split, pairs, notes=notes, extra={"file": str(file), "entries": len(entries)})
+    skipped = [Skipped(f"{file}{where}", f"bad entry: {why}") for where, why in bad]
+    return build_set(NAME, folder, split, pairs, skipped=skipped, notes=notes,
+                     extra={"file": str(file), "entries": len(entries)})

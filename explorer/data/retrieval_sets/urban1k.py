@@ -12,7 +12,9 @@ numeric stem order (1, 2, ..., 10, not 1, 10, 2). A caption file that is not UTF
 
 Also read: the ``annotations.json`` form, a JSON list of ``{"image_id", "image", "caption"}`` with
 ``image`` relative to the folder holding the json (the whole caption is used; entries naming the
-same image become one image with all its captions). ``root`` may be that json file.
+same image become one image with all its captions). ``root`` may be that json file. An entry
+without ``image`` and ``caption`` (or with bytes that are not UTF-8 in them) is left out and reported
+as ``Skipped("<file>[<index>]", "bad entry: ...")``; a file with no usable entry is a ``DatasetError``.
 
 Urban1k has no splits: the set's split is ``test`` (``None`` or ``"test"``; anything else is an error).
 """
@@ -22,7 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
-from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set, load_json
+from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set
+from explorer.data.retrieval_sets.manifest import bad_text, no_usable, read_json
 
 NAME = "urban1k"
 ANNOTATIONS = "annotations.json"
@@ -67,7 +70,7 @@ def _order(stem: str) -> tuple:
 
 
 def _image(folder: Path, stem: str) -> Path:
-    for suffix in SUFFIXES:
+    for suffix in SUFFIXES + tuple(s.upper() for s in SUFFIXES):
         if (folder / f"{stem}{suffix}").is_file():
             return folder / f"{stem}{suffix}"
     return folder / f"{stem}.jpg"
@@ -91,14 +94,22 @@ def _read_folders(root: Path) -> RetrievalSet:
 
 
 def _read_annotations(file: Path) -> RetrievalSet:
-    entries = load_json(file, "a JSON list of {image_id, image, caption} objects", list)
+    entries = read_json(file, "a JSON list of {image_id, image, caption} objects", list)
     grouped: dict[Path, tuple[list[str], str]] = {}
+    bad = []
     for number, entry in enumerate(entries):
         if not isinstance(entry, dict) or "image" not in entry or "caption" not in entry:
-            raise DatasetError(f"{file}, entry {number}: needs image and caption (and image_id)")
+            bad.append((f"[{number}]", "needs image and caption (and image_id)"))
+            continue
+        if bad_text(entry["image"], entry["caption"], entry.get("image_id")):
+            bad.append((f"[{number}]", "not UTF-8"))
+            continue
         path = file.parent / str(entry["image"])
         image_id = str(entry.get("image_id", Path(str(entry["image"])).stem))
         grouped.setdefault(path, ([], image_id))[0].append(entry["caption"])
+    if bad and not grouped:
+        raise no_usable(file, bad, "entry")
     pairs = [(path, captions, image_id) for path, (captions, image_id) in grouped.items()]
     notes = [f"{ANNOTATIONS}: {len(entries)} entries, images relative to {file.parent}, whole captions"]
-    return build_set(NAME, file.parent, SPLIT, pairs, notes=notes)
+    skipped = [Skipped(f"{file}{where}", f"bad entry: {why}") for where, why in bad]
+    return build_set(NAME, file.parent, SPLIT, pairs, skipped=skipped, notes=notes)
