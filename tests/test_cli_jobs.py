@@ -5,41 +5,17 @@ models on a 12-scene world, CPU) where the test is about a process; the rest run
 from __future__ import annotations
 
 import json
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from explorer.cli import main
-from explorer.jobs import JobManager, launcher
 from explorer.jobs.queue import claim_runs
 from explorer.jobs.worker import run_job
 
 TINY = ["--size", "tiny", "--set", "batch_size=4", "--set", "cpu_threads=1"]
 BRIEF_KEYS = {"id", "name", "status", "pid", "checkpoint"}
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from explorer.data import write_dataset
-
-    root = tmp_path_factory.mktemp("world")
-    write_dataset(root, 12, seed=0, image_size=64)  # 10 train, 1 val, 1 test
-    return root
-
-
-@pytest.fixture
-def jobs(tmp_path, monkeypatch):
-    """The store every CLI call opens (EXPLORER_HOME): CPU only, two runs at once."""
-    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "zoo"))
-    manager = JobManager(gpu_ids=[], max_running=2, grace_s=60, subreaper=False)
-    yield manager
-    for run in manager.list(reconcile=False):  # nothing of a failed test keeps running
-        if run.pgid and run.status == "running":
-            launcher.signal_group(run.pgid, signal.SIGKILL)
-    launcher.wait_children(10)
+# The fixtures ``world`` (a 12-scene world), ``jobs`` (an isolated run store) and ``wait_for`` are in conftest.py.
 
 
 def cli(capsys, *argv):
@@ -59,16 +35,6 @@ def submitted_id(out: str) -> str:
     return out.split()[0]  # "<id>  <name>  <status>  <folder>"
 
 
-def wait_for(condition, timeout=180.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def finish_here(jobs, run_ids):
     """Run queued runs' workers in this process (no child process): finished runs in a few seconds."""
     assert [run.id for run in claim_runs(jobs.store)] == list(run_ids)
@@ -78,7 +44,7 @@ def finish_here(jobs, run_ids):
 
 
 @pytest.mark.slow
-def test_submit_list_show_logs_of_a_run_to_its_end(jobs, world, capsys):
+def test_submit_list_show_logs_of_a_run_to_its_end(jobs, world, capsys, wait_for):
     code, out, err = cli(capsys, "jobs", "submit", "--method", "clip", "--data", world, "--max-steps", 3,
                          "--name", "cli-run", "--gpus", 0, *TINY, "--set", "eval_limit=2",
                          "--set", "eval_grounding_limit=1")
@@ -117,7 +83,7 @@ def test_submit_list_show_logs_of_a_run_to_its_end(jobs, world, capsys):
 
 
 @pytest.mark.slow
-def test_cancel_a_running_run_then_resume_it(jobs, world, capsys):
+def test_cancel_a_running_run_then_resume_it(jobs, world, capsys, wait_for):
     code, out, err = cli(capsys, "jobs", "submit", "--method", "clip", "--data", world, "--max-steps", 400,
                          *TINY, "--set", "evaluate=false", "--set", "checkpoint_every=1000")
     assert code == 0, err

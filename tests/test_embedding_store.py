@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from explorer.core.errors import ImageError
+from explorer.core.files import file_stamp, write_text_atomic
 from explorer.core.images import load_image
 from explorer.data import write_dataset
 from explorer.data.retrieval_sets import read_retrieval_set
@@ -77,6 +79,16 @@ class Counting:
             return original(images, *args, **kwargs)
 
         monkeypatch.setattr(model, "encode_image", encode)
+
+
+def update_again(model, dataset, folder: Path, counter: Counting, done: int) -> EmbeddingStore:
+    """A new store over the cache in ``folder``: it finds ``done`` pictures embedded, then embeds the rest
+    (counted afresh by ``counter``)."""
+    store = EmbeddingStore(model, dataset, root=folder)
+    assert store.status().images_done == done
+    counter.calls = counter.pictures = 0
+    assert store.update().complete
+    return store
 
 
 def refuse(*args, **kwargs):
@@ -179,10 +191,7 @@ def test_update_embeds_only_new_and_changed_pictures(tmp_path, monkeypatch):
     write_folder(root, range(6, 9))
     dataset = folder_set(root)
     assert len(dataset.images) == 9
-    store = EmbeddingStore(model, dataset, root=tmp_path / "emb")
-    assert store.status().images_done == 6
-    counter.calls = counter.pictures = 0
-    assert store.update().complete
+    store = update_again(model, dataset, tmp_path / "emb", counter, done=6)
     assert counter.pictures == 3
     after = store.image_vectors()
     assert torch.equal(after[:6], before)
@@ -195,10 +204,7 @@ def test_update_embeds_only_new_and_changed_pictures(tmp_path, monkeypatch):
     os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
     assert changed.stat().st_size != stat.st_size
     dataset = folder_set(root)
-    store = EmbeddingStore(model, dataset, root=tmp_path / "emb")
-    assert store.status().images_done == 8
-    counter.calls = counter.pictures = 0
-    assert store.update().complete
+    store = update_again(model, dataset, tmp_path / "emb", counter, done=8)
     assert counter.pictures == 1
     final = store.image_vectors()
     assert not torch.allclose(final[2], after[2])
@@ -265,6 +271,16 @@ def test_kill_between_shard_and_index_leaves_a_readable_cache(tmp_path, monkeypa
     assert reader.update().complete
     assert counter.pictures == 5
     assert_same_features(reader.image_features(), encode_images(model, pictures_of(dataset), 2))
+
+
+def test_a_files_stamp_changes_when_it_is_rewritten(tmp_path):
+    file = tmp_path / "index.json"
+    assert file_stamp(file) is None
+    write_text_atomic(file, "{}")
+    first = file_stamp(file)
+    assert first == file_stamp(file) and first[2] == 2
+    write_text_atomic(file, "{}")  # the same text, even within one mtime tick: another file
+    assert file_stamp(file) != first
 
 
 @pytest.mark.parametrize("garbage", ['{"key": {"format": "explorer-emb', "[]"])
@@ -397,6 +413,11 @@ def test_unreadable_pictures_are_recorded_dropped_and_not_retried(tmp_path, monk
     assert torch.equal(store.image_vectors([3, 0]), vectors[[3, 0]])
     assert torch.equal(reader.caption_vectors(), store.caption_vectors())
     assert reader.caption_vectors().shape[0] == 6
+    # a dataset picture's number, in the usable set (search and the per-query records count there)
+    assert [store.usable_index(n) for n in (0, 2, 4, 7)] == [0, 2, 3, 5]
+    for n, what in ((3, "could not be read"), (6, "could not be read"), (8, "no picture #8"), (-1, "no picture")):
+        with pytest.raises(ImageError, match=what):
+            store.usable_index(n)
 
     counter.calls = counter.pictures = 0
     again = EmbeddingStore(model, dataset, root=tmp_path / "emb")

@@ -8,6 +8,7 @@ import torch
 
 from explorer.evaluation import (box_iou, flism_region_accuracy, hard_negative_accuracy, mask_iou, mean_iou,
                                  pointing_game, pointing_hits, recall_at_k)
+from explorer.evaluation.retrieval_metrics import RSUM_KS, rsum
 from explorer.grounding.metrics import score_maps
 
 # ---- Recall@K ---------------------------------------------------------------------------------------
@@ -17,7 +18,17 @@ def test_perfect_matrix_gives_recall_one_both_ways():
     result = recall_at_k(torch.eye(6) + 0.01 * torch.rand(6, 6) * (1 - torch.eye(6)), ks=(1, 5))
     assert result.text_to_image == {1: 1.0, 5: 1.0}
     assert result.image_to_text == {1: 1.0, 5: 1.0}
-    assert result.rsum == pytest.approx(400.0)
+    assert result.rsum == pytest.approx(600.0)  # R@1 + R@5 + R@10 both ways, whatever Ks were asked
+
+
+def test_rsum_is_the_papers_whatever_ks_were_asked():
+    similarity, _ = crafted_matrix()
+    result = recall_at_k(similarity, ks=(1,))
+    full = recall_at_k(similarity, ks=RSUM_KS)
+    papers = 100 * (sum(full.text_to_image.values()) + sum(full.image_to_text.values()))
+    assert result.rsum == pytest.approx(papers) and full.rsum == pytest.approx(papers)
+    assert rsum(result.t2i_ranks, result.i2t_ranks) == pytest.approx(papers)
+    assert result.as_dict()["rsum"] == pytest.approx(papers) and "t2i_R@5" not in result.as_dict()
 
 
 def test_several_captions_per_image_perfect():

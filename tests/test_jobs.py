@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,37 +21,13 @@ from explorer.zoo import Zoo
 
 # A run small enough for a 2-core CPU: the tiny model, 4 samples a step, one torch thread.
 TINY = {"size": "tiny", "batch_size": 4, "cpu_threads": 1, "evaluate": False}
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from explorer.data import write_dataset
-
-    root = tmp_path_factory.mktemp("world")
-    write_dataset(root, 12, seed=0, image_size=64)  # 10 train, 1 val, 1 test
-    return root
+# The fixtures ``world`` (a 12-scene world), ``jobs`` (an isolated run store) and ``wait_for`` are in conftest.py.
 
 
 @pytest.fixture
-def jobs(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "zoo"))
-    manager = JobManager(gpu_ids=[], max_running=2, grace_s=60)
-    yield manager
-    for run in manager.list(reconcile=False):  # nothing of a failed test keeps running
-        if run.pgid and run.status == "running":
-            launcher.signal_group(run.pgid, signal.SIGKILL)
-    launcher.wait_children(10)
-
-
-def wait_for(condition, timeout=120.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def subreaper() -> bool:
+    """The ``jobs`` fixture (conftest) adopts orphaned run processes here: reaping them is tested."""
+    return True
 
 
 def assert_gone(pid, pgid=None):
@@ -65,7 +40,7 @@ def assert_gone(pid, pgid=None):
         assert launcher.group_members(pgid) == []
 
 
-def assert_reaped_in_time(manager, run, timeout=60.0):
+def assert_reaped_in_time(wait_for, manager, run, timeout=60.0):
     """A run process started by another run is adopted by this process (subreaper) and reaped by reconcile."""
     def gone():
         manager.reconcile()
@@ -119,7 +94,7 @@ def test_a_run_is_its_own_process_group_and_its_record_says_everything(jobs, wor
 
 
 @pytest.mark.slow
-def test_cancel_saves_a_checkpoint_and_resume_finishes_from_it(jobs, world):
+def test_cancel_saves_a_checkpoint_and_resume_finishes_from_it(jobs, world, wait_for):
     run = jobs.submit("clip", world, max_steps=60, gpus=0, overrides={**TINY, "checkpoint_every": 1000})
     wait_for(lambda: jobs.metrics(run.id), what="the first logged step")
     run = jobs.get(run.id)
@@ -151,7 +126,7 @@ def test_cancel_saves_a_checkpoint_and_resume_finishes_from_it(jobs, world):
 
 
 @pytest.mark.slow
-def test_the_app_dies_the_run_goes_on_and_a_killed_run_is_reconciled(jobs, world, tmp_path):
+def test_the_app_dies_the_run_goes_on_and_a_killed_run_is_reconciled(jobs, world, tmp_path, wait_for):
     """An "app" process submits two runs and dies at once; a new manager sees both, one finishes with
     its curves, the other is killed with SIGKILL and reconcile marks it failed, its log kept."""
     app = (f"import os\nfrom explorer.jobs import JobManager\njobs = JobManager(subreaper=False)\n"
@@ -177,11 +152,12 @@ def test_the_app_dies_the_run_goes_on_and_a_killed_run_is_reconciled(jobs, world
     assert f"run {long_id}" in log and "step 1/100000" in log  # the log is kept
     restarted.reconcile()  # reaps what it adopted
     assert_gone(long.pid, long.pgid)
-    assert_reaped_in_time(restarted, short)  # it ends just after recording "done"
+    assert_reaped_in_time(wait_for, restarted, short)  # it ends just after recording "done"
 
 
 @pytest.mark.slow
-def test_the_queue_starts_the_next_run_when_one_ends_and_a_crash_at_start_is_recorded(jobs, world, tmp_path):
+def test_the_queue_starts_the_next_run_when_one_ends_and_a_crash_at_start_is_recorded(jobs, world, tmp_path,
+                                                                                      wait_for):
     jobs.set_max_running(1)
     doomed = tmp_path / "doomed-world"
     shutil.copytree(world, doomed)
@@ -200,4 +176,4 @@ def test_the_queue_starts_the_next_run_when_one_ends_and_a_crash_at_start_is_rec
     # one at a time, in order: each started after the one before it had ended
     assert first.finished <= second.started and second.finished <= third.started
     for run in (first, second, third):
-        assert_reaped_in_time(jobs, run)
+        assert_reaped_in_time(wait_for, jobs, run)

@@ -9,6 +9,7 @@ against the exact one, and everything per query against a score matrix computed 
 
 from __future__ import annotations
 
+import csv
 import os
 import threading
 import time
@@ -23,12 +24,14 @@ from explorer.core.errors import CaptionError, ImageError
 from explorer.core.images import load_image
 from explorer.data import read_dataset, write_dataset
 from explorer.data.retrieval_sets import RetrievalSet, read_retrieval_set
+from explorer.data.retrieval_sets.base import Skipped, skipped_by_reason
 from explorer.evaluation import runner
 from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, recall_from_ranks
 from explorer.evaluation.runner import evaluate_model
 from explorer.retrieval import embedding_store
 from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import evaluate_retrieval, results_rows, worst_queries
+from explorer.retrieval.evaluate import (evaluate_retrieval, results_csv_text, results_document, results_rows,
+                                         worst_queries, write_results_csv)
 from explorer.retrieval.indexing import Indexer
 from explorer.retrieval.search import Searcher
 from explorer.retrieval.truncation import truncation_report
@@ -280,7 +283,7 @@ def test_per_query_records(indexed, multi):
     assert "queries" not in evaluate_retrieval(model, indexed.store("tiny-untrained", multi), ks=(1,), queries=False)
 
 
-def test_results_rows_and_rsum(indexed, synthetic):
+def test_results_rows_and_rsum(indexed, synthetic, tmp_path):
     entries = {name: evaluate_retrieval(indexed.model(name), indexed.store(name, synthetic), ks=(1, 5))
                for name in ("tiny-untrained", "demo-longclip")}
     for entry in entries.values():  # RSUM as the papers sum it: R@1 + R@5 + R@10 both ways, whatever Ks were asked
@@ -296,6 +299,31 @@ def test_results_rows_and_rsum(indexed, synthetic):
         assert row["captions_cut"] == entry["truncation"]["cut"]
     narrow = results_rows({"models": entries}, ks=[1])
     assert not any(key.endswith("@5") for key in narrow[0]) and "t2i_R@1" in narrow[0]
+    # the results file (the CLI's and the page's) and its CSV: one row per model, results_rows' values
+    document = results_document(synthetic, (1, 5), entries)
+    assert document["format"] == "explorer-retrieval" and document["ks"] == [1, 5]
+    assert document["dataset"]["images"] == N_SCENES and document["models"] == entries
+    written = list(csv.DictReader(write_results_csv(document, tmp_path / "r.csv", (1, 5)).open()))
+    assert [row["model"] for row in written] == list(entries)
+    assert all(float(row[key]) == pytest.approx(want[key]) for row, want in zip(written, rows)
+               for key in want if key not in ("model", "score"))
+    assert results_csv_text(document, (1,)).splitlines()[0].split(",")[:3] == ["model", "score", "t2i_R@1"]
+
+
+def test_keeping_some_pictures_keeps_the_set_consistent():
+    images = tuple(Path(f"/data/{n}.png") for n in range(4))
+    dataset = RetrievalSet("folder", Path("/data"), "all", images, ("a", "b0", "b1", "c", "d"), (0, 1, 1, 2, 3),
+                           image_ids=("a", "b", "c", "d"), skipped=(Skipped("/data/e.png", "image missing"),))
+    kept = dataset.keep_images([3, 1], note="two of them", skipped=[Skipped("/data/0.png", "image unreadable: x"),
+                                                                    Skipped("/data/2.png", "image unreadable: y")])
+    assert kept.images == (images[1], images[3]) and kept.image_ids == ("b", "d")
+    assert kept.captions == ("b0", "b1", "d") and kept.caption_image == (0, 0, 1)
+    assert kept.notes == ("two of them",) and len(kept.skipped) == 3
+    assert skipped_by_reason(kept.skipped) == {"image missing": 1, "image unreadable": 2}
+    assert "3 left out (1 image missing, 2 image unreadable)" in kept.summary()
+    assert dataset.keep_images(range(4), note="all of them") is dataset  # nothing dropped: the set itself
+    with pytest.raises(ValueError):
+        dataset.keep_images([4])
 
 
 # ---- truncation ---------------------------------------------------------------------------------------------

@@ -4,14 +4,12 @@ delete (asked first), Open in Grounding, the refusals, and the app built with th
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
 
-from explorer.jobs import JobManager, launcher
 from explorer.jobs.queue import claim_runs
 from explorer.jobs.worker import run_job
 from explorer.ui import jobs_tab as tab
@@ -20,27 +18,7 @@ from explorer.zoo import Zoo
 
 QUICK = "evaluate=false\ncpu_threads=1"
 MULCLIP_TERMS = {"loss", "loss/global_long", "loss/global_short", "loss/word", "loss/sub"}
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from explorer.data import write_dataset
-
-    root = tmp_path_factory.mktemp("world")
-    write_dataset(root, 12, seed=0, image_size=64)  # 10 train, 1 val, 1 test
-    return root
-
-
-@pytest.fixture
-def jobs(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "zoo"))
-    manager = JobManager(gpu_ids=[], max_running=2, grace_s=60, subreaper=False)
-    yield manager
-    for run in manager.list(reconcile=False):
-        if run.pgid and run.status == "running":
-            launcher.signal_group(run.pgid, signal.SIGKILL)
-    launcher.wait_children(10)
+# The fixtures ``world`` (a 12-scene world) and ``jobs`` (an isolated run store) are in conftest.py.
 
 
 @pytest.fixture

@@ -30,7 +30,14 @@ def add_commands(commands) -> None:
     submit.add_argument("--init", help="start from this checkpoint: a zoo name, a manifest or a weights file")
     submit.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
     submit.add_argument("--name", help="the run's name (and its zoo name when done)")
-    submit.add_argument("--gpus", type=int, help="0 for CPU (default: 1 where the machine lends GPUs, else 0)")
+    submit.add_argument("--gpus", type=int, help="0 for CPU (default: 1 where the machine lends GPUs, else 0); "
+                                                 "N > 1 runs torchrun with one process per GPU")
+    submit.add_argument("--processes", type=int, metavar="N",
+                        help="a CPU run on N processes (torchrun, Gloo); a GPU run has one per GPU")
+    submit.add_argument("--slurm", action="store_true", help="submit it to Slurm through submitit "
+                                                              "(pip install 'explorer[slurm]')")
+    submit.add_argument("--partition", help="Slurm partition (with --slurm)")
+    submit.add_argument("--time", help="Slurm time limit: minutes or [D-]HH:MM[:SS] (with --slurm; default 24 h)")
     submit.add_argument("--size", choices=("tiny", "base"), help="model size when starting from scratch")
     submit.add_argument("--set", action="append", default=[], dest="settings", metavar="KEY=VALUE",
                         help="override a setting of the method's config (repeat); e.g. --set batch_size=8")
@@ -91,8 +98,12 @@ def _run_submit(args) -> int:
         overrides[key.strip()] = value.strip()
     if args.size:
         overrides["size"] = args.size
+    if (args.partition or args.time) and not args.slurm:
+        raise ExplorerError("--partition and --time are Slurm settings: add --slurm")
+    slurm = {"partition": args.partition, "time": args.time} if args.slurm else None
     run = _manager(args).submit(args.method, args.data, init=args.init, max_steps=args.max_steps, name=args.name,
-                                gpus=args.gpus, overrides=overrides, start=not args.no_start)
+                                gpus=args.gpus, overrides=overrides, start=not args.no_start,
+                                processes=args.processes, backend="slurm" if args.slurm else "local", slurm=slurm)
     if args.json:
         _print_json(run.brief())
         return 0
@@ -138,7 +149,8 @@ def _run_show(args) -> int:
     total = f"/{run.total_steps}" if run.total_steps else ""
     fields = [("id", run.id), ("name", run.name), ("method", run.method), ("status", run.status),
               ("progress", f"step {run.step}{total} {view.progress_text(run)}".rstrip()), ("data", run.data),
-              ("init", run.init or "from scratch"), ("gpus", run.gpus), ("pid", run.pid), ("host", run.host),
+              ("init", run.init or "from scratch"), ("devices", run.describe_devices()), ("pid", run.pid),
+              ("host", run.host),
               ("started", view.when(run.started)), ("finished", view.when(run.finished)),
               ("duration", view.duration(run)), ("exit code", run.describe_exit()), ("error", run.error),
               ("checkpoint", run.checkpoint), ("zoo name", run.zoo_name), ("folder", run.out_dir),

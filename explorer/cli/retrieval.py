@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
-from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 from explorer.cli.common import model_loader, zoo_from_args
@@ -33,8 +29,8 @@ def add_commands(commands) -> None:
     retrieval.add_argument("--k", type=int, nargs="+", help="the Ks of R@K (default 1 5 10 25 50)")
     retrieval.add_argument("--csv", type=Path, help="also write one row per model as CSV")
     retrieval.add_argument("--no-queries", action="store_true", help="leave the per-query records out of the JSON")
-    retrieval.add_argument("--shortlist", type=int, default=100, help="candidates re-ranked per query on datasets "
-                                                                      "too large to score every pair (default 100)")
+    retrieval.add_argument("--shortlist", type=int, help="candidates re-ranked per query on datasets too large to "
+                                                         "score every pair (default: the library's, 100)")
 
 
 def _add_retrieval_arguments(parser: argparse.ArgumentParser, several: bool, run) -> None:
@@ -57,12 +53,8 @@ def first_images(dataset, n: int):
     """The first ``n`` pictures of ``dataset`` with their captions (``explorer eval`` takes the first scenes)."""
     if n < 1:
         raise ExplorerError(f"--limit must be at least 1, not {n}")
-    if n >= len(dataset.images):
-        return dataset
-    kept = [(caption, image) for caption, image in zip(dataset.captions, dataset.caption_image) if image < n]
-    return replace(dataset, images=dataset.images[:n], captions=tuple(c for c, _ in kept),
-                   caption_image=tuple(i for _, i in kept), image_ids=dataset.image_ids[:n],
-                   notes=dataset.notes + (f"only the first {n} of {len(dataset.images)} pictures (--limit)",))
+    return dataset.keep_images(range(min(n, len(dataset.images))),
+                               note=f"only the first {n} of {len(dataset.images)} pictures (--limit)")
 
 
 def _retrieval_set(args):
@@ -107,8 +99,11 @@ def _indexed(args, model, name: str, dataset, always: bool = False):
 
 
 def _print_skipped(items, notes, reason: str = "") -> None:
-    """What was left out, counted by reason, with the first few examples; then the notes."""
-    counts = Counter(reason or item.reason.split(":")[0] for item in items)
+    """What was left out, counted by reason (all as ``reason`` when given), with the first few examples;
+    then the notes."""
+    from explorer.data.retrieval_sets.base import skipped_by_reason
+
+    counts = ({reason: len(items)} if reason else skipped_by_reason(items)) if items else {}
     if counts:
         print("skipped: " + ", ".join(f"{n} {why}" for why, n in counts.items())
               + "".join(f"\n  {item.item}: {item.reason}" for item in items[:5]))
@@ -137,7 +132,7 @@ def _run_search(args) -> int:
         raise ExplorerError(f"--k must be at least 1, not {args.k}")
     picture = load_image(args.image).image if args.image is not None else None  # unreadable: said before any work
     dataset, n = _retrieval_set(args), args.image_index
-    if n is not None and not 0 <= n < len(dataset.images):
+    if n is not None and not 0 <= n < len(dataset.images):  # said before a model is loaded
         raise ExplorerError(f"--image-index {n}: the dataset's pictures are 0..{len(dataset.images) - 1}")
     model = _retrieval_models(args, [args.model])(args.model)
     store = _indexed(args, model, args.model, dataset)
@@ -148,9 +143,7 @@ def _run_search(args) -> int:
     elif picture is not None:
         result, query = searcher.image(picture, args.k), {"image": str(args.image)}
     else:
-        if dataset.images[n] not in usable.images:
-            raise ExplorerError(f"picture {n} ({dataset.images[n]}) could not be read (see `explorer index`)")
-        result = searcher.image(usable.images.index(dataset.images[n]), args.k)
+        result = searcher.image(store.usable_index(n), args.k)
         query = {"image": str(dataset.images[n]), "image_index": n}
     t2i = result.direction == "t2i"
     hits = [{"rank": rank, "index": hit.index, "score": hit.score, "cosine": hit.cosine,
@@ -179,39 +172,37 @@ def _run_search(args) -> int:
 
 def _run_eval_retrieval(args) -> int:
     from explorer.core.files import write_text_atomic
-    from explorer.retrieval.evaluate import (DEFAULT_KS, FORMAT, VERSION, dataset_record, evaluate_retrieval,
-                                             results_rows)
+    from explorer.retrieval.evaluate import (DEFAULT_KS, evaluate_retrieval, results_document, results_rows,
+                                             write_results_csv)
+    from explorer.retrieval.search import DEFAULT_SHORTLIST
 
     ks = sorted(set(args.k or DEFAULT_KS))
-    if ks[0] < 1 or args.shortlist < 1:
+    shortlist = DEFAULT_SHORTLIST if args.shortlist is None else args.shortlist
+    if ks[0] < 1 or shortlist < 1:
         raise ExplorerError("every --k and --shortlist must be at least 1")
     dataset = _retrieval_set(args)
     load = _retrieval_models(args, args.models)
-    results = {"format": FORMAT, "version": VERSION, "dataset": dataset_record(dataset), "ks": ks, "models": {}}
+    entries = {}
     for name in args.models:
         store = _indexed(args, load(name), name, dataset)
-        results["models"][name] = evaluate_retrieval(store.model, store, ks, shortlist=args.shortlist,
-                                                     queries=not args.no_queries)
+        entries[name] = evaluate_retrieval(store.model, store, ks, shortlist=shortlist, queries=not args.no_queries)
         usable = store.usable_set()
-        results["dataset"] = dataset_record(usable)
+    results = results_document(usable, ks, entries)
     write_text_atomic(args.out, json.dumps(results, indent=2))
     print(usable.summary())
     shown = [k for k in ks if k in (1, 5, 10)] or ks[:3]
-    rows = [["model", *(f"t2i R@{k}" for k in shown), *(f"i2t R@{k}" for k in shown), "t2i MedR", "i2t MedR",
-             "RSUM", "captions cut"]]
-    rows += [[name, *(f"{100 * e[f'{way}_R@{k}']:.1f}" for way in ("t2i", "i2t") for k in shown),
-              f"{e['t2i_median_rank']:g}", f"{e['i2t_median_rank']:g}", f"{e['rsum']:.1f}",
-              f"{e['truncation']['cut']}/{e['truncation']['captions']}"] for name, e in results["models"].items()]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-    print("".join(f"{name}: {e['truncation']['summary']}\n" for name, e in results["models"].items()), end="")
+    table = [["model", *(f"t2i R@{k}" for k in shown), *(f"i2t R@{k}" for k in shown), "t2i MedR", "i2t MedR",
+              "RSUM", "captions cut"]]
+    table += [[row["model"], *(f"{100 * row[f'{way}_R@{k}']:.1f}" for way in ("t2i", "i2t") for k in shown),
+               f"{row['t2i_median_rank']:g}", f"{row['i2t_median_rank']:g}", f"{row['rsum']:.1f}",
+               f"{row['captions_cut']}/{entries[row['model']]['truncation']['captions']}"]
+              for row in results_rows(results, ks)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths))))
+    print("".join(f"{name}: {e['truncation']['summary']}\n" for name, e in entries.items()), end="")
     print(f"wrote {args.out}")
     if args.csv:
-        table, text = results_rows(results, ks), io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=list(table[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(table)
-        write_text_atomic(args.csv, text.getvalue())
+        write_results_csv(results, args.csv, ks)
         print(f"wrote {args.csv}")
     return 0

@@ -5,6 +5,7 @@
     with atomic_write(target) as out:       # or a handle (text UTF-8, or binary)
         out.write(text)
     write_text_atomic(target, text)
+    file_stamp(target)                      # (inode, mtime, size): changes when the file is rewritten
 
 The temporary file is unique (two writers never share one), replaces the target only when the
 block ends without an error, and is removed when it does not; a crash leaves at most a hidden
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike, keep_mode: bool = True) -> Iterator[Path]:
@@ -58,3 +60,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     with atomic_write(path) as out:
         out.write(text)
     return Path(path)
+
+
+def file_stamp(path: str | os.PathLike) -> tuple[int, int, int] | None:
+    """A file's identity on disk: (inode, mtime in ns, size), which an atomic rewrite changes even
+    within one mtime tick; None when there is no such file (or it cannot be read)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size

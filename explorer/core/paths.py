@@ -51,6 +51,11 @@ def example_truth_dir() -> Path:
     return examples_dir() / "truth"
 
 
+def datasets_dir() -> Path:
+    """Datasets the app offers and writes (the synthetic worlds of the Retrieval and Jobs tabs)."""
+    return home() / "datasets"
+
+
 def exports_dir() -> Path:
     """Figures exported from the app (the page may download from here)."""
     return home() / "exports"

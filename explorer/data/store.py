@@ -1,4 +1,5 @@
-"""The synthetic world on disk: ``write_dataset`` and ``read_dataset``.
+"""The synthetic world on disk: ``write_dataset`` and ``read_dataset``; ``ensure_dataset`` writes one
+once, for any number of readers.
 
 The layout is described in ``LAYOUT`` below, which is also written next to
 the data as ``layout.md``, so a folder explains itself.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -26,6 +29,7 @@ SCENES_FILE = "scenes.jsonl"
 INFO_FILE = "info.json"
 LAYOUT_FILE = "layout.md"
 DEFAULT_SPLIT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
+_ensure_lock = threading.Lock()
 
 LAYOUT = """\
 # Synthetic long-caption world: on-disk layout
@@ -152,6 +156,31 @@ def write_dataset(out_dir: str | os.PathLike, n_scenes: int, seed: int = 0, imag
     (root / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     (root / LAYOUT_FILE).write_text(LAYOUT)
     return counts
+
+
+def ensure_dataset(root: str | os.PathLike, n_scenes: int, seed: int = 0, image_size: int = DEFAULT_IMAGE_SIZE,
+                   split_fractions: Sequence[float] | Mapping[str, float] = DEFAULT_SPLIT_FRACTIONS, *,
+                   what: str = "the synthetic world") -> Path:
+    """``root``, holding a world written by ``write_dataset`` the first time it is asked for: written
+    beside it and renamed into place, so a reader (another thread, another process) never sees half of
+    it. A folder left at ``root`` without its scenes file is replaced; one written meanwhile by another
+    process is kept. A ``DatasetError`` naming ``what`` when it cannot be written."""
+    root = Path(root)
+    with _ensure_lock:
+        if (root / SCENES_FILE).is_file():
+            return root
+        scratch = root.parent / f".{root.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            write_dataset(scratch, n_scenes, seed=seed, image_size=image_size, split_fractions=split_fractions)
+            if root.exists() and not (root / SCENES_FILE).is_file():
+                shutil.rmtree(root)  # a folder left without its scenes file: not a dataset
+            os.rename(scratch, root)
+        except OSError as error:
+            if not (root / SCENES_FILE).is_file():  # else another process wrote it first: fine
+                raise DatasetError(f"cannot write {what} at {root}: {error}") from error
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return root
 
 
 def read_dataset(path: str | os.PathLike, split: str | None = None) -> list[Scene]:

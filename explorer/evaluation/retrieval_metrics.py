@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 DEFAULT_KS = (1, 5, 10)
+RSUM_KS = (1, 5, 10)  # what the papers' RSUM sums, both ways
 _BLOCK = 1 << 22  # elements compared at once
 
 
@@ -40,8 +41,8 @@ class RetrievalRecall:
 
     @property
     def rsum(self) -> float:
-        """Sum of every recall of both directions, in percent (the papers' RSUM)."""
-        return 100.0 * (sum(self.text_to_image.values()) + sum(self.image_to_text.values()))
+        """The papers' RSUM (``rsum``): R@1 + R@5 + R@10 both ways, in percent, whatever Ks were asked."""
+        return rsum(self.t2i_ranks, self.i2t_ranks)
 
     def as_dict(self) -> dict[str, float]:
         out = {f"t2i_R@{k}": v for k, v in self.text_to_image.items()}
@@ -125,6 +126,12 @@ def recall_from_ranks(ranks, ks: Sequence[int] = DEFAULT_KS) -> dict[int, float]
     """R@K from 0-based ranks of the right answers (as ``recall_at_k`` computes them): mean(rank < K)."""
     ranks = torch.as_tensor(np.asarray(ranks), dtype=torch.long)
     return {int(k): _recall(ranks, int(k)) for k in sorted(set(ks))}
+
+
+def rsum(t2i_ranks, i2t_ranks) -> float:
+    """RSUM as the papers sum it: R@1 + R@5 + R@10 of both directions, in percent (at most 600),
+    from the 0-based ranks of the right answers."""
+    return 100.0 * sum(sum(recall_from_ranks(ranks, RSUM_KS).values()) for ranks in (t2i_ranks, i2t_ranks))
 
 
 def rank_statistics(ranks) -> dict[str, float]:

@@ -45,13 +45,15 @@ No daemon: a run is started by whoever changes the queue (submit, resume, cancel
 the run process itself when it ends), so runs go on and the queue moves without the app. The app
 (the web process) never trains.
 
-Not here yet (seams left): many GPUs per run (``launcher.worker_command`` builds the ``torchrun``
-command for gpus > 1, untested; ``submit`` refuses such runs until the loop has DDP) and Slurm.
+Many processes: ``submit(gpus=N)`` (N GPUs of the pool) or ``submit(processes=N)`` (N CPU ranks,
+Gloo) runs the worker under torchrun; the record keeps torchrun's pid and group and rank 0 alone
+writes it (``worker``, ``launcher``). Slurm: ``submit(backend="slurm", slurm={...})`` submits the same
+worker command through submitit (``slurm``), recorded in the same store; one node per run.
 """
 
 from __future__ import annotations
 
-import importlib
+from explorer.core.lazy import lazy_exports
 
 _EXPORTS = {
     "JobManager": "manager",
@@ -63,16 +65,5 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted([*globals(), *_EXPORTS])
-
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -18,12 +18,14 @@
 - A pid alone does not identify a process (pids are reused): ``process_state`` also compares the
   start time the kernel gives (``/proc/<pid>/stat``), recorded at spawn.
 
-Many GPUs: ``worker_command(..., gpus=N)`` with N > 1 builds ``torchrun --standalone
---nproc_per_node N -m explorer.jobs.worker ...``. The training loop runs under torchrun with DDP
-(``explorer.training.ddp``; tested with ``explorer train`` on 2 CPU processes), but the worker is
-not rank-aware yet (every rank would write the record, evaluate and publish; rank 0 would record its
-own pid over torchrun's; GOAL's pair mining would run on every rank), so the manager still refuses
-such runs and this command stays untested.
+Many processes: ``worker_command(..., processes=N)`` with N > 1 builds ``python -m
+torch.distributed.run --standalone --nproc_per_node N -m explorer.jobs.worker ...`` (one rank per
+GPU the queue gave, or N CPU processes with Gloo). torchrun is the process the record knows (its
+pid and group); it starts each rank in a session of its own, so a SIGTERM to the run's group
+reaches torchrun, which forwards it to every rank (and SIGKILLs them 30 s later). Each rank
+``register_rank``s itself: it dies with torchrun (``PR_SET_PDEATHSIG``), and leaves
+``<run folder>/ranks/<rank>.pid`` so that ``end_ranks`` can kill and reap whatever rank outlived
+torchrun (no orphan, no zombie).
 """
 
 from __future__ import annotations
@@ -51,14 +53,87 @@ def package_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def worker_command(run_id: str, root: str | Path, gpus: int = 0, python: str | None = None,
+def worker_command(run_id: str, root: str | Path, processes: int = 1, python: str | None = None,
                    zoo_root: str | None = None) -> list[str]:
-    """The run process's argv: the worker module on this interpreter (torchrun for gpus > 1: untested)."""
+    """The run process's argv: the worker module on this interpreter, under torchrun for ``processes`` > 1."""
     python = python or sys.executable
     tail = ["-m", "explorer.jobs.worker", run_id, "--root", str(root)] + (["--zoo", zoo_root] if zoo_root else [])
-    if gpus > 1:
-        return [python, "-u", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus), *tail]
+    if processes > 1:
+        return [python, "-u", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+                *tail]
     return [python, "-u", *tail]
+
+
+# ---- the ranks of a torchrun run ---------------------------------------------------------------
+
+RANKS_DIR = "ranks"
+PR_SET_PDEATHSIG = 1
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of this process as torchrun set them; (0, 1) outside torchrun."""
+    try:
+        return int(os.environ.get("RANK", 0)), max(1, int(os.environ.get("WORLD_SIZE", 1)))
+    except ValueError:
+        return 0, 1
+
+
+def register_rank(out_dir: str | Path, rank: int) -> None:
+    """A rank under torchrun: die when torchrun dies (Linux), and leave ``ranks/<rank>.pid`` (pid and
+    start time) in the run folder for ``end_ranks``."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:  # torchrun died before the prctl took effect
+            os._exit(1)
+    folder = Path(out_dir) / RANKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    scratch = folder / f".{rank}.pid.{os.getpid()}"
+    scratch.write_text(f"{os.getpid()} {start_ticks(os.getpid()) or ''}\n")
+    os.replace(scratch, folder / f"{rank}.pid")
+
+
+def rank_processes(out_dir: str | Path) -> list[tuple[int, int | None]]:
+    """(pid, start ticks) of every rank registered in the run folder (any attempt)."""
+    found = []
+    folder = Path(out_dir) / RANKS_DIR
+    for path in sorted(folder.glob("*.pid")) if folder.is_dir() else ():
+        try:
+            parts = path.read_text().split()
+            found.append((int(parts[0]), int(parts[1]) if len(parts) > 1 else None))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def end_ranks(out_dir: str | Path, timeout: float = 5.0) -> list[int]:
+    """SIGKILL every registered rank still alive (each leads its own group), wait for them, and reap
+    those this process adopted. Returns the pids it had to kill."""
+    killed = []
+    for pid, ticks in rank_processes(out_dir):
+        if ticks is None or process_state(pid, ticks) != ALIVE:
+            continue
+        if signal_group(pid, signal.SIGKILL) or _kill(pid):
+            killed.append(pid)
+    deadline = time.monotonic() + timeout
+    for pid, ticks in rank_processes(out_dir):
+        # a rank of a dead torchrun is adopted by the nearest subreaper (maybe this process) once it ends
+        while ticks is not None and process_state(pid, ticks) != GONE and time.monotonic() < deadline:
+            if reap_adopted(pid) is not None:
+                break
+            time.sleep(0.02)
+    return killed
+
+
+def _kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def child_environment(devices: Sequence[str] | None, extra: dict | None = None) -> dict:
@@ -254,6 +329,7 @@ def wait_gone(pid: int | None, ticks: int | None, timeout: float, poll_s: float 
     return True
 
 
-__all__ = ["ALIVE", "GONE", "ZOMBIE", "become_subreaper", "child_environment", "group_members", "is_our_child",
-           "kill_leftovers", "package_root", "process_state", "reap_adopted", "signal_group", "spawn", "start_ticks",
+__all__ = ["ALIVE", "GONE", "RANKS_DIR", "ZOMBIE", "become_subreaper", "child_environment", "end_ranks",
+           "group_members", "is_our_child", "kill_leftovers", "package_root", "process_state", "rank_and_world",
+           "rank_processes", "reap_adopted", "register_rank", "signal_group", "spawn", "start_ticks",
            "still_our_group", "stop_group", "wait_children", "wait_gone", "worker_command"]

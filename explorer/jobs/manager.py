@@ -4,6 +4,10 @@
     run = jobs.submit("finelip", "data/world", init="demo-clip-base", max_steps=500,
                       overrides={"batch_size": 32})       # checked first, then queued, then started
     jobs.list(); jobs.get(run.id); jobs.logs(run.id, tail=50); jobs.metrics(run.id)
+    jobs.submit("clip", "data/world", gpus=4)             # torchrun: 4 ranks (DDP), one per GPU the queue gives
+    jobs.submit("clip", "data/world", processes=2)        # torchrun: 2 CPU ranks (Gloo)
+    jobs.submit("clip", "/shared/world", backend="slurm", slurm={"partition": "gpu", "time": "2:00:00"},
+                gpus=2)                                   # a Slurm job through submitit (slurm.py)
     jobs.cancel(run.id)                                   # SIGTERM, checkpoint, exit; SIGKILL after the grace
     jobs.resume(run.id)                                   # from its last checkpoint
     jobs.delete(run.id, keep_checkpoint=True)
@@ -29,10 +33,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from explorer.jobs import launcher
+from explorer.jobs import slurm as slurm_backend
 from explorer.jobs.configs import as_plain, known_methods, method_defaults, resolve_config
 from explorer.jobs.queue import claim_runs, gpu_pool, queue_position, set_gpu_pool, set_max_running
-from explorer.jobs.records import (ACTIVE, CANCELLED, FAILED, FINAL, QUEUED, RESUMABLE, RUNNING, JobError, Run,
-                                   signal_name)
+from explorer.jobs.records import (ACTIVE, BACKENDS, CANCELLED, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING, SLURM,
+                                   JobError, Run, signal_name)
 from explorer.jobs.run_store import RunStore
 from explorer.jobs.training_data import PAIRS_FILE, inspect_data
 
@@ -93,8 +98,15 @@ class JobManager:
 
     def submit(self, method: str, data: str | Path, init: str | Path | None = None, max_steps: int | None = None,
                name: str | None = None, gpus: int | None = None, overrides: Mapping[str, Any] | None = None,
-               start: bool = True) -> Run:
+               start: bool = True, processes: int | None = None, backend: str = LOCAL,
+               slurm: Mapping[str, Any] | None = None) -> Run:
         """Check everything that can be checked here, record the run as queued, and start it if a slot is free.
+
+        ``gpus``: GPUs of the run (0: CPU); more than one runs torchrun with one rank per GPU.
+        ``processes``: for a CPU run, how many torchrun ranks (Gloo) to start (default 1; for a GPU
+        run it is the number of GPUs). ``backend="slurm"``: submit it to Slurm through submitit with
+        the ``slurm`` settings (``slurm.OPTIONS``: partition, time, gpus_per_node, ...) instead of
+        running it here; it is recorded the same way and shows in the same list.
 
         Raises ``JobError`` (nothing recorded) for an unknown method, a bad setting, data that is
         missing or too small for one step, an init that is not found, or devices this machine lacks.
@@ -114,20 +126,30 @@ class JobManager:
             raise JobError("GOAL trains on FLISM local pairs, which this data lacks; give init (the CLIP-family "
                            "checkpoint it fine-tunes from: it mines the pairs, as FAST-GOAL does with CLIP), or "
                            "data whose samples.jsonl has local_box and local_sentence.")
-        gpus = self._resolve_gpus(gpus)
+        if backend not in BACKENDS:
+            raise JobError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if backend == SLURM and gpus is None:
+            gpus = int((slurm or {}).get("gpus_per_node") or 0)
+        gpus = self._resolve_gpus(gpus, local=backend == LOCAL)
+        processes = _resolve_processes(processes, gpus)
+        options = slurm_backend.check_options(slurm, gpus) if backend == SLURM else None
         run_id = self.store.new_id()
         out = self.root / RUNS_DIR / run_id
         out.mkdir(parents=True, exist_ok=True)
         now = time.time()
         run = Run(id=run_id, name=name or f"{method}-{Path(data).expanduser().resolve().name}", method=method,
                   data=str(Path(data).expanduser().resolve()), init=str(init_path) if init_path else None,
-                  config=as_plain(values), config_sources=dict(config.sources), gpus=gpus, out_dir=str(out),
+                  config=as_plain(values), config_sources=dict(config.sources), gpus=gpus, processes=processes,
+                  backend=backend, slurm=options, out_dir=str(out),
                   log_path=str(out / LOG_FILE), metrics_path=str(out / "metrics.jsonl"), created=now, queued_at=now,
                   host=socket.gethostname(), notes=[plan.describe(), *plan.notes])
-        run.command = launcher.worker_command(run_id, self.root, gpus, self.python,
+        run.command = launcher.worker_command(run_id, self.root, processes, self.python,
                                               None if self.zoo_root is None else str(self.zoo_root))
         self.store.insert(run)
-        _append_log(run.log_path, f"submitted {run.name} ({method}) on {run.data}; settings: {run.config}")
+        _append_log(run.log_path, f"submitted {run.name} ({method}) on {run.data} ({run.describe_devices()}); "
+                                  f"settings: {run.config}")
+        if backend == SLURM:
+            return self._submit_slurm(run)
         if start:
             self.start_next()
         return self.store.get(run_id)
@@ -156,20 +178,30 @@ class JobManager:
             raise JobError(f"init {init}: its weights {weights} are missing")
         return weights.resolve(), manifest.method
 
-    def _resolve_gpus(self, gpus: int | None) -> int:
+    def _resolve_gpus(self, gpus: int | None, local: bool = True) -> int:
         pool = gpu_pool(self.store)
         if gpus is None:
             return 1 if pool else 0
         gpus = int(gpus)
         if gpus < 0:
             raise JobError(f"gpus must be 0 (CPU) or more, got {gpus}")
-        if gpus > 1:
-            raise JobError(f"{gpus} GPUs per run needs torchrun/DDP, which explorer.jobs does not run yet; "
-                           "use gpus=1 (or 0 for CPU).")
-        if gpus > len(pool):
+        if local and gpus > len(pool):
+            many = " (torchrun starts one process per GPU; for many CPU processes use processes=N)" if gpus > 1 else ""
             raise JobError(f"this machine lends {len(pool)} GPU(s) to runs ({pool or 'none'}); "
-                           f"a run cannot have {gpus}. Use gpus=0 for a CPU run.")
+                           f"a run cannot have {gpus}{many}. Use gpus=0 for a CPU run.")
         return gpus
+
+    def _submit_slurm(self, run: Run) -> Run:
+        """Hand a queued Slurm run to submitit; a refusal fails the run (the record says why) and raises."""
+        try:
+            job_id = slurm_backend.submit_job(run)
+        except Exception as error:  # noqa: BLE001 - sbatch's refusal, a missing submitit: said in the record
+            message = f"Slurm refused the job: {type(error).__name__}: {error}"
+            self.store.update_if(run.id, (QUEUED,), status=FAILED, finished=time.time(), error=message)
+            _append_log(run.log_path, message)
+            raise JobError(f"run {run.id}: {message}") from error
+        _append_log(run.log_path, f"submitted to Slurm through submitit: job {job_id}")
+        return self.store.update(run.id, slurm_job_id=job_id, attempts=run.attempts + 1)
 
     # ---- the queue ---------------------------------------------------------------------------
 
@@ -180,7 +212,8 @@ class JobManager:
     def _launch(self, run: Run) -> Run:
         attempt = run.attempts + 1
         _append_log(run.log_path, f"attempt {attempt}: starting {' '.join(run.command)} "
-                                  f"(CUDA_VISIBLE_DEVICES={','.join(map(str, run.devices))!r})")
+                                  f"(CUDA_VISIBLE_DEVICES={','.join(map(str, run.devices))!r}, "
+                                  f"{run.processes} process{'es' if run.processes > 1 else ''})")
         try:
             process = launcher.spawn(run.command, run.log_path, devices=run.devices, cwd=run.out_dir,
                                      on_exit=lambda code, pid, rid=run.id: self._on_exit(rid, pid, code))
@@ -211,6 +244,8 @@ class JobManager:
         if run.pid != pid:
             return run
         launcher.kill_leftovers(run.pgid, run.start_ticks)  # whatever of its group is left: no orphan
+        if run.processes > 1:
+            launcher.end_ranks(run.out_dir)  # torchrun's ranks have sessions of their own
         if run.status != RUNNING:
             if run.exit_code is None and returncode is not None:
                 return self.store.update_if(run.id, (run.status,), expect={"pid": pid}, exit_code=returncode) or run
@@ -234,6 +269,10 @@ class JobManager:
         this process adopted (no zombie), then let the queue move. Returns the runs it changed."""
         changed, host, now = [], socket.gethostname(), time.time()
         for run in self.store.list():
+            if run.backend == SLURM:  # Slurm knows its jobs; their pids are the nodes'
+                updated = self._reconcile_slurm(run) if run.status in ACTIVE else None
+                changed += [updated] if updated is not None else []
+                continue
             if run.host and run.host != host:
                 continue  # a pid of another machine means nothing here
             if run.pid is None:
@@ -245,6 +284,8 @@ class JobManager:
                 continue  # our reaper thread records it
             if run.status != RUNNING and not (run.finished and now - run.finished < REAP_WINDOW_S):
                 continue
+            if run.status != RUNNING and run.processes > 1:
+                launcher.end_ranks(run.out_dir, timeout=0.0)  # ranks that outlived torchrun: killed, reaped
             state = launcher.process_state(run.pid, run.start_ticks)
             if state == launcher.ALIVE:
                 continue
@@ -255,6 +296,21 @@ class JobManager:
                 self.store.update_if(run.id, (run.status,), expect={"pid": run.pid}, exit_code=returncode)
         self.start_next()
         return changed
+
+    def _reconcile_slurm(self, run: Run) -> Run | None:
+        """A Slurm run whose job ended (submitit's state) without its worker recording the end."""
+        state = slurm_backend.job_state(run) if run.slurm_job_id else None
+        if not slurm_backend.has_ended(state):
+            return None
+        cancelled = run.cancel_requested or state == "CANCELLED"
+        updated = self.store.update_if(
+            run.id, ACTIVE, expect={"slurm_job_id": run.slurm_job_id}, status=CANCELLED if cancelled else FAILED,
+            finished=time.time(), error=None if cancelled else (
+                f"Slurm job {run.slurm_job_id} ended ({state}) without the run recording its end; the log "
+                f"{run.log_path} and {Path(run.out_dir) / slurm_backend.SLURM_DIR} have its last words"))
+        if updated is not None:
+            _append_log(run.log_path, f"recorded by {socket.gethostname()}: {updated.status} (Slurm state {state})")
+        return updated
 
     def _unlaunched(self, run: Run) -> Run | None:
         """A run claimed from the queue whose process was never recorded: failed once its claimer is gone."""
@@ -317,6 +373,9 @@ class JobManager:
         checkpoint and exits), SIGKILL after ``grace_s`` (default: the store's, 30 s). ``wait``: block
         until the process is gone and the record final; otherwise a thread of this process escalates."""
         run = self.store.get(run_id)
+        grace = self.grace_s if grace_s is None else float(grace_s)
+        if run.backend == SLURM:
+            return self._cancel_slurm(run, wait, grace)
         if run.status == QUEUED:
             done = self.store.update_if(run.id, (QUEUED,), status=CANCELLED, finished=time.time(),
                                         cancel_requested=True)
@@ -328,7 +387,6 @@ class JobManager:
             raise JobError(f"run {run.id} is {run.status}; only a queued or running run can be cancelled")
         self.store.update(run.id, cancel_requested=True)
         run = self._wait_for_pid(run)
-        grace = self.grace_s if grace_s is None else float(grace_s)
         _append_log(run.log_path, f"cancel asked: SIGTERM to process group {run.pgid}, SIGKILL after {grace:g} s")
         if not wait:
             if launcher.still_our_group(run.pgid, run.start_ticks):
@@ -337,6 +395,39 @@ class JobManager:
             return self.store.get(run.id)
         launcher.stop_group(run.pgid, run.pid, run.start_ticks, grace)
         return self._settle(run.id)
+
+    def _cancel_slurm(self, run: Run, wait: bool, grace: float) -> Run:
+        """A Slurm run: pending, its job is cancelled; running, rank 0 reads the cancel in the record and
+        stops at its next step (a checkpoint first); ``job.cancel()`` (scancel) after the grace."""
+        if run.status not in ACTIVE:
+            raise JobError(f"run {run.id} is {run.status}; only a queued or running run can be cancelled")
+        self.store.update(run.id, cancel_requested=True)
+        done = self.store.update_if(run.id, (QUEUED,), status=CANCELLED, finished=time.time())
+        if done is not None:
+            slurm_backend.cancel_job(done)
+            _append_log(run.log_path, f"cancelled while pending in Slurm (job {run.slurm_job_id} cancelled)")
+            return done
+        _append_log(run.log_path, f"cancel asked: the run stops at its next step; scancel of job "
+                                  f"{run.slurm_job_id} after {grace:g} s")
+        if not wait:
+            threading.Thread(target=self._escalate_slurm, args=(run, grace), daemon=True).start()
+            return self.store.get(run.id)
+        return self._escalate_slurm(run, grace)
+
+    def _escalate_slurm(self, run: Run, grace: float, poll_s: float = 0.2) -> Run:
+        def settled() -> bool:
+            return self.store.get(run.id).status in FINAL or slurm_backend.has_ended(slurm_backend.job_state(run))
+
+        deadline = time.monotonic() + grace
+        while not settled() and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        if self.store.get(run.id).status not in FINAL:
+            slurm_backend.cancel_job(run)
+            deadline = time.monotonic() + 30.0
+            while not settled() and time.monotonic() < deadline:
+                time.sleep(poll_s)
+            self._reconcile_slurm(self.store.get(run.id))
+        return self.store.get(run.id)
 
     def _wait_for_pid(self, run: Run, timeout: float = 10.0) -> Run:
         deadline = time.monotonic() + timeout
@@ -381,10 +472,13 @@ class JobManager:
                 "resumed with no checkpoint on disk: it starts over from step 0")
         updated = self.store.update_if(run.id, RESUMABLE, status=QUEUED, queued_at=time.time(), finished=None,
                                        exit_code=None, error=None, cancel_requested=False, pid=None, pgid=None,
-                                       start_ticks=None, evaluation=None, notes=[*run.notes, note])
+                                       start_ticks=None, evaluation=None, slurm_job_id=None,
+                                       notes=[*run.notes, note])
         if updated is None:
             raise JobError(f"run {run.id} changed while being resumed; look again")
         _append_log(run.log_path, note)
+        if run.backend == SLURM:
+            return self._submit_slurm(updated)
         self.start_next()
         return self.store.get(run.id)
 
@@ -419,6 +513,19 @@ class JobManager:
                 removed.append(str(out))
         self.store.delete(run.id)
         return {"id": run.id, "removed": removed, "kept": kept}
+
+
+def _resolve_processes(processes: int | None, gpus: int) -> int:
+    """Training processes of a run: one per GPU, or ``processes`` CPU ranks (default 1)."""
+    if processes is None or processes == "":
+        return max(1, gpus)
+    processes = int(processes)
+    if processes < 1:
+        raise JobError(f"processes must be 1 or more, got {processes}")
+    if gpus and processes != gpus:
+        raise JobError(f"a GPU run starts one process per GPU: processes must be {gpus} (its gpus) or left out, "
+                       f"not {processes}")
+    return processes
 
 
 def _append_log(path: str | Path, line: str) -> None:

@@ -12,7 +12,9 @@ Rules:
 - at most ``max_running`` runs at once (a setting in the store; default: one per GPU of the pool,
   at least 1);
 - a run asks for ``gpus`` GPUs (default 1 where the machine has any, else 0 = CPU) and gets that
-  many free ones from the pool (``CUDA_VISIBLE_DEVICES`` of its process); a CPU run needs none;
+  many free ones from the pool (``CUDA_VISIBLE_DEVICES`` of its process; a run of N GPUs runs N
+  torchrun ranks); a CPU run needs none, however many processes it runs;
+- a Slurm run (``backend="slurm"``) is not this queue's: Slurm queues it (``slurm.py``);
 - first come, first served: the oldest queued run starts first, and a run that cannot start
   (too few free GPUs) holds the ones behind it, so a large run is never starved by small ones.
 
@@ -28,7 +30,7 @@ import os
 import time
 from pathlib import Path
 
-from explorer.jobs.records import QUEUED, RUNNING, Run
+from explorer.jobs.records import QUEUED, RUNNING, SLURM, Run
 from explorer.jobs.run_store import RunStore
 
 MAX_RUNNING = "max_running"
@@ -84,11 +86,11 @@ def claim_runs(store: RunStore) -> list[Run]:
     limit = max_running(store)
     claimed = []
     with store.transaction() as tx:
-        running = tx.runs((RUNNING,))
+        running = [run for run in tx.runs((RUNNING,)) if run.backend != SLURM]  # Slurm has its own queue
         used = {d for run in running for d in run.devices}
         free = [g for g in pool if g not in used]
         slots = limit - len(running)
-        for run in sorted(tx.runs((QUEUED,)), key=_queue_order):
+        for run in sorted((run for run in tx.runs((QUEUED,)) if run.backend != SLURM), key=_queue_order):
             if slots <= 0 or run.gpus > len(free):
                 break
             devices, free = free[:run.gpus], free[run.gpus:]
@@ -106,7 +108,7 @@ def _queue_order(run: Run) -> tuple:
 
 def queue_position(store: RunStore, run_id: str) -> int | None:
     """1 for the next queued run to start, None when the run is not queued."""
-    queued = [run.id for run in sorted(store.list((QUEUED,)), key=_queue_order)]
+    queued = [run.id for run in sorted(store.list((QUEUED,)), key=_queue_order) if run.backend != SLURM]
     return queued.index(run_id) + 1 if run_id in queued else None
 
 

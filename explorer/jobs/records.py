@@ -31,6 +31,9 @@ EXIT_FAILED = 1
 EXIT_DISK_FULL = 28  # ENOSPC
 EXIT_CANCELLED = 143  # 128 + SIGTERM: stopped on request, after saving a checkpoint
 
+LOCAL, SLURM = "local", "slurm"  # where a run's processes run (``Run.backend``)
+BACKENDS = (LOCAL, SLURM)
+
 
 class JobError(ExplorerError):
     """A job cannot be submitted, found, cancelled, resumed or deleted (the message says why)."""
@@ -49,6 +52,10 @@ class Run:
     config: dict = field(default_factory=dict)  # every setting (explorer.jobs.configs.KEYS)
     config_sources: dict = field(default_factory=dict)  # where each setting came from
     gpus: int = 0  # GPUs asked for (0: CPU)
+    processes: int = 1  # training processes (torchrun ranks when > 1: one per GPU, or CPU processes with gloo)
+    backend: str = "local"  # "local" (a process group on this machine) or "slurm" (a job of submitit, slurm.py)
+    slurm: dict | None = None  # the Slurm settings of a slurm run (partition, time, gpus_per_node, ...)
+    slurm_job_id: str | None = None  # the Slurm job id (submitit) of its last attempt
     devices: list[str] = field(default_factory=list)  # GPUs given (CUDA_VISIBLE_DEVICES entries), while it runs
     command: list[str] = field(default_factory=list)  # the run process's argv
     pid: int | None = None  # the run process (leader of its own process group)
@@ -96,6 +103,15 @@ class Run:
         text = f"{self.id}  {self.name}  {self.status}  step {self.step}{total}"
         return text + (f"  ({self.error.splitlines()[0]})" if self.error else "")
 
+    def describe_devices(self) -> str:
+        """Where it trains, in words: "CPU", "2 GPU(s) ['0', '1']", "CPU x 2 processes", "... on Slurm (job 42)"."""
+        text = "CPU" if not self.gpus else f"{self.gpus} GPU(s) {self.devices or []}"
+        if self.processes > 1:
+            text += f" x {self.processes} processes" if not self.gpus else f", {self.processes} processes"
+        if self.backend == LOCAL:
+            return text
+        return f"{text} on Slurm" + (f" (job {self.slurm_job_id})" if self.slurm_job_id else "")
+
     def describe_exit(self) -> str:
         if self.exit_code is None:
             return "unknown"
@@ -115,7 +131,8 @@ class Run:
         older ``output_checkpoint`` stays for those that read it)."""
         return {"id": self.id, "name": self.name, "status": self.status, "pid": self.pid,
                 "checkpoint": self.checkpoint, "output_checkpoint": self.checkpoint, "zoo_name": self.zoo_name,
-                "progress": {"step": self.step, "total": self.total_steps}, "error": self.error}
+                "progress": {"step": self.step, "total": self.total_steps}, "error": self.error,
+                "processes": self.processes, "backend": self.backend, "slurm_job_id": self.slurm_job_id}
 
 
 FIELDS = tuple(f.name for f in fields(Run))
@@ -128,5 +145,6 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-__all__ = ["ACTIVE", "CANCELLED", "DONE", "EXIT_CANCELLED", "EXIT_DISK_FULL", "EXIT_DONE", "EXIT_FAILED", "FAILED",
-           "FIELDS", "FINAL", "JobError", "QUEUED", "RESUMABLE", "RUNNING", "Run", "STATUSES", "signal_name"]
+__all__ = ["ACTIVE", "BACKENDS", "CANCELLED", "DONE", "EXIT_CANCELLED", "EXIT_DISK_FULL", "EXIT_DONE", "EXIT_FAILED",
+           "FAILED", "FIELDS", "FINAL", "JobError", "LOCAL", "QUEUED", "RESUMABLE", "RUNNING", "Run", "SLURM",
+           "STATUSES", "signal_name"]

@@ -32,7 +32,9 @@ from explorer.jobs.records import FIELDS, JobError, Run
 DB_FILE = "runs.sqlite3"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
-JSON_FIELDS = frozenset({"config", "config_sources", "devices", "command", "evaluation", "notes"})
+JSON_FIELDS = frozenset({"config", "config_sources", "devices", "command", "evaluation", "notes", "slurm"})
+NULLABLE_JSON = frozenset({"evaluation", "slurm"})
+DEFAULTED = frozenset({"processes", "backend"})  # NULL in a store written before they existed: the default
 BOOL_FIELDS = frozenset({"cancel_requested"})
 _COLUMNS = ", ".join(f"{name} {'TEXT PRIMARY KEY' if name == 'id' else ''}".strip() for name in FIELDS)
 
@@ -225,10 +227,12 @@ def _decode(columns: list[str], row: tuple) -> Run:
             continue  # a column of a newer schema
         if name in JSON_FIELDS:
             value = json.loads(value) if value is not None else None
-            if value is None and name != "evaluation":
+            if value is None and name not in NULLABLE_JSON:
                 value = {} if name in ("config", "config_sources") else []
         elif name in BOOL_FIELDS:
             value = bool(value)
+        elif value is None and name in DEFAULTED:
+            continue
         values[name] = value
     return Run(**values)
 

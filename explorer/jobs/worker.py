@@ -17,6 +17,15 @@ What it does, in order, writing every step of it to the run's record and log:
 5. publishes the checkpoint to the zoo (``publish``) and records ``done``;
 6. whatever happened, asks the queue to start the next run, then exits.
 
+Under torchrun (``processes`` > 1: ``RANK`` and ``WORLD_SIZE`` in the environment) every rank runs
+this module and trains (``explorer.training.ddp``), but only rank 0 writes the record (progress,
+evaluation, publication, the end) and the run's files; the other ranks only read the record and
+wait for rank 0's files (GOAL's mined pairs: rank 0 mines them once). The record's pid and group
+stay torchrun's. Each rank dies with torchrun and leaves its pid in ``ranks/`` (``launcher``). A
+cancel reaches every rank (torchrun forwards the SIGTERM), and the loop stops them all at one step.
+Rank 0 also reads ``cancel_requested`` with its progress, so a cancel asked through the store stops
+a run the signal cannot reach (a Slurm job on another machine, ``slurm.py``).
+
 Exit codes (also in the record): 0 done, 1 failed, 28 disk full (the record says which file),
 143 cancelled (a checkpoint holds the state). A death by a signal is recorded by whoever reaps it
 (the manager that started it, or ``reconcile``).
@@ -36,7 +45,7 @@ import traceback
 from pathlib import Path
 
 from explorer.jobs.records import (CANCELLED, DONE, EXIT_CANCELLED, EXIT_DISK_FULL, EXIT_DONE, EXIT_FAILED, FAILED,
-                                   RUNNING, JobError)
+                                   QUEUED, RUNNING, SLURM, JobError)
 
 WATCHDOG_MARGIN_S = 5.0
 PROGRESS_EVERY_S = 1.0
@@ -82,6 +91,11 @@ class StopRequest:
 
 def _kill_own_group() -> None:
     os.write(2, b"[explorer.jobs worker] the stop took longer than the grace: SIGKILL to the process group\n")
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank: torchrun's group too (each rank has a session of its own)
+        try:
+            os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)
+        except OSError:
+            pass
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -101,26 +115,35 @@ def main(argv: list[str] | None = None) -> int:
 def run_job(run_id: str, root: str | Path, zoo_root: str | Path | None = None, stop: StopRequest | None = None,
             start_next: bool = True) -> int:
     """Run the job ``run_id`` of the store at ``root`` in this process; returns the exit code (module docstring)."""
+    from explorer.jobs.launcher import rank_and_world, register_rank, start_ticks
     from explorer.jobs.manager import GRACE_SETTING, JobManager
     from explorer.jobs.run_store import RunStore
 
     store = RunStore(root)
     stop = stop or StopRequest()
     stop.grace_s = float(store.get_setting(GRACE_SETTING, stop.grace_s))
+    rank, world = rank_and_world()
     run = store.get(run_id)
+    if world > 1:
+        register_rank(run.out_dir, rank)
+    if rank == 0 and run.backend == SLURM and run.status == QUEUED:  # Slurm started it: it runs from now
+        run = store.update_if(run_id, (QUEUED,), status=RUNNING, claimed=time.time()) or store.get(run_id)
     if run.status != RUNNING:  # cancelled between the claim and this start, or started twice
-        print(f"run {run_id} is {run.status}, not running: nothing to do", flush=True)
+        print(f"run {run_id} is {run.status}, not running: nothing to do (rank {rank})", flush=True)
         return EXIT_CANCELLED if run.status == CANCELLED else EXIT_FAILED
-    from explorer.jobs.launcher import start_ticks
-
-    store.update(run_id, pid=os.getpid(), pgid=os.getpgrp(), start_ticks=start_ticks(os.getpid()),
-                 started=time.time(), host=socket.gethostname())
-    job = _Job(store, run_id, zoo_root, stop)
+    if rank == 0:
+        values = dict(started=time.time(), host=socket.gethostname(), processes=world)
+        if run.backend == SLURM:  # the node's pid, for the log and the eye; its group is the Slurm job's
+            values.update(pid=os.getpid(), pgid=None, start_ticks=start_ticks(os.getpid()))
+        elif world == 1:  # under local torchrun the record keeps torchrun's pid and group
+            values.update(pid=os.getpid(), pgid=os.getpgrp(), start_ticks=start_ticks(os.getpid()))
+        store.update(run_id, **values)
+    job = _Job(store, run_id, zoo_root, stop, rank=rank, world=world)
     try:
         code = job.run()
     finally:
         stop.disarm()
-        if start_next:
+        if start_next and rank == 0:
             try:
                 JobManager(root=root, subreaper=False).start_next()
             except Exception as error:  # noqa: BLE001 - this run's end is recorded; the next start is best effort
@@ -131,18 +154,29 @@ def run_job(run_id: str, root: str | Path, zoo_root: str | Path | None = None, s
 class _Job:
     """One attempt of one run, in this process."""
 
-    def __init__(self, store, run_id: str, zoo_root, stop: StopRequest):
+    def __init__(self, store, run_id: str, zoo_root, stop: StopRequest, rank: int = 0, world: int = 1):
         self.store, self.run_id, self.zoo_root, self.stop = store, run_id, zoo_root, stop
+        self.rank, self.world, self.leader = rank, world, rank == 0
         self.record = store.get(run_id)
         self.last_progress = self.last_line = 0.0
         self.total: int | None = None
         self.step = self.record.step
 
     def say(self, text: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+        if self.leader:
+            print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    def write(self, **values) -> None:
+        """The record's update, from rank 0 only (the other ranks never write the store)."""
+        if self.leader:
+            self.store.update(self.run_id, **values)
 
     def finish(self, status: str, code: int, **values) -> int:
         self.stop.phase = "finish"
+        if not self.leader:
+            if values.get("error"):
+                print(f"[rank {self.rank}] {status}: {values['error']}", flush=True)
+            return code
         updated = self.store.update_if(self.run_id, (RUNNING,), status=status, exit_code=code, finished=time.time(),
                                        **values)
         if updated is None:
@@ -152,7 +186,8 @@ class _Job:
 
     def run(self) -> int:
         run = self.record
-        self.say(f"run {run.id} ({run.name}): {run.method} on {run.data}, pid {os.getpid()}")
+        ranks = f", rank 0 of {self.world} processes" if self.world > 1 else ""
+        self.say(f"run {run.id} ({run.name}): {run.method} on {run.data}, pid {os.getpid()}{ranks}")
         try:
             return self.train_and_publish()
         except Cancelled:
@@ -193,12 +228,13 @@ class _Job:
         self.say(plan.describe())
         samples = self.samples(plan, config, out)
         resume = latest_checkpoint(out) is not None
-        if not resume and (out / "metrics.jsonl").is_file():  # an earlier attempt died before its first checkpoint
+        # an earlier attempt died before its first checkpoint: its rows go (rank 0 writes the files)
+        if not resume and self.leader and (out / "metrics.jsonl").is_file():
             dropped = JsonlLog(out / "metrics.jsonl").truncate_after_step(0)
             self.say(f"no checkpoint to resume from: starting over ({dropped} metrics row(s) of the last attempt "
                      "dropped; run.jsonl keeps its history)")
         total = self.total = _total_steps(len(samples), config)
-        self.store.update(self.run_id, total_steps=total)
+        self.write(total_steps=total)
         self.say(f"{'resuming' if resume else 'training'}: {total} steps, settings {run.config}")
 
         stop.phase = "train"
@@ -207,8 +243,10 @@ class _Job:
             size=None if run.init else config["size"],  # an init sets the architecture
             context_length=config["context_length"], resume=resume, allow_pickle=config["allow_pickle"],
             progress=False, command=" ".join(run.command), read_samples=lambda _: samples,
-            on_metrics=self.on_metrics, should_stop=stop, name=run.name, device="cuda" if run.devices else "cpu",
+            on_metrics=self.on_metrics, should_stop=stop, name=run.name, device="cuda" if run.gpus else "cpu",
             **{key: config[key] for key in _train_keys()})
+        if not self.leader:  # rank 0 evaluates, publishes and records the end
+            return EXIT_CANCELLED if result.stopped or stop.requested else EXIT_DONE
         manifest = result.manifest if result.manifest.is_file() else None
         self.store.update(self.run_id, step=result.steps, total_steps=result.total_steps,
                           checkpoint=None if manifest is None else str(manifest))
@@ -245,6 +283,8 @@ class _Job:
         if self.record.method != "goal" or plan.has_local_pairs:
             return samples
         pairs = load_pairs(out / PAIRS_FILE)
+        if pairs is None and not self.leader:
+            pairs = self.wait_for_pairs(out / PAIRS_FILE)
         if pairs is None:
             if not self.record.init:
                 raise JobError("GOAL needs FLISM local pairs and this run has no init to mine them with")
@@ -253,10 +293,22 @@ class _Job:
 
             self.say(f"mining FLISM local pairs for {len(samples)} samples with {self.record.init}")
             method, report = load_method(self.record.init, allow_pickle=config["allow_pickle"])
-            model = Model(method, name="flism-init", report=report, device="cuda" if self.record.devices else "cpu")
+            model = Model(method, name="flism-init", report=report, device="cuda" if self.record.gpus else "cpu")
             pairs = mine_local_pairs(samples, model, self.say)
             save_pairs(out / PAIRS_FILE, pairs)
         return with_local_pairs(samples, pairs)
+
+    def wait_for_pairs(self, path: Path, poll_s: float = 0.5) -> list[dict]:
+        """A rank other than 0: the pairs rank 0 mines (written atomically), once they are there."""
+        from explorer.jobs.training_data import load_pairs
+
+        while True:
+            pairs = load_pairs(path)
+            if pairs is not None:
+                return pairs
+            if self.store.get(self.run_id).status != RUNNING:
+                raise JobError("rank 0 ended before it had mined GOAL's local pairs (its error is in the record)")
+            time.sleep(poll_s)
 
     def last_checkpoint(self) -> str:
         from explorer.training.checkpointing import latest_checkpoint
@@ -271,8 +323,11 @@ class _Job:
         now, total = time.monotonic(), self.total
         self.step = int(row["step"])
         if now - self.last_progress >= PROGRESS_EVERY_S or row["step"] == total:
-            self.store.update(self.run_id, step=int(row["step"]))
+            record = self.store.update(self.run_id, step=int(row["step"]))
             self.last_progress = now
+            if record.cancel_requested and not self.stop.requested:  # asked through the store (slurm.py)
+                self.say("cancel asked in the record: stopping at the next step (a checkpoint first)")
+                self.stop.requested = True
         if now - self.last_line >= LOG_EVERY_S or row["step"] == total:
             self.say(f"step {row['step']}/{total} loss {row['loss']:.4f} ({row['samples_per_s']:.1f} samples/s)")
             self.last_line = now

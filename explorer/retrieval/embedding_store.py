@@ -34,7 +34,7 @@ import hashlib
 import json
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -45,8 +45,8 @@ from safetensors.torch import save_file
 
 from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
-from explorer.core.errors import ExplorerError
-from explorer.core.files import atomic_path, write_text_atomic
+from explorer.core.errors import ExplorerError, ImageError
+from explorer.core.files import atomic_path, file_stamp, write_text_atomic
 from explorer.core.images import load_image
 from explorer.data.retrieval_sets import RetrievalSet
 from explorer.data.retrieval_sets.base import Skipped
@@ -129,6 +129,11 @@ class EmbeddingStore:
             failed=[Skipped(paths[item], failed[item]) for item in wanted if item in failed],
             bytes_on_disk=size, notes=list(self.notes))
 
+    def index_stamp(self) -> tuple | None:
+        """The cache index file's identity on disk (``file_stamp``): it changes whenever anything is added
+        to the cache, here or by another store or process; None while there is none."""
+        return file_stamp(self.folder / INDEX_FILE)
+
     def usable_set(self) -> RetrievalSet:
         """The dataset without the pictures that could not be read (each listed in ``skipped``)."""
         index = self._read_index()
@@ -142,17 +147,25 @@ class EmbeddingStore:
         failed = self._failures(index)
         drop = {i: failed[tuple(self._item(p))] for i, p in enumerate(self.dataset.images)
                 if tuple(self._item(p)) in failed}
-        if not drop:
-            return self.dataset
-        keep = [i for i in range(len(self.dataset.images)) if i not in drop]
-        new_index = {old: new for new, old in enumerate(keep)}
-        pairs = [(c, new_index[i]) for c, i in zip(self.dataset.captions, self.dataset.caption_image) if i in new_index]
-        ids = self.dataset.image_ids
-        return replace(self.dataset, images=tuple(self.dataset.images[i] for i in keep),
-                       captions=tuple(c for c, _ in pairs), caption_image=tuple(i for _, i in pairs),
-                       image_ids=tuple(ids[i] for i in keep) if ids else (),
-                       skipped=self.dataset.skipped + tuple(Skipped(str(self.dataset.images[i]), f"{UNREADABLE}: {why}")
-                                                                    for i, why in drop.items()))
+        return self.dataset.keep_images((i for i in range(len(self.dataset.images)) if i not in drop),
+                                        skipped=[Skipped(str(self.dataset.images[i]), f"{UNREADABLE}: {why}")
+                                                 for i, why in drop.items()])
+
+    def usable_index(self, n: int) -> int:
+        """Picture ``n`` of the dataset (its own order, 0-based) as an index into ``usable_set()`` (what
+        search and the per-query records count in); an ``ImageError`` when the dataset has no picture
+        ``n`` or it could not be read when the dataset was embedded."""
+        images = self.dataset.images
+        if not 0 <= n < len(images):
+            raise ImageError(f"there is no picture #{n}: the dataset has {len(images)} (#0 to #{len(images) - 1})")
+        usable = self.usable_set()
+        if usable is self.dataset:
+            return n
+        try:
+            return usable.images.index(images[n])
+        except ValueError:
+            raise ImageError(f"picture #{n} ({images[n]}) could not be read when the dataset was embedded "
+                             "(see `explorer index`)") from None
 
     # ---- embedding -------------------------------------------------------------------------------
 
@@ -309,7 +322,7 @@ class EmbeddingStore:
                 return {name: handle.get_tensor(name) for name in handle.keys()}
         # Keyed by the file's identity too: a shard rewritten under the same name (the folder rebuilt by
         # another store or process) is read again, never served from an earlier read.
-        return self._shards.get((file, _stamp(self.folder / file)), read)
+        return self._shards.get((file, file_stamp(self.folder / file)), read)
 
     def _shard_metadata(self, locations) -> dict[str, str]:
         file = locations[0][0] if locations else self._read_index()["images"][0]["file"]
@@ -348,7 +361,7 @@ class EmbeddingStore:
 
     def _read_index(self, fresh_if_stale: bool = False) -> dict:
         file = self.folder / INDEX_FILE
-        stamp = _stamp(file)
+        stamp = self.index_stamp()
         if self._index is not None and stamp == self._index_stamp:
             return self._index  # unchanged since read or written here (another store may write it too)
         self._index_stamp = stamp
@@ -379,7 +392,7 @@ class EmbeddingStore:
 
     def _write_index(self, index: dict) -> None:
         write_text_atomic(self.folder / INDEX_FILE, json.dumps(index))
-        self._index, self._index_stamp = index, _stamp(self.folder / INDEX_FILE)
+        self._index, self._index_stamp = index, self.index_stamp()
 
     def _clear(self) -> None:
         for path in self.folder.glob("*.safetensors"):
@@ -411,15 +424,6 @@ class EmbeddingStore:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _stamp(path: Path) -> tuple | None:
-    """A file's identity on disk (an atomic rewrite changes it), or None when there is none."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
 def _text_hash(text: str) -> str:

@@ -23,23 +23,27 @@ Scores are the method's own (``Model.similarity``: FineLIP*, CAFT++, SEPS's late
 
 from __future__ import annotations
 
+import csv
+import io
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, recall_from_ranks
+from explorer.core.files import write_text_atomic
+from explorer.data.retrieval_sets.base import skipped_by_reason
+from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, recall_from_ranks, rsum
 from explorer.evaluation.runner import DEFAULT_CAPTION_CHUNK, score_captions
 from explorer.retrieval.embedding_store import EmbeddingStore, StoreError
+from explorer.retrieval.search import DEFAULT_SHORTLIST
 from explorer.retrieval.truncation import truncation_report
 from explorer.retrieval.vector_index import VectorIndex, top_k
 
 DEFAULT_KS = (1, 5, 10, 25, 50)
 EXACT_PAIRS = 25_000_000  # image-caption pairs scored exactly by the method (DOCCI's 5,000 x 5,000)
-DEFAULT_SHORTLIST = 100  # candidates per query re-ranked past that
 DEFAULT_TOP = 10  # candidates kept per query in the per-query records
-RSUM_KS = (1, 5, 10)  # what the papers' RSUM sums, both ways
 FORMAT = "explorer-retrieval"
 VERSION = 1
 
@@ -77,8 +81,7 @@ def evaluate_retrieval(model, store: EmbeddingStore, ks: Sequence[int] = DEFAULT
     entry.update({f"i2t_R@{k}": v for k, v in i2t_recall.items()})
     entry.update({f"t2i_{name}": v for name, v in rank_statistics(t2i).items()})
     entry.update({f"i2t_{name}": v for name, v in rank_statistics(i2t).items()})
-    # RSUM as the papers sum it: R@1 + R@5 + R@10 both ways, in percent (out of 600), whatever Ks were asked.
-    entry["rsum"] = 100.0 * sum(sum(recall_from_ranks(ranks, RSUM_KS).values()) for ranks in (t2i, i2t))
+    entry["rsum"] = rsum(t2i, i2t)  # as the papers sum it: R@1 + R@5 + R@10 both ways, whatever Ks were asked
     entry["truncation"] = truncation_report(model, dataset.captions).as_dict()
     entry["seconds"] = round(time.perf_counter() - started, 3)
     if queries:
@@ -92,13 +95,17 @@ def evaluate_retrieval(model, store: EmbeddingStore, ks: Sequence[int] = DEFAULT
 
 def dataset_record(dataset) -> dict:
     """What a results file says about the dataset it measured (left-out items counted by reason)."""
-    reasons: dict[str, int] = {}
-    for item in dataset.skipped:
-        reasons[item.reason.split(":")[0]] = reasons.get(item.reason.split(":")[0], 0) + 1
     return {"layout": dataset.layout, "root": str(dataset.root), "split": dataset.split,
             "images": len(dataset.images), "captions": len(dataset.captions), "skipped": len(dataset.skipped),
-            "skipped_by_reason": reasons, "skipped_examples": [vars(s) for s in dataset.skipped[:20]],
-            "notes": list(dataset.notes)}
+            "skipped_by_reason": skipped_by_reason(dataset.skipped),
+            "skipped_examples": [vars(s) for s in dataset.skipped[:20]], "notes": list(dataset.notes)}
+
+
+def results_document(dataset, ks: Sequence[int], entries: dict[str, dict]) -> dict:
+    """The results file of ``explorer eval-retrieval`` and the page's export: the dataset measured (the
+    usable set the entries count in), the Ks, and ``evaluate_retrieval``'s entry per model."""
+    return {"format": FORMAT, "version": VERSION, "dataset": dataset_record(dataset), "ks": list(ks),
+            "models": dict(entries)}
 
 
 def worst_queries(entry: dict, direction: str = "t2i", n: int = 10) -> list[dict]:
@@ -119,6 +126,20 @@ def results_rows(results: dict, ks: Sequence[int] | None = None) -> list[dict]:
         row["captions_cut"] = entry["truncation"]["cut"]
         rows.append(row)
     return rows
+
+
+def results_csv_text(results: dict, ks: Sequence[int] | None = None) -> str:
+    """``results_rows`` as CSV: a header, then one line per model."""
+    rows, text = results_rows(results, ks), io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["model"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
+
+
+def write_results_csv(results: dict, path: str | Path, ks: Sequence[int] | None = None) -> Path:
+    """``results_csv_text`` written atomically to ``path``."""
+    return write_text_atomic(path, results_csv_text(results, ks))
 
 
 # ---- exact: every pair ------------------------------------------------------------------------------

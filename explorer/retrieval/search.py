@@ -27,7 +27,7 @@ from explorer.core.errors import CaptionError, ImageError
 from explorer.retrieval.embedding_store import EmbeddingStore, StoreError
 from explorer.retrieval.vector_index import VectorIndex, top_k
 
-DEFAULT_SHORTLIST = 100
+DEFAULT_SHORTLIST = 100  # candidates by global cosine that the method's score re-ranks (search and Recall@K)
 # Galleries up to this size are ranked entirely by the method's score, so a query's rank is the one the
 # Recall table (which scores every pair) gives it. Past it, the method ranks the shortlist, and says so.
 # A picture query re-encodes every candidate caption (CAFT's chunks, SEPS's tokens): 300 captions take
@@ -173,8 +173,7 @@ GALLERIES = BoundedCache("retrieval galleries (vector indexes)", max_items=8, ma
 
 def gallery_for(store: EmbeddingStore) -> Gallery:
     """The vector indexes of ``store``'s model and dataset, kept while the cache on disk does not change."""
-    index_file = store.folder / "index.json"
-    stamp = index_file.stat().st_mtime_ns if index_file.exists() else 0
+    stamp = store.index_stamp()
     usable = store.usable_set()  # the pictures and captions it searches: a changed dataset is a new gallery
     key = (str(store.folder), store.key["model"]["weights"], stamp, hash((usable.images, usable.captions)))
     return GALLERIES.get(key, lambda: Gallery(store))

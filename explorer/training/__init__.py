@@ -14,7 +14,7 @@ command-line parser does not import torch.
 
 from __future__ import annotations
 
-import importlib
+from explorer.core.lazy import lazy_exports
 
 _EXPORTS = {
     "train": "loop", "TrainConfig": "loop", "TrainResult": "loop", "TrainingError": "loop",
@@ -30,16 +30,5 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted([*globals(), *_EXPORTS])
-
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -207,7 +207,7 @@ def show_worst(evaluation, model, direction):
     if evaluation is None or not model:
         return [], [], "Evaluate first: the worst queries come from the evaluation."
     try:
-        queries = view.worst_queries(evaluation, model, direction or "t2i", WORST)
+        queries = view.model_worst_queries(evaluation, model, direction or "t2i", WORST)
     except Exception as error:  # noqa: BLE001
         return [], [], explain(error)
     return (view.worst_rows(queries), queries,

@@ -18,10 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -41,7 +38,6 @@ LOG_TAIL = 200
 # The default training data (module docstring): seed 0, 64 px like the demo world.
 WORLD_NAME, WORLD_TRAIN, WORLD_TEST, WORLD_IMAGE_SIZE = "training-world", 100, 20, 64
 TAIL_BYTES = 16384  # enough of metrics.jsonl's end to hold its last row
-_world_lock = threading.Lock()
 
 
 # ---- the form ----------------------------------------------------------------------------------------
@@ -63,32 +59,22 @@ class Form:
 
 
 def training_world_root() -> Path:
-    return paths.home() / "datasets" / WORLD_NAME
+    return paths.datasets_dir() / WORLD_NAME
 
 
 def ensure_training_world(root: Path | None = None) -> Path:
-    """The default training data, written the first time beside its place and renamed into it, so a
-    run (or another app) never reads half of it."""
-    from explorer.data import write_dataset
+    """The default training data, written the first time (``ensure_dataset``: beside its place and
+    renamed into it, so a run, or another app, never reads half of it)."""
+    from explorer.data.errors import DatasetError
+    from explorer.data.store import ensure_dataset
 
-    root = Path(root or training_world_root())
-    with _world_lock:
-        if (root / "scenes.jsonl").is_file():
-            return root
-        scratch = root.parent / f".{root.name}-{uuid.uuid4().hex[:8]}"
-        total = WORLD_TRAIN + WORLD_TEST
-        try:
-            write_dataset(scratch, total, seed=0, image_size=WORLD_IMAGE_SIZE,
-                          split_fractions={"train": WORLD_TRAIN / total, "test": WORLD_TEST / total})
-            if root.exists():
-                shutil.rmtree(root)  # a folder without its scenes file is not a dataset
-            os.rename(scratch, root)
-        except OSError as error:
-            if not (root / "scenes.jsonl").is_file():  # else another process wrote it first: fine
-                raise JobError(f"cannot write the training world at {root}: {error}") from error
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    return root
+    total = WORLD_TRAIN + WORLD_TEST
+    try:
+        return ensure_dataset(root or training_world_root(), total, seed=0, image_size=WORLD_IMAGE_SIZE,
+                              split_fractions={"train": WORLD_TRAIN / total, "test": WORLD_TEST / total},
+                              what="the training world")
+    except DatasetError as error:
+        raise JobError(str(error)) from error
 
 
 def resolve_data(text: str | None) -> Path:
@@ -144,10 +130,9 @@ def submit_form(jobs: JobManager, form: Form, start: bool = True) -> Run:
         raise JobError("pick a method")
     overrides = form_overrides(form)
     max_steps = None if form.max_steps in (None, "") else whole(form.max_steps, "max steps")
-    gpus = None if form.gpus in (None, "") else whole(form.gpus, "devices")
     return jobs.submit(form.method, resolve_data(form.data), init=(form.init or "").strip() or None,
-                       max_steps=max_steps, name=(form.name or "").strip() or None, gpus=gpus, overrides=overrides,
-                       start=start)
+                       max_steps=max_steps, name=(form.name or "").strip() or None, overrides=overrides,
+                       start=start, **device_request(form.gpus))
 
 
 def defaults_rows(method: str) -> list[list]:
@@ -168,10 +153,32 @@ def defaults_note(method: str) -> str:
     return "\n".join([text, *(f"- {note}" for note in defaults.notes)])
 
 
-def device_choices(jobs: JobManager) -> list[tuple[str, int]]:
-    """CPU, then 1..n GPUs of the pool this machine lends to runs."""
+CPU_PROCESSES = (2, 4)  # the form's "CPU x N processes" choices (torchrun, Gloo)
+
+
+def device_choices(jobs: JobManager) -> list[tuple[str, int | str]]:
+    """CPU, CPU x N processes, 1..n GPUs of the pool this machine lends to runs (n > 1: torchrun), and
+    Slurm (through submitit) when submitit is installed. Values: GPUs (int), "cpu:N", "slurm:GPUS"."""
+    from explorer.jobs.slurm import available
+
     pool = gpu_pool(jobs.store)
-    return [("CPU", 0), *((f"{n} GPU{'s' if n > 1 else ''}", n) for n in range(1, len(pool) + 1))]
+    choices: list[tuple[str, int | str]] = [("CPU", 0), *((f"CPU x {n} processes", f"cpu:{n}") for n in CPU_PROCESSES)]
+    choices += [(f"{n} GPU{'s' if n > 1 else ''}", n) for n in range(1, len(pool) + 1)]
+    if available():
+        choices += [("Slurm: CPU", "slurm:0"), ("Slurm: 1 GPU", "slurm:1")]
+    return choices
+
+
+def device_request(value) -> dict:
+    """The submit arguments (gpus, processes, backend) of a devices choice (``device_choices``)."""
+    if value in (None, ""):
+        return {"gpus": None}
+    kind, sep, count = str(value).partition(":")
+    if sep and kind == "cpu":
+        return {"gpus": 0, "processes": whole(count, "processes")}
+    if sep and kind == "slurm":
+        return {"gpus": whole(count, "devices"), "backend": "slurm", "slurm": {}}
+    return {"gpus": whole(value, "devices")}
 
 
 def init_choices(manifests: Iterable) -> list[tuple[str, str]]:
@@ -333,7 +340,7 @@ def details_markdown(run: Run, queue_position: int | None = None) -> str:
     lines = [f"### {run.name} · `{run.id}` · **{run.status}**", "",
              f"- **method** {run.method} · **data** `{run.data}`",
              f"- **starts from** `{run.init}`" if run.init else "- **starts from** scratch",
-             f"- **devices**: {'CPU' if not run.gpus else f'{run.gpus} GPU(s) {run.devices or []}'}"
+             f"- **devices**: {run.describe_devices()}"
              + (f" · **queue position** {queue_position}" if queue_position else ""),
              f"- **progress**: step {run.step}" + (f" of {run.total_steps} ({progress_text(run)})"
                                                    if run.total_steps else ""),
@@ -434,9 +441,10 @@ def grounding_model(run: Run) -> str:
     return run.zoo_name
 
 
-__all__ = ["COLUMNS", "DEFAULT_COLUMNS", "DEFAULT_MAX_STEPS", "DEFAULT_METHOD", "DEFAULT_SIZE", "FROM_SCRATCH",
-           "Form", "LOG_TAIL", "curve_panels", "curves_figure", "defaults_note", "defaults_rows", "delete_question",
-           "delete_report", "details_markdown", "detail_signature", "device_choices", "duration",
+__all__ = ["COLUMNS", "CPU_PROCESSES", "DEFAULT_COLUMNS", "DEFAULT_MAX_STEPS", "DEFAULT_METHOD", "DEFAULT_SIZE",
+           "FROM_SCRATCH", "Form", "LOG_TAIL", "curve_panels", "curves_figure", "defaults_note", "defaults_rows",
+           "delete_question", "delete_report", "details_markdown", "detail_signature", "device_choices",
+           "device_request", "duration",
            "ensure_training_world", "evaluation_markdown", "evaluation_rows", "form_overrides", "grounding_model",
            "has_checkpoint", "init_choices", "last_metrics", "log_text", "parse_overrides", "resolve_data",
            "run_rows", "shown", "submit_form", "training_world_root", "zoo_stamp"]

@@ -15,15 +15,10 @@ which is the dataset itself unless a picture was unreadable; ``ModelSearch`` kee
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import logging
 import os
-import shutil
-import threading
-import uuid
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,16 +29,17 @@ from PIL import Image
 from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
 from explorer.core.errors import CaptionError, ExplorerError
-from explorer.core.files import atomic_path, write_text_atomic
+from explorer.core.files import atomic_path, file_stamp, write_text_atomic
 from explorer.core.images import load_image
-from explorer.data import read_dataset, write_dataset
+from explorer.data import read_dataset
 from explorer.data.errors import DatasetError
 from explorer.data.retrieval_sets import RetrievalSet, detect, read_retrieval_set
+from explorer.data.store import ensure_dataset
 from explorer.evaluation.runner import DEFAULT_LIMIT
 from explorer.grounding.truth import save_scene_truth, truth_path
 from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import DEFAULT_KS, FORMAT, VERSION, dataset_record, evaluate_retrieval, results_rows
-from explorer.retrieval.evaluate import worst_queries as worst_records
+from explorer.retrieval.evaluate import (DEFAULT_KS, evaluate_retrieval, results_document, results_rows, worst_queries,
+                                         write_results_csv)
 from explorer.retrieval.indexing import Indexer
 from explorer.retrieval.search import Searcher, SearchResult
 from explorer.training.demo_zoo import DEMO_SEED, IMAGE_SIZE
@@ -62,7 +58,6 @@ EXPORT_KS = DEFAULT_KS  # what is measured and exported: every K of `explorer ev
 THUMB_SIDE = 192  # pixels on the long side of a gallery picture
 QUERY_PICTURES = 60  # dataset pictures offered in the query gallery (any other by its number)
 CAPTION_CHARS = 110  # a caption in a table cell: the rest is in the exported JSON
-_write_lock = threading.Lock()
 
 
 class NotIndexed(ExplorerError):
@@ -73,7 +68,7 @@ class NotIndexed(ExplorerError):
 
 
 def datasets_root() -> Path:
-    return paths.home() / "datasets"
+    return paths.datasets_dir()
 
 
 def synthetic_root() -> Path:
@@ -81,25 +76,10 @@ def synthetic_root() -> Path:
 
 
 def ensure_synthetic(root: Path | None = None) -> Path:
-    """The default dataset's folder, written the first time. Written beside it and renamed into place,
-    so a reader (or a second app) never sees half of it."""
-    root = Path(root or synthetic_root())
-    with _write_lock:
-        if (root / "scenes.jsonl").is_file():
-            return root
-        scratch = root.parent / f".{root.name}-{uuid.uuid4().hex[:8]}"
-        try:
-            write_dataset(scratch, SYNTHETIC_SCENES, seed=DEMO_SEED, image_size=IMAGE_SIZE,
-                          split_fractions={SYNTHETIC_SPLIT: 1.0})
-            if root.exists() and not (root / "scenes.jsonl").is_file():
-                shutil.rmtree(root)  # a folder left without its scenes file: not a dataset
-            os.rename(scratch, root)
-        except OSError as error:
-            if not (root / "scenes.jsonl").is_file():  # else another process wrote it first: fine
-                raise DatasetError(f"cannot write the synthetic dataset at {root}: {error}") from error
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    return root
+    """The default dataset's folder, written the first time (``ensure_dataset``: beside it and renamed
+    into place, so a reader, or a second app, never sees half of it)."""
+    return ensure_dataset(root or synthetic_root(), SYNTHETIC_SCENES, seed=DEMO_SEED, image_size=IMAGE_SIZE,
+                          split_fractions={SYNTHETIC_SPLIT: 1.0}, what="the synthetic dataset")
 
 
 def dataset_choices() -> list[tuple[str, str]]:
@@ -143,8 +123,7 @@ def open_dataset(choice: str | None, folder: str | None = "", split: str | None 
 
 def _folder_stamp(root: Path) -> tuple:
     if root.is_file():
-        stat = root.stat()
-        return stat.st_mtime_ns, stat.st_size
+        return file_stamp(root)
     with os.scandir(root) as entries:
         return root.stat().st_mtime_ns, max((e.stat().st_mtime_ns for e in entries if e.is_file()), default=0)
 
@@ -189,12 +168,13 @@ THUMBNAILS = BoundedCache("retrieval thumbnails", max_bytes=64 * MB)
 
 def thumbnail(path: Path) -> Image.Image:
     """A small copy for the galleries (read with the safe reader; a grey square when unreadable)."""
+    stamp = file_stamp(path)  # a rewritten picture is read again
     try:
-        stat = Path(path).stat()
-        return THUMBNAILS.get((str(path), stat.st_mtime_ns, stat.st_size),
-                              lambda: load_image(path, max_side=THUMB_SIDE).image)
+        if stamp is not None:
+            return THUMBNAILS.get((str(path), stamp), lambda: load_image(path, max_side=THUMB_SIDE).image)
     except (OSError, ExplorerError):
-        return Image.new("RGB", (THUMB_SIDE // 2, THUMB_SIDE // 2), (128, 128, 128))
+        pass
+    return Image.new("RGB", (THUMB_SIDE // 2, THUMB_SIDE // 2), (128, 128, 128))
 
 
 # ---- embedding stores and indexing -----------------------------------------------------------------
@@ -330,22 +310,13 @@ def search(load: Callable, names: Sequence[str], dataset: RetrievalSet, query, k
             if isinstance(query, str):
                 result = searcher.text(query, k)
             elif isinstance(query, int):
-                result = searcher.image(_usable_number(searcher.dataset, dataset, query), k)
+                result = searcher.image(store.usable_index(query), k)
             else:
                 result = searcher.image(query, k)
             found.append(ModelSearch(name, result, searcher.dataset, notes=list(store.notes)))
         except (ExplorerError, ValueError) as error:
             found.append(ModelSearch(name, error=error))
     return found
-
-
-def _usable_number(usable: RetrievalSet, dataset: RetrievalSet, n: int) -> int:
-    if usable is dataset:
-        return n
-    try:
-        return usable.images.index(dataset.images[n])
-    except ValueError:
-        raise ExplorerError(f"picture #{n} could not be read when the dataset was embedded") from None
 
 
 def header_line(found: ModelSearch) -> str:
@@ -407,19 +378,11 @@ _EVALUATIONS: "weakref.WeakKeyDictionary[EmbeddingStore, dict]" = weakref.WeakKe
 def evaluate_model(model, store: EmbeddingStore, ks: Sequence[int] = KS) -> tuple[dict, RetrievalSet]:
     """``evaluate_retrieval``'s entry and the usable set it counted in; kept with the store until its
     cache changes, so evaluating again (another model added) only runs the new model."""
-    stamp = _stamp(store.folder / "index.json")
+    stamp = store.index_stamp()
     known = _EVALUATIONS.setdefault(store, {})
     if tuple(ks) not in known or known[tuple(ks)][0] != stamp:
         known[tuple(ks)] = (stamp, evaluate_retrieval(model, store, ks))
     return known[tuple(ks)][1], store.usable_set()
-
-
-def _stamp(path: Path):
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
 @dataclass
@@ -437,9 +400,7 @@ class Evaluation:
 
     def document(self) -> dict:
         """The results file: the same keys as the CLI's (format, version, dataset, ks, models)."""
-        shown = next(iter(self.usable.values()), self.dataset)
-        return {"format": FORMAT, "version": VERSION, "dataset": dataset_record(shown), "ks": list(self.ks),
-                "models": dict(self.entries)}
+        return results_document(next(iter(self.usable.values()), self.dataset), self.ks, self.entries)
 
 
 def evaluate_models(load: Callable, names: Sequence[str], dataset: RetrievalSet, indexer: Indexer | None = None,
@@ -494,13 +455,9 @@ def export_results(evaluation: Evaluation, folder: Path) -> tuple[Path, Path]:
     each written atomically into ``folder``."""
     if not evaluation.entries:
         raise ExplorerError("there are no results to export: evaluate an indexed model first")
-    rows, text = recall_rows(evaluation), io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    folder = paths.ensure(Path(folder))
-    csv_file = write_text_atomic(folder / "recall.csv", text.getvalue())
-    json_file = write_text_atomic(folder / "results.json", json.dumps(evaluation.document(), indent=2))
+    document, folder = evaluation.document(), paths.ensure(Path(folder))
+    csv_file = write_results_csv(document, folder / "recall.csv", evaluation.ks)
+    json_file = write_text_atomic(folder / "results.json", json.dumps(document, indent=2))
     return csv_file, json_file
 
 
@@ -522,13 +479,14 @@ class WorstQuery:
 WORST_COLUMNS = ["rank", "query", "right answer", "the model's first pick"]
 
 
-def worst_queries(evaluation: Evaluation, model: str, direction: str = "t2i", n: int = 20) -> list[WorstQuery]:
-    """The ``n`` queries whose right answer ranked lowest for ``model``, largest rank first."""
+def model_worst_queries(evaluation: Evaluation, model: str, direction: str = "t2i", n: int = 20) -> list[WorstQuery]:
+    """``worst_queries`` of ``model``'s entry (the ``n`` queries whose right answer ranked lowest, largest
+    rank first), each with its picture, caption and the model's first pick read from its usable set."""
     entry, usable = evaluation.entries.get(model), evaluation.usable.get(model)
     if entry is None:
         raise ExplorerError(f"{model} has no results: evaluate it first")
     found = []
-    for record in worst_records(entry, direction, n):
+    for record in worst_queries(entry, direction, n):
         top = record["top"][0][0] if record["top"] else None
         if direction == "t2i":
             picture, caption = record["image"], usable.captions[record["caption"]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
@@ -55,8 +55,27 @@ class RetrievalSet:
         text = (f"{self.layout} ({self.split}) at {self.root}: {len(self.images)} images, "
                 f"{len(self.captions)} captions")
         if self.skipped:
-            text += f"; {len(self.skipped)} left out ({_reasons(self.skipped)})"
+            reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped_by_reason(self.skipped).items()))
+            text += f"; {len(self.skipped)} left out ({reasons})"
         return text
+
+    def keep_images(self, indices: Iterable[int], note: str | None = None,
+                    skipped: Iterable[Skipped] = ()) -> RetrievalSet:
+        """The set of only the pictures ``indices`` (kept in the set's order) with their captions: the
+        captions of the others are dropped, ``caption_image`` counts in the new set and ``image_ids``
+        stay aligned. ``note`` (why) is added to ``notes`` and ``skipped`` (what was dropped, with
+        why) to ``skipped``; when every picture is kept, the set itself."""
+        keep = sorted({int(i) for i in indices})
+        if keep and not (0 <= keep[0] and keep[-1] < len(self.images)):
+            raise ValueError(f"picture indices must be 0..{len(self.images) - 1}")
+        if len(keep) == len(self.images):
+            return self
+        new_index = {old: new for new, old in enumerate(keep)}
+        pairs = [(c, new_index[i]) for c, i in zip(self.captions, self.caption_image) if i in new_index]
+        return replace(self, images=tuple(self.images[i] for i in keep), captions=tuple(c for c, _ in pairs),
+                       caption_image=tuple(i for _, i in pairs),
+                       image_ids=tuple(self.image_ids[i] for i in keep) if self.image_ids else (),
+                       skipped=self.skipped + tuple(skipped), notes=self.notes + ((note,) if note else ()))
 
 
 def build_set(layout: str, root: Path, split: str, pairs: Iterable[tuple[Path, Sequence[str], str]],
@@ -101,12 +120,14 @@ def load_json(file: Path, expected: str = "", kind: type | None = None):
     return value
 
 
-def _reasons(skipped: Sequence[Skipped]) -> str:
+def skipped_by_reason(items: Iterable[Skipped]) -> dict[str, int]:
+    """How many items were left out for each kind of reason, in the order first met: the reason's text
+    before its first ':' ("image unreadable: <the decoder's words>" counts as "image unreadable")."""
     counts: dict[str, int] = {}
-    for item in skipped:  # by kind: "image unreadable: <the decoder's words>" counts as "image unreadable"
+    for item in items:
         kind = item.reason.split(":")[0]
         counts[kind] = counts.get(kind, 0) + 1
-    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+    return counts
 
 
-__all__ = ["RetrievalSet", "Skipped", "build_set", "find_image", "load_json"]
+__all__ = ["RetrievalSet", "Skipped", "build_set", "find_image", "load_json", "skipped_by_reason"]

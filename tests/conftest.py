@@ -1,0 +1,67 @@
+"""Fixtures shared by the jobs tests (``test_jobs``, ``test_cli_jobs``, ``test_ui_jobs``): a tiny world,
+a run store under the test's own ``EXPLORER_HOME``, and a wait for a run to get somewhere. A test module
+that defines a fixture of the same name uses its own."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """A 12-scene synthetic world at 64 px, written once per test module."""
+    from explorer.data import write_dataset
+
+    root = tmp_path_factory.mktemp("world")
+    write_dataset(root, 12, seed=0, image_size=64)  # 10 train, 1 val, 1 test
+    return root
+
+
+@pytest.fixture
+def isolated_home(tmp_path, monkeypatch) -> Path:
+    """``EXPLORER_HOME`` (the run store, caches) and ``EXPLORER_CHECKPOINTS`` (the zoo) under ``tmp_path``."""
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "zoo"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def subreaper() -> bool:
+    """Whether ``jobs`` adopts its runs' orphaned processes (a module about reaping overrides it)."""
+    return False
+
+
+@pytest.fixture
+def jobs(isolated_home, subreaper):
+    """The run store every call opens (``EXPLORER_HOME``): CPU only, two runs at once; no run of the test
+    is left running after it, passed or failed."""
+    from explorer.jobs import JobManager, launcher
+
+    manager = JobManager(gpu_ids=[], max_running=2, grace_s=60, subreaper=subreaper)
+    yield manager
+    for run in manager.list(reconcile=False):
+        if run.pgid and run.status == "running":
+            launcher.signal_group(run.pgid, signal.SIGKILL)
+    launcher.wait_children(10)
+
+
+def poll(condition, timeout: float = 180.0, what: str = "the condition"):
+    """``condition()``'s first true value, asked every 0.1 s; an ``AssertionError`` naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def wait_for():
+    """``wait_for(condition, timeout=180, what=...)``: ``poll``, for a run process to get somewhere."""
+    return poll
