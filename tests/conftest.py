@@ -26,6 +26,7 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
     """``EXPLORER_HOME`` (the run store, caches) and ``EXPLORER_CHECKPOINTS`` (the zoo) under ``tmp_path``."""
     monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "zoo"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # run processes inherit it: two ranks on two cores
     return tmp_path / "home"
 
 
@@ -46,6 +47,7 @@ def jobs(isolated_home, subreaper):
     for run in manager.list(reconcile=False):
         if run.pgid and run.status == "running":
             launcher.signal_group(run.pgid, signal.SIGKILL)
+            launcher.end_ranks(run.out_dir)  # torchrun's ranks live in sessions of their own
     launcher.wait_children(10)
 
 

@@ -140,7 +140,10 @@ def test_the_app_dies_the_run_goes_on_and_a_killed_run_is_reconciled(jobs, world
     assert {r.id: r.status for r in restarted.list()} == {long_id: "running", short_id: "running"}
     short = restarted.wait(short_id, timeout=240)
     assert short.status == "done" and [r["step"] for r in restarted.metrics(short_id)] == [1, 2, 3]
-    wait_for(lambda: restarted.metrics(long_id), what="the long run's first step")
+    # The metrics row is written before the worker logs its step line: wait for both, or the kill below
+    # can land between the two (seen under load).
+    wait_for(lambda: restarted.metrics(long_id) and "step 1/100000" in restarted.logs(long_id, tail=None),
+             what="the long run's first step, logged")
 
     long = restarted.get(long_id)
     os.killpg(long.pgid, signal.SIGKILL)

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,40 +17,14 @@ from explorer.jobs import JobError, JobManager, launcher
 from explorer.training.checkpointing import latest_checkpoint
 from explorer.training.metrics_log import read_jsonl
 
+@pytest.fixture
+def subreaper() -> bool:
+    return True  # the manager adopts the ranks torchrun leaves behind, and reaps them
+
+
 TINY = {"size": "tiny", "batch_size": 2, "cpu_threads": 1, "evaluate": False}
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from explorer.data import write_dataset
-
-    root = tmp_path_factory.mktemp("world")
-    write_dataset(root, 12, seed=0, image_size=64)  # 10 train, 1 val, 1 test
-    return root
-
-
-@pytest.fixture
-def jobs(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "zoo"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    manager = JobManager(gpu_ids=[], max_running=2, grace_s=60)
-    yield manager
-    for run in manager.list(reconcile=False):  # nothing of a failed test keeps running
-        if run.pgid and run.status == "running":
-            launcher.signal_group(run.pgid, signal.SIGKILL)
-            launcher.end_ranks(run.out_dir)
-    launcher.wait_children(10)
-
-
-def wait_for(condition, timeout=120.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def assert_no_process_left(run):
@@ -132,7 +105,7 @@ def test_a_two_process_cpu_job_finishes_with_one_checkpoint_and_rank_0_writes(jo
 
 
 @pytest.mark.slow
-def test_cancel_of_a_two_process_job_stops_both_ranks_and_resume_continues(jobs, world):
+def test_cancel_of_a_two_process_job_stops_both_ranks_and_resume_continues(jobs, world, wait_for):
     run = jobs.submit("clip", world, max_steps=1000, overrides={**TINY, "checkpoint_every": 10000}, processes=2)
     wait_for(lambda: jobs.metrics(run.id), what="the first logged step")
     run = jobs.get(run.id)
@@ -162,7 +135,7 @@ def test_cancel_of_a_two_process_job_stops_both_ranks_and_resume_continues(jobs,
 
 
 @pytest.mark.slow
-def test_a_torchrun_killed_with_sigkill_takes_its_ranks_with_it(jobs, world):
+def test_a_torchrun_killed_with_sigkill_takes_its_ranks_with_it(jobs, world, wait_for):
     run = jobs.submit("clip", world, max_steps=1000, overrides={**TINY, "checkpoint_every": 10000}, processes=2)
     wait_for(lambda: jobs.metrics(run.id), what="the first logged step")
     run = jobs.get(run.id)

@@ -22,15 +22,6 @@ TINY = {"size": "tiny", "batch_size": 2, "cpu_threads": 1, "evaluate": False}
 LOCAL = {"cluster": "local", "time": "0:10:00"}
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from explorer.data import write_dataset
-
-    root = tmp_path_factory.mktemp("world")
-    write_dataset(root, 12, seed=0, image_size=64)
-    return root
-
-
 @pytest.fixture
 def jobs(tmp_path, monkeypatch):
     monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))

@@ -1,9 +1,10 @@
-"""Data: the synthetic long-caption world, its on-disk layout, and readers for DOCCI and Urban1k.
+"""Data: the synthetic long-caption world, its on-disk layout, and the benchmark datasets' readers.
 
 - ``synthetic``: ``generate_scene`` / ``generate_scenes``, seeded scenes with known truth
   (``vocabulary`` its words, ``drawing`` its pixels, ``captions`` its text, ``scene`` the records).
 - ``store``: ``write_dataset`` / ``read_dataset``, the synthetic world on disk.
-- ``formats``: DOCCI and Urban1k readers and exporters, ``LongCaptionRecord``, ``read_records``.
+- ``formats``: exporters to the DOCCI and Urban1k layouts, and ``LongCaptionRecord`` / ``read_records`` over
+  the readers of ``retrieval_sets`` (one reader per layout, one detector).
 """
 
 from __future__ import annotations
