@@ -1,8 +1,8 @@
 """The same operations as the app, from the shell: `explorer --help`.
 
 One module per group of commands: this one (app, models, train, data, zoo, eval), figures
-(`explorer figure ...`), retrieval (`explorer index | search | eval-retrieval`); common holds what
-they share.
+(`explorer figure ...`), retrieval (`explorer index | search | eval-retrieval`), jobs (`explorer jobs ...`),
+generation (`explorer generate | export-text-encoder`); common holds what they share.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import figures, jobs, retrieval
+from explorer.cli import figures, generation, jobs, retrieval
 from explorer.cli.common import zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -114,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
 
     retrieval.add_commands(commands)
     jobs.add_commands(commands)
+    generation.add_commands(commands)
     return parser
 
 

@@ -70,3 +70,17 @@ def ensure(path: Path) -> Path:
     """``path``, made if missing."""
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+SDXL_ENV = "EXPLORER_SDXL"
+
+
+def sdxl_default() -> Path | None:
+    """Where SDXL base sits when no one says: ``$EXPLORER_SDXL`` (a diffusers folder or a file), else None."""
+    env = os.environ.get(SDXL_ENV)
+    return Path(env).expanduser() if env else None
+
+
+def generations_dir() -> Path:
+    """Images the Generation tab made, each with its settings JSON."""
+    return home() / "generations"

@@ -142,6 +142,10 @@ class Model:
     def uses_dense_caption(self) -> bool:
         return self.method.uses_dense_caption
 
+    def text_tower(self):
+        """The method's CLIP text transformer on its own (``TextTower``), or None when it has none."""
+        return self.method.text_tower(source=f"{self.name} ({self.title})")
+
     def __repr__(self) -> str:
         return f"Model({self.name!r}, method={self.method_name}, context={self.context_length}, device={self.device})"
 

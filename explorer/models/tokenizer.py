@@ -23,6 +23,13 @@ def _bpe() -> SimpleTokenizer:
     return SimpleTokenizer()
 
 
+def bpe_tables() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """CLIP's vocabulary (token -> id) and its merges in rank order, as open_clip ships them."""
+    bpe = _bpe()
+    merges = sorted(bpe.bpe_ranks, key=bpe.bpe_ranks.get)
+    return dict(bpe.encoder), merges
+
+
 SOT_ID = 49406
 EOT_ID = 49407
 SPECIAL_TOKENS = 2  # start-of-text and end-of-text

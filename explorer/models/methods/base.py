@@ -25,6 +25,7 @@ from explorer.models.batch import TrainingBatch  # noqa: F401  (named in annotat
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
 from explorer.models.preprocess import Preprocess
+from explorer.models.text_tower import TextTower  # noqa: F401  (named in annotations)
 from explorer.models.tokenizer import CLIP_TOKENS, TokenBatch, TokenCounter, tokenize
 
 GENERIC_MAP = "generic"
@@ -154,6 +155,11 @@ class Method:
                            kind: str = GENERIC_MAP) -> torch.Tensor:
         """``sentence_maps`` given a dense caption (one row for all sentences); default: it is not used."""
         return self.sentence_maps(image, text, kind)
+
+    def text_tower(self, source: str = "") -> "TextTower | None":
+        """The method's CLIP text transformer on its own (what SDXL's ``text_encoder`` slot can take), or
+        None when its text side is not one CLIP text tower (SEPS's BERT). CLIP-backbone methods have one."""
+        return None
 
     def losses(self, batch: "TrainingBatch") -> dict[str, torch.Tensor]:
         """Named loss terms, each already weighted: the training loop minimises their sum."""

@@ -23,6 +23,7 @@ from torch import nn
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.nn.positional import stretch_positions
+from explorer.models.text_tower import TextTower, text_keys
 
 
 class ClipBackbone(nn.Module):
@@ -140,6 +141,15 @@ class ClipBackbone(nn.Module):
         # Real tokens are SOT .. EOT. Not ``ids != 0``: id 0 is a real BPE token ("!").
         positions = torch.arange(ids.shape[1], device=ids.device)
         return TextFeatures(eot=eot, tokens=projected, mask=positions[None, :] <= eot_index[:, None])
+
+    def text_tower(self, source: str = "") -> TextTower:
+        """The text transformer alone (shares storage with this model; nothing is copied)."""
+        arch = self.arch
+        return TextTower(
+            tensors=text_keys(self.state_dict()), width=arch.text_width, layers=arch.text_layers,
+            heads=arch.text_heads, mlp_width=int(round(arch.text_width * arch.text_mlp_ratio)),
+            context_length=self.positional_embedding.shape[0], vocab_size=arch.vocab_size,
+            projection_dim=self.text_projection.shape[1], quick_gelu=arch.quick_gelu, source=source)
 
     @property
     def dtype(self) -> torch.dtype:
