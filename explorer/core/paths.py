@@ -80,7 +80,3 @@ def sdxl_default() -> Path | None:
     env = os.environ.get(SDXL_ENV)
     return Path(env).expanduser() if env else None
 
-
-def generations_dir() -> Path:
-    """Images the Generation tab made, each with its settings JSON."""
-    return home() / "generations"

@@ -8,7 +8,7 @@ from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
 from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
-from explorer.ui import grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
+from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -47,6 +47,8 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
                 grounding = grounding_tab.build(zoo, cache)
             with gr.Tab("Retrieval", id="retrieval"):
                 retrieval_models, retrieval_load = retrieval_tab.build(zoo, indexer, grounding, tabs)
+            with gr.Tab("Generation", id="generation"):
+                generation_models = generation_tab.build(zoo)
             with gr.Tab("Jobs", id="jobs"):
                 jobs_init, jobs_changes, jobs_load = jobs_tab.build(jobs, zoo, grounding, tabs)
             with gr.Tab("Models", id="models"):
@@ -59,7 +61,9 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
                           outputs=grounding.models),
                      dict(fn=lambda current: retrieval_tab.refresh_models(zoo, current), inputs=retrieval_models,
                           outputs=retrieval_models),
-                     dict(fn=lambda current: jobs_tab.refresh_inits(zoo, current), inputs=jobs_init, outputs=jobs_init)]
+                     dict(fn=lambda current: jobs_tab.refresh_inits(zoo, current), inputs=jobs_init, outputs=jobs_init),
+                     dict(fn=lambda current: generation_tab.refresh_models(zoo, current), inputs=generation_models,
+                          outputs=generation_models)]
         for refresh in refreshes:
             for event in [*zoo_changes, *jobs_changes]:
                 event.then(**refresh)

@@ -6,8 +6,11 @@ Rendering only: the pictures, the caption analysis and the scores come from
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from PIL import Image, ImageDraw, ImageFont
 
+from explorer.generation.generate import CUT_MARK
 from explorer.grounding.budget import analyse_caption
 from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT
 
@@ -80,7 +83,14 @@ def _reads(sentence, context: int) -> str:
     return "no" if sentence.start_token >= context - 1 else "in part"
 
 
-MATCH_HEADERS_FIXED = ["#", "sentence", "past stock's 77"]
+MATCH_HEADERS_FIXED = ["#", "sentence", "past 77"]
+BUDGET_WIDTHS = ["4%", "58%", "8%", "10%", "10%", "10%"]
+
+
+def match_widths(n_columns: int) -> list[str]:
+    """Column widths of the match table: the sentence wide, every score readable without scrolling."""
+    share = 38 / (n_columns + 1)
+    return ["4%", "50%", "8%", *[f"{share:.0f}%"] * (n_columns + 1)]
 
 
 def match_table(match, seed: int) -> tuple[list[str], list[list]]:
@@ -88,9 +98,114 @@ def match_table(match, seed: int) -> tuple[list[str], list[list]]:
     columns = [column for column, s in match.keys if s == seed]
     index = {key: i for i, key in enumerate(match.keys)}
     best = match.best_picture(seed)
-    headers = [*MATCH_HEADERS_FIXED, *(column_title(c) for c in columns), "best"]
+    headers = [*MATCH_HEADERS_FIXED, *columns, "best"]
     rows = [["all", "(whole caption)", "", *(round(match.whole[index[(c, seed)]], 4) for c in columns), ""]]
     for j, sentence in enumerate(match.sentences):
         scores = [round(match.per_sentence[index[(c, seed)]][j], 4) for c in columns]
         rows.append([j + 1, sentence, "yes" if match.past_stock_cut[j] else "", *scores, best[j]])
     return headers, rows
+
+
+# ---- the tab's work: long-text models, submitting to the worker, what a finished task shows -----------
+
+EXAMPLE_PROMPT = (
+    "A quiet harbour town at dusk, seen from the end of a wooden pier. Three small fishing boats are tied to "
+    "the pier, the nearest one painted red with a white stripe along its hull. Behind the boats, a row of "
+    "narrow houses in yellow, blue and green climbs the hill, their windows already lit. A lighthouse stands "
+    "on the rocks to the left, its beam just visible against the violet sky. On the pier, an old man in a "
+    "grey coat sits on an upturned crate, mending a net spread across his knees. A black and white cat sleeps "
+    "beside him on a coil of rope. Gulls circle above the masts, and a thin crescent moon hangs over the hill. "
+    "In the far right corner, a small orange rowing boat drifts alone, its oars resting inside.")
+
+
+def long_text_models(manifests) -> list[tuple[str, str]]:
+    """(label, name) of the zoo models whose text tower can take SDXL's ``text_encoder`` slot (248 tokens,
+    a CLIP text tower): the rest would only be refused."""
+    from explorer.models.methods import get_method
+    from explorer.models.methods.base import Method
+
+    choices = []
+    for manifest in manifests:
+        try:
+            method = get_method(manifest.method)
+        except Exception:  # noqa: BLE001 - an unknown method is simply not offered here
+            continue
+        if manifest.context_length == LONG_CONTEXT and method.text_tower is not Method.text_tower:
+            label = f"{manifest.name} · {method.title}"
+            choices.append((label if manifest.trained else f"{label} · UNTRAINED (random weights)", manifest.name))
+    return choices
+
+
+def parse_seeds(text) -> list[int]:
+    from explorer.core.errors import ExplorerError
+
+    try:
+        seeds = [int(part) for part in str(text or "").replace(",", " ").split()]
+    except ValueError as error:
+        raise ExplorerError(f"seeds are whole numbers separated by commas or spaces, not {text!r}") from error
+    return seeds
+
+
+def sdxl_line(path, config="") -> str:
+    """One line on where SDXL is, or how to point to it."""
+    from explorer.generation.sdxl_source import SdxlError, check_source
+
+    try:
+        source = check_source(path, config or None)
+    except SdxlError as error:
+        return f"SDXL: {error}"
+    stock = "" if source.has_stock_encoders else " (no text_encoder/: the stock column cannot run)"
+    return f"SDXL base at `{source.path}`{stock}."
+
+
+def submit_generation(worker, generator, settings, score_with: str | None, out_dir):
+    """Queue one generation on the shared worker; returns its task. Settings are checked first, so a bad
+    request is refused at once, not after the queue."""
+    from explorer.core.background import Task
+    from explorer.generation.sdxl_source import check_source
+
+    settings.check()
+    check_source(settings.sdxl, settings.sdxl_config or None)
+
+    def job(task):
+        result = generator.run(settings, progress=task.progress, should_stop=task.stop_requested.is_set)
+        return save_generation(result, generator, score_with, out_dir)
+
+    return worker.submit(Task(key=str(out_dir), title="generation"), job)
+
+
+@dataclass
+class SavedGeneration:
+    grid: Image.Image
+    grid_path: object
+    settings_path: object
+    reads: dict
+    notes: list
+    stock_prompt: str
+    match: object | None  # CaptionMatch
+    seeds: list
+
+
+def save_generation(result, generator, score_with: str | None, out_dir) -> SavedGeneration:
+    """The grid PNG and the settings JSON (with what each column read, timings and the match) in ``out_dir``."""
+    from explorer.generation.caption_match import score_pictures
+
+    grid = picture_grid(result)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    grid_path = out_dir / "generation.png"
+    grid.save(grid_path)
+    record = result.record()
+    match = score_pictures(generator.load_model(score_with), result) if score_with else None
+    if match is not None:
+        record["match"] = match.to_json()
+    settings_path = result.settings.save(out_dir / "generation.json", extra={"explorer": record})
+    return SavedGeneration(grid, grid_path, settings_path, result.reads, result.notes, result.stock_prompt, match,
+                           list(result.settings.seeds))
+
+
+def reads_markdown(saved: SavedGeneration) -> str:
+    lines = [f"- **{column_title(column)}**: {reads}" for column, reads in saved.reads.items()]
+    if "stock" in saved.reads and CUT_MARK in saved.stock_prompt:
+        lines.append(f"- Stock SDXL read the prompt up to ‖: _{saved.stock_prompt.split(CUT_MARK)[0][-80:]}_ ‖ …")
+    lines += [f"- note: {note}" for note in saved.notes]
+    return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""Generation tab: a long caption drawn by SDXL with a long text tower swapped in, beside stock SDXL.
+
+Without SDXL weights (a fresh machine) the tab says in one line how to point to them and still
+shows what each text encoder reads: the token budget per sentence for stock (77) and swapped (248).
+With them, Generate queues the work on one background worker (the page stays responsive and
+other tabs answer), a timer shows progress per denoising step, and Cancel stops between steps.
+The computing is in ``explorer.generation`` and ``explorer.views.generation_view``; this wires it.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from explorer.core import paths
+from explorer.core.background import BackgroundWorker
+from explorer.generation import GenerationSettings, Generator
+from explorer.generation.conditioning import LAYERS
+from explorer.ui.messages import explain
+from explorer.ui.view_controls import as_list, export_dir
+from explorer.views import generation_view as view
+from explorer.zoo import Zoo
+
+POLL_SECONDS = 1.0
+MAX_SWAPPED = 2  # stock + two long-text models: three columns
+SIZES = [512, 768, 1024]
+NO_SCORE = "(none)"
+
+
+def on_prompt(prompt):
+    """(budget line, budget rows): what stock SDXL and the swap read of this prompt, sentence by sentence."""
+    try:
+        return view.budget_line(prompt), view.budget_rows(prompt)
+    except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
+        return explain(error), []
+
+
+def generate(worker, generator, sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size, guidance,
+             layer, allow_cut, score_with, precision, cpu_offload, attention_slicing, vae_tiling):
+    """The Generate button: (task key, status, timer). Returns at once; the timer shows progress."""
+    try:
+        models = as_list(models)
+        if len(models) > MAX_SWAPPED:
+            raise ValueError(f"choose at most {MAX_SWAPPED} long-text models (with stock SDXL: three columns)")
+        settings = GenerationSettings(
+            prompt=prompt or "", negative=negative or "", models=models, stock=bool(stock),
+            seeds=view.parse_seeds(seeds), steps=int(steps), size=int(size), guidance=float(guidance),
+            layer=layer, allow_cut=bool(allow_cut), sdxl=(sdxl or "").strip(), sdxl_config=(sdxl_config or "").strip(),
+            precision=precision, cpu_offload=bool(cpu_offload), attention_slicing=bool(attention_slicing),
+            vae_tiling=bool(vae_tiling))
+        scorer = None if score_with in (None, "", NO_SCORE) else score_with
+        task = view.submit_generation(worker, generator, settings, scorer, export_dir())
+    except Exception as error:  # noqa: BLE001
+        return None, explain(error), gr.Timer(active=False)
+    return task.key, status_line(task), gr.Timer(active=True)
+
+
+def status_line(task) -> str:
+    if task.state == "running" and task.total:
+        return f"Generating: step {task.done}/{task.total} ({task.phase})."
+    if task.state == "running":
+        return "Generating: loading SDXL and encoding the prompt…"
+    if task.state == "queued":
+        return "Queued: another generation is running."
+    if task.state == "failed":
+        return f"**Cannot do that:** {task.error}"
+    if task.state == "stopped":
+        return f"Cancelled after step {task.done}."
+    seconds = (task.finished or 0) - (task.started or 0)
+    return f"Done in {seconds:.1f} s."
+
+
+def poll(worker, key):
+    """The timer: (status, grid, reads, match headers+rows, files, timer); it stops itself at the end."""
+    task = worker.task(key) if key else None
+    if task is None:
+        return "", None, "", gr.update(), None, gr.Timer(active=False)
+    if task.active:
+        return status_line(task), gr.update(), gr.update(), gr.update(), gr.update(), gr.Timer(active=True)
+    saved = task.result if task.state == "done" else None
+    if saved is None:
+        return status_line(task), gr.update(), gr.update(), gr.update(), gr.update(), gr.Timer(active=False)
+    table = gr.update(value=None)
+    if saved.match is not None:
+        headers, rows = view.match_table(saved.match, saved.seeds[0])
+        table = gr.update(value={"headers": headers, "data": rows},
+                          column_widths=view.match_widths(len(headers) - len(view.MATCH_HEADERS_FIXED) - 1))
+    files = [str(saved.grid_path), str(saved.settings_path)]
+    return status_line(task), saved.grid, view.reads_markdown(saved), table, files, gr.Timer(active=False)
+
+
+def cancel(worker, key) -> str:
+    task = worker.task(key) if key else None
+    if task is None or not task.active:
+        return "Nothing is running."
+    worker.stop(task)
+    return "Cancelling: the run stops after the current denoising step."
+
+
+def refresh_models(zoo: Zoo, current):
+    choices = view.long_text_models(zoo.manifests())
+    names = {name for _, name in choices}
+    kept = [name for name in as_list(current) if name in names]
+    return gr.update(choices=choices, value=kept or [name for _, name in choices[:1]])
+
+
+def build(zoo: Zoo, worker: BackgroundWorker | None = None, generator: Generator | None = None):
+    worker = worker or BackgroundWorker("explorer-generation")
+    generator = generator or Generator(load_model=zoo.load)
+    choices = view.long_text_models(zoo.manifests())
+    default_sdxl = paths.sdxl_default()
+    gr.Markdown("Draw a long caption with SDXL base twice: stock (its CLIP-L and bigG read 77 tokens) and with a "
+                "long-text model's text tower in `text_encoder` and bigG stretched to 248 positions. Same seed, "
+                "scheduler, steps, size and guidance in every column; only the text conditioning differs.")
+    with gr.Row():
+        sdxl = gr.Textbox(str(default_sdxl or ""), label="SDXL base (diffusers folder or .safetensors file)",
+                          elem_id="generation-sdxl", scale=3)
+        sdxl_config = gr.Textbox("", label="configs folder (single file only)", elem_id="generation-sdxl-config",
+                                 scale=1)
+    sdxl_status = gr.Markdown(view.sdxl_line(default_sdxl), elem_id="generation-sdxl-status")
+    prompt = gr.Textbox(view.EXAMPLE_PROMPT, lines=5, label="Long caption", elem_id="generation-prompt")
+    budget_note = gr.Markdown(view.budget_line(view.EXAMPLE_PROMPT), elem_id="generation-budget-note")
+    budget = gr.Dataframe(view.budget_rows(view.EXAMPLE_PROMPT), headers=view.BUDGET_HEADERS, interactive=False,
+                          wrap=True, column_widths=view.BUDGET_WIDTHS, label="What each text encoder reads",
+                          elem_id="generation-budget")
+    negative = gr.Textbox("", label="Negative prompt (empty: zeros, as SDXL base does)", elem_id="generation-negative")
+    with gr.Row():
+        models = gr.Dropdown(choices, value=[name for _, name in choices[:1]], multiselect=True,
+                             max_choices=MAX_SWAPPED, label="Long-text models (one column each)",
+                             elem_id="generation-models")
+        stock = gr.Checkbox(True, label="stock SDXL column", elem_id="generation-stock")
+        score_with = gr.Dropdown([NO_SCORE, *choices], value=choices[0][1] if choices else NO_SCORE,
+                                 label="Score pictures with", elem_id="generation-score-with")
+    with gr.Row():
+        seeds = gr.Textbox("0, 1", label="Seeds (one row each)", elem_id="generation-seeds")
+        steps = gr.Number(30, precision=0, minimum=1, maximum=200, label="Steps", elem_id="generation-steps")
+        size = gr.Dropdown(SIZES, value=1024, allow_custom_value=True, label="Size (px)", elem_id="generation-size")
+        guidance = gr.Number(5.0, minimum=0, label="Guidance", elem_id="generation-guidance")
+    layer = gr.Radio([(f"{name}: {text}", name) for name, text in LAYERS.items()], value="last",
+                     label="Long tower's layer (bigG reads the same one)", elem_id="generation-layer")
+    allow_cut = gr.Checkbox(False, label="cut at 248 and go on (a prompt past 248 tokens is refused otherwise)",
+                            elem_id="generation-allow-cut")
+    with gr.Accordion("GPU options", open=False):
+        with gr.Row():
+            precision = gr.Radio(["fp16", "fp32"], value="fp16", label="Precision (CPU always fp32)")
+            cpu_offload = gr.Checkbox(False, label="model CPU offload")
+            attention_slicing = gr.Checkbox(False, label="attention slicing")
+            vae_tiling = gr.Checkbox(False, label="VAE tiling")
+    with gr.Row():
+        go = gr.Button("Generate", variant="primary", elem_id="generation-go")
+        stop = gr.Button("Cancel", elem_id="generation-cancel")
+    status = gr.Markdown("", elem_id="generation-status")
+    grid = gr.Image(label="Rows: seeds · columns: stock, then each model", type="pil", elem_id="generation-grid",
+                    interactive=False)
+    reads = gr.Markdown("", elem_id="generation-reads")
+    match = gr.Dataframe(label="How well each picture matches each sentence (higher is better; scores of one model "
+                               "compare across pictures, not across models)", interactive=False, wrap=True,
+                         elem_id="generation-match")
+    files = gr.File(label="Grid (PNG) and settings (JSON: draws it again with explorer generate --settings)",
+                    file_count="multiple", interactive=False, elem_id="generation-files")
+    key = gr.State(None)
+    timer = gr.Timer(POLL_SECONDS, active=False)
+
+    prompt.change(on_prompt, inputs=prompt, outputs=[budget_note, budget], show_progress="hidden")
+    sdxl.change(view.sdxl_line, inputs=[sdxl, sdxl_config], outputs=sdxl_status, show_progress="hidden")
+    sdxl_config.change(view.sdxl_line, inputs=[sdxl, sdxl_config], outputs=sdxl_status, show_progress="hidden")
+    inputs = [sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size, guidance, layer, allow_cut,
+              score_with, precision, cpu_offload, attention_slicing, vae_tiling]
+    go.click(lambda *values: generate(worker, generator, *values), inputs=inputs, outputs=[key, status, timer],
+             concurrency_limit=None)
+    timer.tick(lambda current: poll(worker, current), inputs=key, outputs=[status, grid, reads, match, files, timer],
+               show_progress="hidden", concurrency_limit=None)
+    stop.click(lambda current: cancel(worker, current), inputs=key, outputs=status, concurrency_limit=None)
+    return models
