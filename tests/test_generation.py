@@ -13,13 +13,13 @@ import torch
 
 from explorer.core.background import BackgroundWorker, Task, TaskStopped
 from explorer.core.errors import CaptionError
-from explorer.generation.conditioning import LongTextConditioner, check_tower, stock_conditioning
+from explorer.generation.conditioning import check_tower, stock_conditioning
 from explorer.generation.generate import CUT_MARK, Generator, mark_stock_cut
 from explorer.generation.sdxl_source import SdxlError, SdxlOptions, check_source, load_pipeline
 from explorer.generation.settings import GenerationSettings
 from explorer.generation.tiny_sdxl import build_tiny_sdxl
-from explorer.models.model import Model
 from explorer.models.methods.clip import ClipMethod, LongClipMethod
+from explorer.models.model import Model
 from explorer.models.nn.positional import stretch_positions
 from explorer.models.tokenizer import CLIP_TOKENS, tokenize
 

@@ -70,3 +70,14 @@ def file_stamp(path: str | os.PathLike) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def read_json(path: str | os.PathLike, error: type[Exception] = ValueError, where: str = ""):
+    """A JSON file's content, or ``error`` naming the file (and ``where`` it was looked for) when it
+    cannot be read or is not JSON."""
+    import json
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as problem:
+        raise error(f"{where or path}: {Path(path).name} is not valid JSON or cannot be read ({problem})") from problem

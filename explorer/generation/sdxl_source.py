@@ -9,7 +9,6 @@ loaded; ``SdxlCache`` keeps the one pipeline in use, so requests after the first
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 
 from explorer.core.errors import ExplorerError
+from explorer.core.files import read_json
 from explorer.core.paths import SDXL_ENV
 
 WEIGHT_FILES = ("*.safetensors", "*.bin")
@@ -95,10 +95,7 @@ def check_source(path: str | Path | None, config: str | Path | None = None) -> S
     index = path / "model_index.json"
     if not index.is_file():
         raise SdxlError(f"{path} is not a diffusers folder (no model_index.json): {HOW_TO_POINT}.")
-    try:
-        listed = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise SdxlError(f"{index} cannot be read: {error}") from error
+    listed = read_json(index, SdxlError, where=str(path))
     if "StableDiffusionXL" not in str(listed.get("_class_name", "")):
         raise SdxlError(f"{path} holds a {listed.get('_class_name', 'pipeline of unknown class')}, not SDXL base "
                         f"(StableDiffusionXLPipeline).")

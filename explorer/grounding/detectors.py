@@ -15,7 +15,6 @@ Both detectors follow flism's ``Detector`` protocol: ``detector(image)`` ->
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,6 +27,7 @@ from skimage.segmentation import felzenszwalb
 
 from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import ExplorerError
+from explorer.core.files import read_json
 from explorer.core.regions import Region, clip_box
 from explorer.grounding.flism import Detector
 
@@ -215,10 +215,7 @@ def _check_directory(directory: Path) -> None:
     config_file = directory / "config.json"
     if not config_file.is_file():
         raise DetectorError(f"{where} has no config.json")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DetectorError(f"{where}: config.json is not valid JSON ({error})") from error
+    config = read_json(config_file, DetectorError, where=where)
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type != "yolos":
         raise DetectorError(f"{where}: config.json describes model_type {model_type!r}, not 'yolos'")
