@@ -321,3 +321,76 @@ def test_cli_refusals_are_one_line_and_exit_2(tmp_path, sdxl_dir, capsys):
     assert main(["--checkpoints", str(tmp_path / "zoo"), "export-text-encoder", "--model", str(clip),
                  "--out", str(tmp_path / "enc")]) == 2
     assert not (tmp_path / "x.png").exists()
+
+
+# ---- FID (optional extra) ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def inception_weights(tmp_path_factory):
+    """torch-fidelity's InceptionV3 with random weights, saved as a plain state dict (no download)."""
+    fidelity = pytest.importorskip("torch_fidelity.feature_extractor_inceptionv3")
+    module = fidelity.FeatureExtractorInceptionV3.__new__(fidelity.FeatureExtractorInceptionV3)
+    real_load = torch.nn.Module.load_state_dict
+    try:  # build the network without its weights, then keep its random ones
+        fidelity.load_state_dict_from_url = lambda *a, **k: {}
+        torch.nn.Module.load_state_dict = lambda self, *a, **k: None
+        module.__init__("inception-v3-compat", ["2048"])
+    finally:
+        torch.nn.Module.load_state_dict = real_load
+    for layer in module.modules():  # keep the signal's scale through 90 layers (default init fades it to 0)
+        if isinstance(layer, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    path = tmp_path_factory.mktemp("inception") / "inception.pth"
+    torch.save(module.state_dict(), path)
+    return path
+
+
+@pytest.mark.slow
+def test_fid_of_a_set_against_itself_is_near_zero_and_against_others_larger(inception_weights, tmp_path):
+    from PIL import Image
+
+    from explorer.generation.fid import frechet_inception_distance, reference_pictures
+
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(tmp_path / f"ref{i}.png")
+    reference = reference_pictures(tmp_path)
+    same = frechet_inception_distance(reference, reference, inception_weights)
+    flat = [Image.new("RGB", (64, 64), (60 * i, 90, 200)) for i in range(3)]
+    other = frechet_inception_distance(flat, reference, inception_weights)
+    assert abs(same.fid) < 1e-3 * other.fid and other.fid > 1e-3 and same.n_reference == 3
+
+
+def test_fid_refuses_pickled_weights_and_too_few_pictures(tmp_path):
+    from explorer.core.errors import ExplorerError, UnsafeCheckpointError
+    from explorer.generation.fid import frechet_inception_distance, reference_pictures
+
+    pickled = tmp_path / "evil.pth"
+    torch.save({"weights": torch.zeros(1), "object": SimpleNamespace(a=1)}, pickled)
+    from PIL import Image
+
+    pictures = [Image.new("RGB", (8, 8))] * 2
+    with pytest.raises(UnsafeCheckpointError):
+        frechet_inception_distance(pictures, pictures, pickled)
+    with pytest.raises(ExplorerError, match="at least 2"):
+        reference_pictures(tmp_path)
+
+
+@pytest.mark.slow
+def test_cli_generate_writes_fid_per_column(tmp_path, sdxl_dir, inception_weights, monkeypatch):
+    from PIL import Image
+
+    from explorer.cli import main
+    from explorer.models.io.loading import save_method
+
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    weights = save_method(LongClipMethod.example(seed=1), tmp_path / "tiny-longclip.safetensors")
+    (tmp_path / "ref").mkdir()
+    for i in range(2):
+        Image.new("RGB", (64, 64), (100 * i, 50, 50)).save(tmp_path / "ref" / f"{i}.png")
+    assert main(["--checkpoints", str(tmp_path / "zoo"), "generate", "--sdxl", str(sdxl_dir), "--model", str(weights),
+                 "--prompt", SHORT, "--seed", "0", "1", "--steps", "1", "--size", "64", "--compare",
+                 "--fid-reference", str(tmp_path / "ref"), "--inception-weights", str(inception_weights),
+                 "--out", str(tmp_path / "f.png")]) == 0
+    fid = json.loads((tmp_path / "f.json").read_text())["explorer"]["fid"]
+    assert set(fid) == {"stock", str(weights)} and all(v["generated"] == 2 and v["reference"] == 2 for v in fid.values())

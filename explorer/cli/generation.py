@@ -44,6 +44,9 @@ def add_commands(commands) -> None:
     mode.add_argument("--compare", action="store_true", help="stock and swapped side by side")
     generate.add_argument("--allow-cut", action="store_true", help="a prompt past 248 tokens: cut it and go on")
     generate.add_argument("--score-with", help="a long-text model that scores each picture against each sentence")
+    generate.add_argument("--fid-reference", type=Path, help="a folder of reference pictures: FID per column "
+                                                              "(optional extra: pip install 'explorer[fid]')")
+    generate.add_argument("--inception-weights", type=Path, help="torch-fidelity's InceptionV3 weights file, for FID")
     generate.add_argument("--device", default="auto")
     generate.add_argument("--precision", choices=("fp16", "fp32"), default=None, help="fp16 on GPU (default)")
     generate.add_argument("--cpu-offload", action="store_true", help="model CPU offload (GPU; needs accelerate)")
@@ -99,6 +102,8 @@ def _run_generate(args) -> int:
     from explorer.views.generation_view import budget_line, picture_grid
 
     settings = settings_from_args(args).check()
+    if args.fid_reference and not args.inception_weights:
+        raise ExplorerError("FID needs --inception-weights FILE (torch-fidelity's InceptionV3; nothing is downloaded)")
     load = model_loader(args, zoo_from_args(args))
     print(budget_line(settings.prompt), file=sys.stderr)
     bars: list = []  # made at the first step, so that a refusal prints no empty bar
@@ -120,6 +125,8 @@ def _run_generate(args) -> int:
     record = result.record()
     if args.score_with:
         record["match"] = score_pictures(load(args.score_with), result).to_json()
+    if args.fid_reference:
+        record["fid"] = fid_per_column(result, args.fid_reference, args.inception_weights)
     settings.save(out.with_suffix(".json"), extra={"explorer": record})
     for column, reads in result.reads.items():
         print(f"{column}: {reads} (text encoding {result.encode_seconds[column]:.3f} s)", file=sys.stderr)
@@ -127,6 +134,20 @@ def _run_generate(args) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(json.dumps({"image": str(out), "settings": str(out.with_suffix(".json"))}))
     return 0
+
+
+def fid_per_column(result, reference: Path, weights: Path) -> dict:
+    """FID of each column's pictures (one per seed) against the reference folder, printed and returned."""
+    from explorer.generation.fid import frechet_inception_distance, reference_pictures
+
+    pictures = reference_pictures(reference)
+    scores = {}
+    for column in result.settings.columns:
+        generated = [p.image for p in result.pictures if p.column == column]
+        fid = frechet_inception_distance(generated, pictures, weights)
+        print(f"{column}: {fid.line()}", file=sys.stderr)
+        scores[column] = {"fid": fid.fid, "generated": fid.n_generated, "reference": fid.n_reference}
+    return scores
 
 
 def _run_export(args) -> int:
