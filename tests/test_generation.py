@@ -330,13 +330,13 @@ def inception_weights(tmp_path_factory):
     """torch-fidelity's InceptionV3 with random weights, saved as a plain state dict (no download)."""
     fidelity = pytest.importorskip("torch_fidelity.feature_extractor_inceptionv3")
     module = fidelity.FeatureExtractorInceptionV3.__new__(fidelity.FeatureExtractorInceptionV3)
-    real_load = torch.nn.Module.load_state_dict
-    try:  # build the network without its weights, then keep its random ones
+    real_load, real_fetch = torch.nn.Module.load_state_dict, fidelity.load_state_dict_from_url
+    try:  # build the network without its weights (nothing fetched), then keep its random ones
         fidelity.load_state_dict_from_url = lambda *a, **k: {}
         torch.nn.Module.load_state_dict = lambda self, *a, **k: None
         module.__init__("inception-v3-compat", ["2048"])
     finally:
-        torch.nn.Module.load_state_dict = real_load
+        torch.nn.Module.load_state_dict, fidelity.load_state_dict_from_url = real_load, real_fetch
     for layer in module.modules():  # keep the signal's scale through 90 layers (default init fades it to 0)
         if isinstance(layer, torch.nn.Conv2d):
             torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
