@@ -394,3 +394,17 @@ def test_cli_generate_writes_fid_per_column(tmp_path, sdxl_dir, inception_weight
                  "--out", str(tmp_path / "f.png")]) == 0
     fid = json.loads((tmp_path / "f.json").read_text())["explorer"]["fid"]
     assert set(fid) == {"stock", str(weights)} and all(v["generated"] == 2 and v["reference"] == 2 for v in fid.values())
+
+
+def test_the_refiner_finishes_the_schedule_reading_the_bigg_part(generator, sdxl_dir, tmp_path):
+    from explorer.generation.tiny_sdxl import build_tiny_refiner
+
+    refiner = build_tiny_refiner(tmp_path / "refiner")
+    seen = []
+    with_refiner = generator.run(settings(sdxl_dir, steps=5, refiner=str(refiner)),
+                                 progress=lambda done, total, phase: seen.append(done))
+    plain = generator.run(settings(sdxl_dir, steps=5))
+    assert seen == list(range(1, 11))  # two columns of 5: base 4 steps (80 %), refiner 1
+    assert not np.array_equal(pixels(with_refiner.picture("tiny-longclip", 0)), pixels(plain.picture("tiny-longclip", 0)))
+    with pytest.raises(SdxlError, match="refiner not found"):
+        generator.run(settings(sdxl_dir, refiner=str(tmp_path / "none")))

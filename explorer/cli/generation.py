@@ -25,6 +25,7 @@ def add_commands(commands) -> None:
     generate.add_argument("--sdxl", help="SDXL base: a local diffusers folder or one .safetensors file "
                                          "(default: $EXPLORER_SDXL)")
     generate.add_argument("--sdxl-config", help="the diffusers configs a single-file SDXL is read with")
+    generate.add_argument("--refiner", help="SDXL refiner folder (optional): it finishes the last 20 %% of the steps")
     generate.add_argument("--model", action="append", default=[], help="long-text model (zoo name or file); "
                                                                        "repeat for another column")
     prompt = generate.add_mutually_exclusive_group()
@@ -73,7 +74,8 @@ def settings_from_args(args):
     given = {
         "prompt": read_text(args.prompt_file) if args.prompt_file else args.prompt,
         "negative": args.negative, "seeds": args.seed, "steps": args.steps, "size": args.size,
-        "guidance": args.guidance, "layer": args.layer, "sdxl": args.sdxl, "sdxl_config": args.sdxl_config,
+        "guidance": args.guidance, "layer": args.layer, "sdxl": args.sdxl, "refiner": args.refiner,
+        "sdxl_config": args.sdxl_config,
         "precision": args.precision,
     }
     data = {**base, **{key: value for key, value in given.items() if value is not None}}

@@ -45,6 +45,12 @@ class Conditioning:
     reads: str  # what the encoders read, said in the page and saved with the image
     seconds: float = 0.0
 
+    def last_features(self, width: int) -> "Conditioning":
+        """Only the last ``width`` features of each token (bigG's part): what SDXL's refiner reads."""
+        cut = None if self.negative_embeds is None else self.negative_embeds[..., -width:]
+        return Conditioning(self.prompt_embeds[..., -width:], self.pooled, cut, self.negative_pooled,
+                            reads=f"{self.reads}; refiner: its bigG part", seconds=self.seconds)
+
     def pipeline_kwargs(self) -> dict:
         return {"prompt_embeds": self.prompt_embeds, "pooled_prompt_embeds": self.pooled,
                 "negative_prompt_embeds": self.negative_embeds,

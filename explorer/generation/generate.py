@@ -102,6 +102,7 @@ class Generator:
             should_stop: Callable[[], bool] | None = None) -> GenerationResult:
         settings.check()
         pipe = self.pipeline(settings)
+        refiner = self.sdxl.refiner(settings.refiner, pipe, settings.options()) if settings.refiner else None
         settings.scheduler = type(pipe.scheduler).__name__
         notes = settings.options().notes()
         conditionings = {column: self.conditioning(column, pipe, settings) for column in settings.columns}
@@ -116,7 +117,7 @@ class Generator:
                         progress(done_before + step, total, f"{column}, seed {seed}")
 
                 start = time.perf_counter()
-                image = denoise(pipe, conditioning, settings, seed, on_step, should_stop)
+                image = denoise(pipe, conditioning, settings, seed, on_step, should_stop, refiner=refiner)
                 pictures.append(Picture(column, seed, image, time.perf_counter() - start))
         long_cut = CLIP_TOKENS.budget(settings.prompt, LONG_CONTEXT).n_cut
         if long_cut and settings.models:
@@ -129,21 +130,31 @@ class Generator:
 
 
 def denoise(pipe, conditioning: Conditioning, settings: GenerationSettings, seed: int,
-            on_step: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None) -> Image.Image:
-    """One picture from the stock pipeline, given its text conditioning."""
+            on_step: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
+            refiner=None) -> Image.Image:
+    """One picture from the stock pipeline, given its text conditioning; with a refiner, the base runs the
+    first ``refiner_start`` of the schedule and the refiner (reading bigG's part) the rest."""
+    done = [0]
 
     def step_end(pipeline, step: int, timestep, tensors: dict) -> dict:
+        done[0] += 1
         if on_step:
-            on_step(step + 1)
+            on_step(min(done[0], settings.steps))
         if should_stop and should_stop():
-            raise TaskStopped(f"stopped after step {step + 1}")
+            raise TaskStopped(f"stopped after step {done[0]}")
         return tensors
 
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
+    common = dict(num_inference_steps=settings.steps, guidance_scale=settings.guidance, generator=generator,
+                  callback_on_step_end=step_end)
     with torch.inference_mode():
-        out = pipe(num_inference_steps=settings.steps, guidance_scale=settings.guidance, height=settings.size,
-                   width=settings.size, generator=generator, callback_on_step_end=step_end,
-                   **conditioning.pipeline_kwargs())
-    return out.images[0]
+        if refiner is None:
+            return pipe(height=settings.size, width=settings.size, **common,
+                        **conditioning.pipeline_kwargs()).images[0]
+        latents = pipe(height=settings.size, width=settings.size, denoising_end=settings.refiner_start,
+                       output_type="latent", **common, **conditioning.pipeline_kwargs()).images
+        bigg = refiner.text_encoder_2.config.hidden_size
+        return refiner(image=latents, denoising_start=settings.refiner_start, **common,
+                       **conditioning.last_features(bigg).pipeline_kwargs()).images[0]
 
 

@@ -115,6 +115,41 @@ def check_source(path: str | Path | None, config: str | Path | None = None) -> S
     return SdxlSource(path=path, config=None, components=tuple(present))
 
 
+def check_refiner(path: str | Path) -> Path:
+    """The refiner's diffusers folder (stable-diffusion-xl-refiner-1.0), or an ``SdxlError`` saying what is wrong.
+    Its bigG and VAE are taken from the base pipeline, as Long-CLIP's SDXL code and diffusers' docs do."""
+    path = Path(str(path).strip()).expanduser()
+    if not (path / "model_index.json").is_file():
+        raise SdxlError(f"refiner not found at {path}: give the diffusers folder of stable-diffusion-xl-refiner-1.0 "
+                        f"(model_index.json, unet/, scheduler/); nothing is downloaded.")
+    listed = read_json(path / "model_index.json", SdxlError, where=str(path))
+    if "Img2Img" not in str(listed.get("_class_name", "")):
+        raise SdxlError(f"{path} holds a {listed.get('_class_name')}, not the SDXL refiner "
+                        f"(StableDiffusionXLImg2ImgPipeline).")
+    unet = path / "unet"
+    if not unet.is_dir() or not any(any(unet.glob(pattern)) for pattern in WEIGHT_FILES):
+        raise SdxlError(f"{path}: unet/ is missing or has no weights.")
+    return path
+
+
+def load_refiner(path: Path, base, options: SdxlOptions):
+    from diffusers import StableDiffusionXLImg2ImgPipeline
+
+    try:
+        refiner = StableDiffusionXLImg2ImgPipeline.from_pretrained(
+            str(path), text_encoder_2=base.text_encoder_2, vae=base.vae, dtype=options.dtype(), local_files_only=True)
+    except Exception as error:  # noqa: BLE001
+        raise SdxlError(f"SDXL refiner at {path} could not be loaded: {' '.join(str(error).split())[:500]}") \
+            from error
+    refiner.set_progress_bar_config(disable=True)
+    device = options.resolved_device()
+    if options.cpu_offload and device.type == "cuda":
+        refiner.enable_model_cpu_offload(device=device)
+    else:
+        refiner.to(device)
+    return refiner
+
+
 def load_pipeline(source: SdxlSource, options: SdxlOptions):
     """The stock ``StableDiffusionXLPipeline``, with the GPU options applied."""
     from diffusers import StableDiffusionXLPipeline
@@ -165,6 +200,8 @@ class SdxlCache:
         self._lock = threading.Lock()
         self._key: tuple | None = None
         self._pipe = None
+        self._refiner_key: tuple | None = None
+        self._refiner = None
 
     def get(self, source: SdxlSource, options: SdxlOptions):
         key = (str(source.path), _stamp(source.path), str(source.config), tuple(asdict(options).items()))
@@ -175,9 +212,21 @@ class SdxlCache:
                 self._key = key
             return self._pipe
 
+    def refiner(self, path: str | Path, base, options: SdxlOptions):
+        """The refiner for ``base`` (sharing its bigG and VAE), kept like the base pipeline."""
+        folder = check_refiner(path)
+        key = (str(folder), _stamp(folder), id(base), tuple(asdict(options).items()))
+        with self._lock:
+            if key != self._refiner_key:
+                self._refiner, self._refiner_key = None, None
+                self._refiner = load_refiner(folder, base, options)
+                self._refiner_key = key
+            return self._refiner
+
     def clear(self) -> None:
         with self._lock:
             self._pipe, self._key = None, None
+            self._refiner, self._refiner_key = None, None
 
 
 def _stamp(path: Path) -> float:

@@ -32,6 +32,8 @@ class GenerationSettings:
     allow_cut: bool = False  # a prompt past 248 tokens: cut it and go on instead of refusing
     sdxl: str = ""
     sdxl_config: str = ""  # configs for a single-file SDXL
+    refiner: str = ""  # SDXL refiner folder (optional): base denoises to refiner_start, the refiner finishes
+    refiner_start: float = 0.8  # the fraction of the schedule the base runs (Long-CLIP's SDXL script: 0.8)
     device: str = "auto"
     precision: str = "fp16"
     cpu_offload: bool = False
@@ -61,6 +63,8 @@ class GenerationSettings:
             raise ExplorerError(f"size must be a multiple of 8 in {SIZES[0]}..{SIZES[1]}, not {self.size}")
         if self.guidance < 0:
             raise ExplorerError(f"guidance must be >= 0, not {self.guidance}")
+        if self.refiner and not 0 < self.refiner_start < 1:
+            raise ExplorerError(f"refiner_start must be between 0 and 1, not {self.refiner_start}")
         if self.layer not in LAYERS:
             raise ExplorerError(f"layer is one of {', '.join(LAYERS)}, not {self.layer!r}")
         return self

@@ -21,25 +21,32 @@ from explorer.models.tokenizer import EOT_ID, SOT_ID
 TIME_EMBED = 8  # addition_time_embed_dim; SDXL feeds 6 size/crop numbers through it
 
 
-def build_tiny_sdxl(folder: Path, long_width: int = 64, bigg_width: int = 32, projection: int = 32,
-                    seed: int = 0) -> Path:
-    """Write a tiny SDXL base folder whose ``text_encoder`` is ``long_width`` wide; returns ``folder``."""
-    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+def _denoiser_parts(cross_attention: int, pooled_inputs: int):
+    """(UNet, VAE, scheduler) at SDXL's arrangement, tiny: ``pooled_inputs`` = pooled width + time numbers."""
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, UNet2DConditionModel
 
-    torch.manual_seed(seed)
     unet = UNet2DConditionModel(
         block_out_channels=(32, 64), layers_per_block=1, sample_size=32, in_channels=4, out_channels=4,
         down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
         attention_head_dim=(2, 4), use_linear_projection=True, addition_embed_type="text_time",
         addition_time_embed_dim=TIME_EMBED, transformer_layers_per_block=(1, 1),
-        projection_class_embeddings_input_dim=projection + 6 * TIME_EMBED,
-        cross_attention_dim=long_width + bigg_width, norm_num_groups=8)
+        projection_class_embeddings_input_dim=pooled_inputs, cross_attention_dim=cross_attention, norm_num_groups=8)
     vae = AutoencoderKL(block_out_channels=(32, 64), in_channels=3, out_channels=3,
                         down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
                         latent_channels=4, sample_size=64, norm_num_groups=8)
     scheduler = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                                        timestep_spacing="leading", steps_offset=1)
+    return unet, vae, scheduler
+
+
+def build_tiny_sdxl(folder: Path, long_width: int = 64, bigg_width: int = 32, projection: int = 32,
+                    seed: int = 0) -> Path:
+    """Write a tiny SDXL base folder whose ``text_encoder`` is ``long_width`` wide; returns ``folder``."""
+    from diffusers import StableDiffusionXLPipeline
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+
+    torch.manual_seed(seed)
+    unet, vae, scheduler = _denoiser_parts(long_width + bigg_width, projection + 6 * TIME_EMBED)
 
     def text_config(width: int, act: str) -> CLIPTextConfig:
         return CLIPTextConfig(vocab_size=49408, hidden_size=width, intermediate_size=2 * width,
@@ -66,3 +73,26 @@ def _remove_tree(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+def build_tiny_refiner(folder: Path, bigg_width: int = 32, projection: int = 32, seed: int = 1) -> Path:
+    """A tiny SDXL refiner folder (UNet reading bigG's features and an aesthetic score), as the base's."""
+    from diffusers import StableDiffusionXLImg2ImgPipeline
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
+
+    torch.manual_seed(seed)
+    # the refiner's time numbers are 5 (an aesthetic score instead of the target size)
+    unet, vae, scheduler = _denoiser_parts(bigg_width, projection + 5 * TIME_EMBED)
+    text_encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig(
+        vocab_size=49408, hidden_size=bigg_width, intermediate_size=2 * bigg_width, num_hidden_layers=3,
+        num_attention_heads=1, max_position_embeddings=SHORT_CONTEXT, hidden_act="gelu", projection_dim=projection,
+        bos_token_id=SOT_ID, eos_token_id=EOT_ID, pad_token_id=EOT_ID))
+    folder = Path(folder)
+    write_clip_tokenizer(folder / "_tokenizer_2", SHORT_CONTEXT)
+    refiner = StableDiffusionXLImg2ImgPipeline(
+        vae=vae, text_encoder=None, text_encoder_2=text_encoder_2, tokenizer=None,
+        tokenizer_2=CLIPTokenizer.from_pretrained(folder / "_tokenizer_2"), unet=unet, scheduler=scheduler,
+        requires_aesthetics_score=True, force_zeros_for_empty_prompt=False)
+    refiner.save_pretrained(folder, safe_serialization=True)
+    _remove_tree(folder / "_tokenizer_2")
+    return folder
