@@ -408,3 +408,12 @@ def test_the_refiner_finishes_the_schedule_reading_the_bigg_part(generator, sdxl
     assert not np.array_equal(pixels(with_refiner.picture("tiny-longclip", 0)), pixels(plain.picture("tiny-longclip", 0)))
     with pytest.raises(SdxlError, match="refiner not found"):
         generator.run(settings(sdxl_dir, refiner=str(tmp_path / "none")))
+
+
+def test_another_sdxl_drops_the_conditioners_that_hold_the_old_ones_bigg(models, sdxl_dir, tmp_path):
+    fresh = Generator(load_model=models.__getitem__)
+    fresh.conditioner("tiny-longclip", fresh.pipeline(settings(sdxl_dir)))
+    assert len(fresh._conditioners) == 1
+    shutil.copytree(sdxl_dir, tmp_path / "other")
+    fresh.pipeline(settings(tmp_path / "other"))
+    assert len(fresh._conditioners) == 0

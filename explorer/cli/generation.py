@@ -99,9 +99,8 @@ def _run_generate(args) -> int:
     from tqdm import tqdm
 
     from explorer.cli.common import zoo_from_args
-    from explorer.generation.caption_match import score_pictures
     from explorer.generation.generate import Generator
-    from explorer.views.generation_view import budget_line, picture_grid
+    from explorer.views.generation_view import budget_line, save_generation
 
     settings = settings_from_args(args).check()
     if args.fid_reference and not args.inception_weights:
@@ -121,35 +120,22 @@ def _run_generate(args) -> int:
     for bar in bars:
         bar.close()
     out = args.out if args.out.suffix else args.out.with_suffix(".png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    picture = result.pictures[0].image if len(result.pictures) == 1 else picture_grid(result)
-    picture.save(out)
-    record = result.record()
-    if args.score_with:
-        record["match"] = score_pictures(load(args.score_with), result).to_json()
+    extra = {}
     if args.fid_reference:
-        record["fid"] = fid_per_column(result, args.fid_reference, args.inception_weights)
-    settings.save(out.with_suffix(".json"), extra={"explorer": record})
+        from explorer.generation.fid import fid_per_column
+
+        scores = fid_per_column(result, args.fid_reference, args.inception_weights)
+        for column, fid in scores.items():
+            print(f"{column}: {fid.line()}", file=sys.stderr)
+        extra["fid"] = {column: {"fid": fid.fid, "generated": fid.n_generated, "reference": fid.n_reference}
+                        for column, fid in scores.items()}
+    save_generation(result, out, load(args.score_with) if args.score_with else None, extra)
     for column, reads in result.reads.items():
         print(f"{column}: {reads} (text encoding {result.encode_seconds[column]:.3f} s)", file=sys.stderr)
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     print(json.dumps({"image": str(out), "settings": str(out.with_suffix(".json"))}))
     return 0
-
-
-def fid_per_column(result, reference: Path, weights: Path) -> dict:
-    """FID of each column's pictures (one per seed) against the reference folder, printed and returned."""
-    from explorer.generation.fid import frechet_inception_distance, reference_pictures
-
-    pictures = reference_pictures(reference)
-    scores = {}
-    for column in result.settings.columns:
-        generated = [p.image for p in result.pictures if p.column == column]
-        fid = frechet_inception_distance(generated, pictures, weights)
-        print(f"{column}: {fid.line()}", file=sys.stderr)
-        scores[column] = {"fid": fid.fid, "generated": fid.n_generated, "reference": fid.n_reference}
-    return scores
 
 
 def _run_export(args) -> int:

@@ -72,3 +72,11 @@ def frechet_inception_distance(generated: list, reference: list, inception_weigh
 def _batch(pictures: list) -> torch.Tensor:
     arrays = [np.asarray(p.convert("RGB").resize((FID_SIZE, FID_SIZE)), dtype=np.float32) / 255 for p in pictures]
     return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
+
+
+def fid_per_column(result, reference: Path, inception_weights: Path) -> dict[str, FidResult]:
+    """FID of each column's pictures (one per seed) of a ``GenerationResult`` against the reference folder."""
+    pictures = reference_pictures(reference)
+    return {column: frechet_inception_distance([p.image for p in result.pictures if p.column == column], pictures,
+                                               inception_weights)
+            for column in result.settings.columns}

@@ -77,7 +77,9 @@ class Generator:
                                                         max_bytes=4 << 30, keep_oversized=True)
 
     def pipeline(self, settings: GenerationSettings):
-        return self.sdxl.get(check_source(settings.sdxl, settings.sdxl_config or None), settings.options())
+        # The conditioners share the old pipeline's bigG weights: they go before another pipeline loads.
+        return self.sdxl.get(check_source(settings.sdxl, settings.sdxl_config or None), settings.options(),
+                             before_load=self._conditioners.clear)
 
     def conditioner(self, name: str, pipe) -> LongTextConditioner:
         def build() -> LongTextConditioner:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -203,11 +204,16 @@ class SdxlCache:
         self._refiner_key: tuple | None = None
         self._refiner = None
 
-    def get(self, source: SdxlSource, options: SdxlOptions):
+    def get(self, source: SdxlSource, options: SdxlOptions, before_load: Callable[[], None] | None = None):
+        """The pipeline for ``source``; ``before_load`` runs first when another one must be loaded (to drop
+        what holds the old one's weights), so that two pipelines are never in memory at once."""
         key = (str(source.path), _stamp(source.path), str(source.config), tuple(asdict(options).items()))
         with self._lock:
             if key != self._key:
                 self._pipe, self._key = None, None  # let the old one go before loading the next
+                self._refiner, self._refiner_key = None, None  # it shares the old one's bigG and VAE
+                if before_load:
+                    before_load()
                 self._pipe = load_pipeline(source, options)
                 self._key = key
             return self._pipe

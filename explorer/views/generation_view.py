@@ -169,7 +169,8 @@ def submit_generation(worker, generator, settings, score_with: str | None, out_d
 
     def job(task):
         result = generator.run(settings, progress=task.progress, should_stop=task.stop_requested.is_set)
-        return save_generation(result, generator, score_with, out_dir)
+        scorer = generator.load_model(score_with) if score_with else None
+        return save_generation(result, out_dir / "generation.png", scorer)
 
     return worker.submit(Task(key=str(out_dir), title="generation"), job)
 
@@ -186,20 +187,20 @@ class SavedGeneration:
     seeds: list
 
 
-def save_generation(result, generator, score_with: str | None, out_dir) -> SavedGeneration:
-    """The grid PNG and the settings JSON (with what each column read, timings and the match) in ``out_dir``."""
+def save_generation(result, png, scorer=None, extra: dict | None = None) -> SavedGeneration:
+    """The picture (the grid when there are several) at ``png`` and, beside it (same name, .json), the settings
+    with what each column read, timings, ``extra`` and, when a ``scorer`` model is given, the match."""
     from explorer.generation.caption_match import score_pictures
 
-    grid = picture_grid(result)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    grid_path = out_dir / "generation.png"
-    grid.save(grid_path)
-    record = result.record()
-    match = score_pictures(generator.load_model(score_with), result) if score_with else None
+    grid = result.pictures[0].image if len(result.pictures) == 1 else picture_grid(result)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    grid.save(png)
+    record = {**result.record(), **(extra or {})}
+    match = score_pictures(scorer, result) if scorer is not None else None
     if match is not None:
         record["match"] = match.to_json()
-    settings_path = result.settings.save(out_dir / "generation.json", extra={"explorer": record})
-    return SavedGeneration(grid, grid_path, settings_path, result.reads, result.notes, result.stock_prompt, match,
+    settings_path = result.settings.save(png.with_suffix(".json"), extra={"explorer": record})
+    return SavedGeneration(grid, png, settings_path, result.reads, result.notes, result.stock_prompt, match,
                            list(result.settings.seeds))
 
 
