@@ -198,3 +198,36 @@ def test_flism_region_accuracy():
     assert result.accuracy == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="index"):
         flism_region_accuracy([0, 1, 9, 2], sentence_boxes, regions)
+
+
+def test_pixel_auroc_on_crafted_maps():
+    from explorer.grounding.metrics import pixel_auroc
+
+    truth = np.zeros((6, 6), dtype=bool)
+    truth[1:3, 1:4] = True
+    rest = ~truth
+    perfect = truth.astype(float)
+    assert pixel_auroc(perfect, truth, rest) == 1.0
+    assert pixel_auroc(np.full((6, 6), 0.3), truth, rest) == 0.5  # a constant map: every pair a tie
+    assert pixel_auroc(-perfect, truth, rest) == 0.0
+    # one background pixel above the object: 1 of 6 x 30 pairs lost
+    graded = perfect.copy()
+    graded[5, 5] = 2.0
+    assert np.isclose(pixel_auroc(graded, truth, rest), 1 - 6 / (6 * 30))
+    assert pixel_auroc(perfect, truth, np.zeros_like(truth)) is None  # nothing to compare with
+    with pytest.raises(ValueError, match="overlap"):
+        pixel_auroc(perfect, truth, truth)
+
+
+def test_map_aurocs_tell_the_named_object_from_the_background_and_from_the_others():
+    from explorer.evaluation.grounding_eval import map_aurocs
+
+    truth = np.zeros((2, 4, 4), dtype=bool)
+    truth[0, 0, :2] = True  # object A
+    truth[1, 3, 2:] = True  # object B
+    objects = truth.any(axis=0).astype(float)
+    same_for_both = np.stack([objects, objects])  # lights up every object, whatever the sentence
+    by_background, by_others = map_aurocs(same_for_both, truth)
+    assert by_background == [1.0, 1.0] and by_others == [0.5, 0.5]
+    right = truth.astype(float)
+    assert map_aurocs(right, truth) == ([1.0, 1.0], [1.0, 1.0])

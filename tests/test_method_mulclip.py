@@ -220,3 +220,57 @@ def test_round_trip_gives_clean_report_and_identical_outputs(tmp_path, writer):
     for kind in loaded.map_kinds:
         np.testing.assert_array_equal(loaded.sentence_maps(images[0], sentences, kind).grid,
                                       original.sentence_maps(images[0], sentences, kind).grid)
+
+
+def _pooled_setup(shared: bool):
+    """Image 0 described by sentences t0 = e0 and t1 = e1, image 1 by t2 = e2, in 32 dimensions.
+
+    shared: every refined patch of image 0 is u = (e0 + e1) / sqrt 2, so both sentences pool u (one scene
+    vector for both). Not shared: image 0 holds a0 = (e0 + e3) / sqrt 2 and a1 = (e1 + e4) / sqrt 2 (times
+    200, so each sentence's softmax picks its own patch), so sentence 0 pools a0 and sentence 1 pools a1.
+    Each sentence's pooled vector has cosine 1/sqrt 2 with its own sentence in both setups, and image 1
+    (all patches e5) pools e5 for everyone: the image-side (paper) scores are the same in both.
+    """
+    e = torch.eye(32)
+    r2 = math.sqrt(2.0)
+    if shared:
+        image0 = ((e[0] + e[1]) / r2).repeat(2, 1) * 200
+    else:
+        image0 = torch.stack([(e[0] + e[3]) / r2, (e[1] + e[4]) / r2]) * 200
+    image1 = e[5].repeat(2, 1) * 200
+    patches = torch.stack([image0, image1])  # [B=2, N'=2, d=32]
+    sentences = torch.stack([e[0], e[1], e[2]])
+    owner = torch.tensor([0, 0, 1])
+    return patches, sentences, owner
+
+
+def test_sentence_negatives_penalise_two_sentences_sharing_one_pooled_vector():
+    paper = MulClipMethod.example("tiny", seed=0)
+    variant = MulClipMethod.example("tiny", seed=0, sub_loss="sentences")
+    assert paper.sub_loss_form == "paper" and variant.config()["sub_loss"] == "sentences"
+    shared, distinct = _pooled_setup(True), _pooled_setup(False)
+    # the paper-literal loss cannot tell them apart: its negatives are other images only
+    assert math.isclose(paper.sub_loss(*shared).item(), paper.sub_loss(*distinct).item(), rel_tol=1e-6)
+    # with the same image's other sentences as negatives, sharing one vector costs more: rows 0 and 1 of
+    # the sentence side each hold a negative at cosine 1/sqrt 2 instead of 0 (t = 10, b = -10)
+    c = 1 / math.sqrt(2.0)
+    extra = softplus_neg(-(10 * c - 10)) - softplus_neg(10.0)
+    gap = variant.sub_loss(*shared).item() - variant.sub_loss(*distinct).item()
+    assert gap > 0 and math.isclose(gap, (2 * extra / 3) / 2, rel_tol=1e-4)
+    # and the variant's image side is the paper's loss
+    assert math.isclose(variant.sub_loss_images(*shared).item(), paper.sub_loss(*shared).item(), rel_tol=1e-6)
+
+
+def test_sentence_side_by_hand():
+    variant = MulClipMethod.example("tiny", seed=0, sub_loss="sentences")
+    patches, sentences, owner = _pooled_setup(True)
+    c = 1 / math.sqrt(2.0)  # cos(u, e0) = cos(u, e1); u is orthogonal to e2; e5 is orthogonal to all
+
+    def ell(row, positive):
+        return sum(softplus_neg((1 if j == positive else -1) * (10 * s - 10)) for j, s in enumerate(row))
+
+    # rows: sentence i pooled on its own image vs sentences (t0, t1, t2); sentence 2 pools e5
+    by_hand = (ell([c, c, 0.0], 0) + ell([c, c, 0.0], 1) + ell([0.0, 0.0, 0.0], 2)) / 3
+    assert math.isclose(variant.sub_loss_sentences(patches, sentences, owner).item(), by_hand, rel_tol=1e-5)
+    with pytest.raises(ValueError, match="sub_loss"):
+        MulClipMethod.example("tiny", sub_loss="captions")

@@ -620,3 +620,89 @@ def test_seps_counts_its_token_budget_in_word_pieces_not_clip_bpe():
     assert counter.name != CLIP_TOKENS.name
     cut = counter.budget(caption, 8)  # [CLS] + 6 pieces + [SEP]: the cut falls inside the first sentence
     assert cut.cut_at_char is not None and 0 < cut.cut_at_char < caption.index(".")
+
+
+# ---- the training recipe ------------------------------------------------------------------------------
+
+CRAFTED_SCORES = torch.tensor([[0.9, 0.5, 0.8], [0.3, 0.6, 0.65], [0.2, 0.1, 0.4]])
+# margin 0.2. Summed over every negative: image -> wrong text 0.1 + 0.25 = 0.35; text -> wrong image
+# 0.1 (column 1) + 0.6 + 0.45 (column 2) = 1.15; in all 1.5. Hardest only: 0.35 + 0.1 + 0.6 = 1.05.
+SUMMED_HINGE, HARDEST_HINGE = 1.5, 1.05
+
+
+def _crafted_losses(model: SepsMethod, files, extras: dict) -> float:
+    """``model.losses`` with its pair scores replaced by ``CRAFTED_SCORES`` (the encoders still run)."""
+    from explorer.models.methods.seps.scoring import PairOutputs
+
+    keep = torch.ones(3, 3, N_PATCHES)
+
+    def crafted(*args, **kwargs):
+        return PairOutputs(CRAFTED_SCORES, keep, keep, keep, keep)
+
+    model.set_vocab_file(files["vocab"])
+    model.pair_outputs = crafted
+    batch = TrainingBatch(pixels=pixels(3, seed=7), captions=CAPTIONS, dense_captions=CAPTIONS, extras=extras)
+    return model.losses(batch)["hinge"].item()
+
+
+def test_official_recipe_sums_every_negative_until_the_configured_step_then_takes_the_hardest(files):
+    model = tiny_model(mean_violation_steps=3)
+    assert model.recipe == "official"
+    for step, expected in [(0, SUMMED_HINGE), (2, SUMMED_HINGE), (3, HARDEST_HINGE), (10, HARDEST_HINGE)]:
+        assert math.isclose(_crafted_losses(model, files, {"step": step, "epoch": 0}), expected, abs_tol=1e-6), step
+
+
+def test_official_recipe_warms_up_for_the_first_epoch_by_default(files):
+    model = tiny_model()
+    assert model.mean_violation_steps is None
+    assert math.isclose(_crafted_losses(model, files, {"step": 50, "epoch": 0}), SUMMED_HINGE, abs_tol=1e-6)
+    assert math.isclose(_crafted_losses(model, files, {"step": 51, "epoch": 1}), HARDEST_HINGE, abs_tol=1e-6)
+    # outside the training loop (no step, no epoch) the warm-up is over
+    assert math.isclose(_crafted_losses(model, files, {}), HARDEST_HINGE, abs_tol=1e-6)
+
+
+def test_hardest_recipe_takes_the_hardest_from_step_zero(files):
+    model = tiny_model(recipe="hardest", mean_violation_steps=3)
+    assert math.isclose(_crafted_losses(model, files, {"step": 0, "epoch": 0}), HARDEST_HINGE, abs_tol=1e-6)
+
+
+def test_recipe_is_saved_with_the_model_and_checked():
+    model = tiny_model(recipe="hardest", mean_violation_steps=7)
+    config = model.config()
+    assert config["recipe"] == "hardest" and config["mean_violation_steps"] == 7
+    assert SepsMethod.build(config).recipe == "hardest"
+    with pytest.raises(ValueError, match="recipe"):
+        tiny_model(recipe="softest")
+
+
+@pytest.mark.parametrize("recipe, flows", [("official", False), ("hardest", True)])
+def test_fold_weights_pass_gradient_only_in_the_hardest_recipe(recipe, flows):
+    model = tiny_model(recipe=recipe)
+    torch.manual_seed(3)
+    patches = torch.randn(2, N_PATCHES, EMBED)
+    image = ImageFeatures(cls=torch.randn(2, EMBED), patches=patches, grid_hw=(2, 2))
+    scores = torch.randn(2, N_PATCHES, requires_grad=True)
+    tokens, _ = model.scorer.slim(model.cross_net.aggr_net, image, scores)
+    extra = tokens[:, -1]  # the fold token: dropped patches weighted by the softmax of their scores
+    extra.sum().backward()
+    reached = scores.grad is not None and bool(torch.any(scores.grad != 0))
+    assert reached is flows
+
+
+def test_training_loop_hands_the_step_and_epoch_to_the_losses(tmp_path, files):
+    from explorer.training.loop import TrainConfig, train
+    from explorer.training.samples import BatchList
+
+    model = tiny_model(mean_violation_steps=1)
+    model.set_vocab_file(files["vocab"])
+    seen, losses = [], model.losses
+
+    def spy(batch):
+        seen.append((batch.extras["step"], batch.extras["epoch"]))
+        return losses(batch)
+
+    model.losses = spy
+    batch = TrainingBatch(pixels=pixels(3, seed=7), captions=CAPTIONS, dense_captions=CAPTIONS)
+    train(model, BatchList([batch, batch]), TrainConfig(max_steps=3, lr_backbone=1e-4, lr_new=1e-4),
+          tmp_path / "run", progress=False)
+    assert seen == [(0, 0), (1, 0), (2, 1)]

@@ -5,10 +5,10 @@
 - ``centre-box``: every sentence's mask is the central box (pixels whose centres lie in the
   middle third of the width and of the height); its pointing map peaks at the image centre
   (the centre pixel, or the 2 or 4 pixels around the centre of an even side); for FLISM it
-  always picks the centre region.
+  always picks the centre region. Its AUROCs are those of the same centre-peaked map.
 - ``uniform``: a flat map. Otsu finds no two classes in a flat map, so its mask is empty
   (``explorer.grounding.masks``): mIoU 0 against any non-empty object; its peak is the whole image,
-  so it points right only when an object covers the whole image: 0.
+  so it points right only when an object covers the whole image: 0. Its AUROCs are 0.5.
 - ``chance``: the expected value of random scores: R@K = K / N, hard negatives
   1 / (1 + negatives of the scene), FLISM (best regions) / (regions) per sentence.
 
@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from explorer.core.regions import spatial_regions
-from explorer.evaluation.grounding_eval import object_masks, object_sentences, sentence_boxes
+from explorer.evaluation.grounding_eval import map_aurocs, object_masks, object_sentences, sentence_boxes
 from explorer.evaluation.results import ATTRIBUTES, METRIC_KEYS, finite_or_none
 from explorer.grounding.metrics import box_iou, flism_region_accuracy, score_maps
 
@@ -49,6 +49,8 @@ def baselines(scenes: Sequence, retrieval_scenes: Sequence | None = None) -> dic
     retrieval_scenes = list(scenes if retrieval_scenes is None else retrieval_scenes)
     centre_iou, centre_hits, flat_iou, flat_hits = [], [], [], []
     centre_flism: list[bool] = []
+    centre_auroc: list[float] = []
+    centre_auroc_others: list[float] = []
     chance_flism: list[float] = []
     for scene in scenes:
         sentences = object_sentences(scene)
@@ -60,6 +62,9 @@ def baselines(scenes: Sequence, retrieval_scenes: Sequence | None = None) -> dic
                                 predicted=np.broadcast_to(centre_box_mask(height, width), truth.shape))
         centre_iou.extend(ious)
         centre_hits.extend(hits)
+        by_background, by_others = map_aurocs(np.broadcast_to(centre_point_map(height, width), truth.shape), truth)
+        centre_auroc.extend(a for a in by_background if a is not None)
+        centre_auroc_others.extend(a for a in by_others if a is not None)
         ious, hits = score_maps(np.zeros(truth.shape, dtype=np.float64), truth)
         flat_iou.extend(ious)
         flat_hits.extend(hits)
@@ -90,8 +95,11 @@ def baselines(scenes: Sequence, retrieval_scenes: Sequence | None = None) -> dic
                 chance[f"hard_negative_acc/{attribute}"] = 0.5
     chance["flism_acc"] = mean(chance_flism)
     centre = {**empty, "miou_generic": mean(centre_iou), "pointing_generic": mean(centre_hits),
-              "flism_acc": mean(centre_flism)}
+              "flism_acc": mean(centre_flism), "auroc_generic": mean(centre_auroc),
+              "auroc_generic_others": mean(centre_auroc_others)}
     uniform = {**empty, "miou_generic": mean(flat_iou), "pointing_generic": mean(flat_hits)}
+    if flat_iou:
+        uniform.update({"auroc_generic": 0.5, "auroc_generic_others": 0.5})  # a flat map ranks nothing first
     return {
         "centre-box": {"metrics": {k: finite_or_none(v) for k, v in centre.items()},
                        "about": "central box (middle third of width and height); points at the image centre; "

@@ -11,6 +11,12 @@ Grounding (``grounding_metrics``; scoring: ``explorer.grounding.metrics.score_ma
     (every object sentence of every grounding scene weighs the same). Pointing is the
     strict game of ``pointing_hits``: every pixel where the map peaks must be in the mask.
     NaN pixels, maps with no finite value and flat maps score as ``score_maps`` decides.
+    ``auroc_generic`` / ``auroc_native``: the pixel AUROC (``pixel_auroc``) of each map, the
+    named object's pixels against the background's (pixels of no object);
+    ``auroc_generic_others`` / ``auroc_native_others``: against the pixels of the scene's other
+    objects (sentences of scenes with one object are left out). A map that lights every object
+    up alike for every sentence scores high on the first and 0.5 on the second; threshold-free,
+    these say whether the map knows where the object is even when its Otsu mask misses.
 
 FLISM (``flism_metrics``; ``flism``, ``flism_region_accuracy``)
     ``flism_acc``: the object sentences of a scene are matched with FLISM's regions (four
@@ -26,7 +32,7 @@ import numpy as np
 
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import GROUNDING_KEYS
-from explorer.grounding.metrics import flism_region_accuracy, score_maps
+from explorer.grounding.metrics import flism_region_accuracy, pixel_auroc, score_maps
 
 NATIVE_PREFERENCE = ("subcaption-alpha", "attention-pool", "late-interaction", "word-max")
 GENERIC_KIND = "generic"
@@ -53,12 +59,30 @@ def sentence_boxes(scene, sentences) -> np.ndarray:
     return np.array([scene.objects[s.objects[0]].box for s in sentences], dtype=np.float64)
 
 
+def map_aurocs(maps: np.ndarray, truth: np.ndarray) -> tuple[list[float | None], list[float | None]]:
+    """Per sentence: (AUROC object vs background, AUROC object vs the other objects) of its map.
+
+    ``truth`` [M, H, W] holds the masks of ALL the scene's objects' sentences, in the order of ``maps``;
+    the background is every pixel in none of them. Only object sentences reach here, so objects without
+    a sentence of their own count as background (the world writes one per object, so there are none).
+    """
+    objects = truth.any(axis=0)
+    background = ~objects
+    by_background, by_others = [], []
+    for values, mask in zip(maps, truth):
+        by_background.append(pixel_auroc(values, mask, background))
+        by_others.append(pixel_auroc(values, mask, objects & ~mask))
+    return by_background, by_others
+
+
 def grounding_metrics(model, scenes: Sequence, native: str | None = None, progress: bool = False
                       ) -> tuple[dict[str, float | None], int]:
-    """mIoU and pointing of the generic map and of ``native`` (if any), pooled over object sentences."""
+    """mIoU, pointing and AUROCs of the generic map and of ``native`` (if any), pooled over object sentences."""
     kinds = [GENERIC_KIND] + ([native] if native and native != GENERIC_KIND else [])
     ious: dict[str, list[float]] = {k: [] for k in kinds}
     hits: dict[str, list[bool]] = {k: [] for k in kinds}
+    aurocs: dict[str, list[float]] = {k: [] for k in kinds}
+    aurocs_others: dict[str, list[float]] = {k: [] for k in kinds}
     n_sentences = 0
     for scene in progress_bar(scenes, progress, "grounding", unit="scene"):
         sentences = object_sentences(scene)
@@ -73,12 +97,19 @@ def grounding_metrics(model, scenes: Sequence, native: str | None = None, progre
             scene_ious, scene_hits = score_maps(maps, truth)
             ious[kind].extend(scene_ious)
             hits[kind].extend(scene_hits)
+            by_background, by_others = map_aurocs(maps, truth)
+            aurocs[kind].extend(a for a in by_background if a is not None)
+            aurocs_others[kind].extend(a for a in by_others if a is not None)
     metrics: dict[str, float | None] = {key: None for key in GROUNDING_KEYS}
     for kind in kinds:
         slot = "generic" if kind == GENERIC_KIND else "native"
         if ious[kind]:
             metrics[f"miou_{slot}"] = float(np.mean(ious[kind]))
             metrics[f"pointing_{slot}"] = float(np.mean(hits[kind]))
+        if aurocs[kind]:
+            metrics[f"auroc_{slot}"] = float(np.mean(aurocs[kind]))
+        if aurocs_others[kind]:
+            metrics[f"auroc_{slot}_others"] = float(np.mean(aurocs_others[kind]))
     return metrics, n_sentences
 
 
@@ -99,5 +130,5 @@ def flism_metrics(model, scenes: Sequence, progress: bool = False) -> tuple[floa
     return (hit_total / scored_total if scored_total else None), scored_total
 
 
-__all__ = ["GENERIC_KIND", "NATIVE_PREFERENCE", "flism_metrics", "grounding_metrics", "native_kind",
+__all__ = ["GENERIC_KIND", "NATIVE_PREFERENCE", "flism_metrics", "grounding_metrics", "map_aurocs", "native_kind",
            "object_masks", "object_sentences", "sentence_boxes"]

@@ -28,6 +28,8 @@ COLUMNS = (
     ("short T2I R@1", "short_t2i_R@1"), ("hard-neg acc", "hard_negative_acc"),
     ("mIoU generic", "miou_generic"), ("mIoU native (kind)", "miou_native"),
     ("pointing generic", "pointing_generic"), ("pointing native", "pointing_native"),
+    ("AUROC generic", "auroc_generic"), ("AUROC native", "auroc_native"),
+    ("AUROC generic vs others", "auroc_generic_others"), ("AUROC native vs others", "auroc_native_others"),
     ("FLISM acc", "flism_acc"),
 )
 BASELINE_NAMES = {"centre-box": "baseline: centre box", "uniform": "baseline: uniform map", "chance": "chance"}
@@ -80,6 +82,8 @@ def results_markdown(results) -> str:
         "Percentages. Retrieval: images vs long (or short) captions, ties count against the model. "
         "Hard-neg acc: the long caption outscores all of its one-attribute-changed negatives. mIoU: Otsu mask "
         "of each object sentence's map vs the object's mask; pointing: the map's peak lies in the object. "
+        "AUROC: the chance that a pixel of the named object outscores a background pixel (vs others: a pixel "
+        "of another object of the scene); 50 = no preference. "
         "Native: the first of subcaption-alpha, attention-pool, late-interaction, word-max the method offers. "
         "FLISM acc: each object sentence's region (4 quadrants + centre) is the one its box overlaps most. "
         "Score: what the model's retrieval ranked by (FineLIP*, CAFT++, SEPS's late interaction, a cosine...). "

@@ -25,7 +25,8 @@ VERSION = 1
 ATTRIBUTES = ("colour", "shape", "size", "texture", "position")
 
 RETRIEVAL_KEYS = ("long_t2i_R@1", "long_t2i_R@5", "long_i2t_R@1", "long_i2t_R@5", "short_t2i_R@1")
-GROUNDING_KEYS = ("miou_generic", "pointing_generic", "miou_native", "pointing_native")
+GROUNDING_KEYS = ("miou_generic", "pointing_generic", "miou_native", "pointing_native",
+                  "auroc_generic", "auroc_native", "auroc_generic_others", "auroc_native_others")
 METRIC_KEYS = (*RETRIEVAL_KEYS, "hard_negative_acc", *(f"hard_negative_acc/{a}" for a in ATTRIBUTES),
                *GROUNDING_KEYS, "flism_acc")
 BASELINES = ("centre-box", "uniform", "chance")

@@ -13,6 +13,11 @@
 - ``score_maps``: both of the above for a stack of sentence maps against their
   true masks, with the handling of NaN, flat maps and empty truth that the
   benchmark and the Grounding view share (written down at the function).
+- ``pixel_auroc``: how well a map ranks the pixels of the named object above
+  other pixels (the background, or the scene's other objects): the area under
+  the ROC curve, i.e. the chance that a random object pixel outscores a random
+  other pixel (ties count half). 0.5 = no preference; threshold-free, so it
+  says whether a map knows where the object is even when its Otsu mask is poor.
 - ``hard_negative_accuracy``: the score of the true caption beats the score of
   its hard negative(s) strictly (a tie is a miss).
 - ``flism_region_accuracy``: for each sentence, FLISM picks one region; the
@@ -113,6 +118,30 @@ def score_maps(maps, truth, predicted=None) -> tuple[list[float], list[bool]]:
     ious = [mask_iou(guess, mask) for guess, mask in zip(predicted, masks)]
     hits = pointing_hits(np.nan_to_num(values, nan=-np.inf), masks)
     return ious, [bool(hit) for hit in hits]
+
+
+def pixel_auroc(values, positive, negative) -> float | None:
+    """P(a pixel of ``positive`` outscores a pixel of ``negative``) under ``values`` (ties: half).
+
+    ``values`` [H, W] a map; ``positive`` / ``negative`` [H, W] bool masks (disjoint). None when either
+    is empty (nothing to compare). NaN ranks below every value, as in ``score_maps``. This is the
+    Mann-Whitney U statistic over n_pos * n_neg, the area under the pixel ROC curve.
+    """
+    from scipy.stats import rankdata
+
+    values = _as_float(values)
+    positive, negative = _as_bool(positive), _as_bool(negative)
+    _same_shape(values, positive, "map", "positive mask")
+    _same_shape(values, negative, "map", "negative mask")
+    if (positive & negative).any():
+        raise ValueError("the positive and negative pixels overlap")
+    n_pos, n_neg = int(positive.sum()), int(negative.sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    scores = np.nan_to_num(np.concatenate([values[positive], values[negative]]), nan=-np.inf)
+    ranks = rankdata(scores)  # average ranks: ties count half
+    u = ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2.0
+    return float(u / (n_pos * n_neg))
 
 
 def hard_negative_accuracy(true_scores, negative_scores) -> float:

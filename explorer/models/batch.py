@@ -23,7 +23,8 @@ class TrainingBatch:
     local_pixels: torch.Tensor | None = None  # [B, 3, S, S] crop of the chosen region
     local_sentences: list[str] | None = None  # the sentence matched to that region
     local_boxes: torch.Tensor | None = None  # [B, 4] (x0, y0, x1, y1) in [0, 1] of the whole image
-    extras: dict = field(default_factory=dict)  # anything else a method documents
+    # anything else a method documents; the training loop adds "step" and "epoch" (from 0)
+    extras: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.pixels.shape[0]

@@ -4,8 +4,8 @@
     result = train(model, samples, TrainConfig(epochs=3, batch_size=64), "checkpoints/finelip-synth", init=report)
     explorer.load(result.manifest)
 
-A method supplies ``losses(batch)`` (named, already weighted terms) and
-``parameter_groups()``; the loop minimises the sum of the terms with
+A method supplies ``losses(batch)`` (named, already weighted terms; ``batch.extras`` carries
+"step", the optimizer step being taken, and "epoch", both from 0) and ``parameter_groups()``; the loop minimises the sum of the terms with
 
 - AdamW, per-group learning rates (``lr_backbone``, ``lr_new``), no weight
   decay on biases, norms, embeddings and temperatures (optimizer.py);
@@ -43,7 +43,7 @@ import math
 import random
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -343,6 +343,8 @@ class _Run:
             # under DDP the gradients are averaged over ranks after the window's last backward only
             syncing = self.ddp is None or i == len(window) - 1
             with contextlib.nullcontext() if syncing else self.ddp.no_sync():
+                # where training stands, for losses that change over a run (SEPS's warm-up)
+                batch = replace(batch, extras={**batch.extras, "step": self.step, "epoch": epoch})
                 with self.amp:
                     parts = losses(batch.to(self.device))
                 if not parts:

@@ -45,6 +45,13 @@ Subcaption-aggregated patches, SAP (Eqs. 9-10):
     cos(vbar_i^b, t_sub_i), positive when b is the image sentence i describes (so every
     sub-caption of an image is a positive for that image), negative for the other images.
     L_sub = mean over images of 1/M sum_{i of that image} (sum over images b of the pair terms).
+    This is ``sub_loss="paper"``. Its negatives are other IMAGES only: the sentences of one image are
+    never told apart, and on the synthetic world (measured, README) every sentence of an image then
+    pools the same background-carried scene vector. The paper does not say where the negatives of
+    Eq. 10 come from, so ``sub_loss="sentences"`` adds the text side that FLAIR-style and CLIP losses
+    have: vbar_i on its OWN image against every sentence of the batch, positive only for t_sub_i, so the
+    other sentences of the same image are negatives too; L_sub is then the mean of the image side
+    (above) and this sentence side (mean over sentences of each row's sigmoid terms).
 
 Under DDP (torchrun) every batch-level term takes its negatives from the global batch: the global
 terms and L_sub gather the other ranks' features with gradients (``nn.distributed``, ``nn.losses``);
@@ -106,7 +113,7 @@ from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods import register
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.models.methods.clip import ClipFamily
-from explorer.models.nn.distributed import batch_offset, gather_with_grad, global_mean, world
+from explorer.models.nn.distributed import all_sizes, batch_offset, gather_with_grad, global_mean, world
 from explorer.models.nn.losses import sigmoid_loss, sigmoid_pairs
 
 SUBCAPTION_ALPHA = "subcaption-alpha"
@@ -121,6 +128,7 @@ LAMBDA_SUB = 1.0
 MAX_SENTENCES = 15  # sub-captions per caption (Appendix VI)
 SIGLIP_SCALE_INIT = 10.0  # Zhai et al. 2023: t = 10, b = -10
 SIGLIP_BIAS_INIT = -10.0
+SUB_LOSSES = ("paper", "sentences")  # L_sub's negatives: other images only, or other sentences too
 
 
 def default_calibration(dim: int, n_in: int) -> dict:
@@ -198,11 +206,16 @@ class MulClipMethod(ClipFamily):
     token_modules = (("image_calibration", TokenCalibration, IMAGE_PREFIX),
                      ("text_calibration", TokenCalibration, TEXT_PREFIX))
 
-    def __init__(self, arch, image_calibration: Mapping | None = None, text_calibration: Mapping | None = None):
+    def __init__(self, arch, image_calibration: Mapping | None = None, text_calibration: Mapping | None = None,
+                 sub_loss: str = "paper"):
+        if sub_loss not in SUB_LOSSES:
+            raise ValueError(f"MulCLIP sub_loss must be one of {', '.join(SUB_LOSSES)}, not {sub_loss!r}")
         d = arch.embed_dim
         image_calibration = dict(image_calibration or default_calibration(d, arch.grid ** 2))
         text_calibration = dict(text_calibration or default_calibration(d, arch.context_length - 1))
-        super().__init__(arch, image_calibration=image_calibration, text_calibration=text_calibration)
+        super().__init__(arch, image_calibration=image_calibration, text_calibration=text_calibration,
+                         sub_loss=sub_loss)
+        self.sub_loss_form = sub_loss
         self.calibration = Calibration(image_calibration, text_calibration)
         self.logit_bias = nn.Parameter(torch.tensor(SIGLIP_BIAS_INIT))
         with torch.no_grad():
@@ -270,6 +283,26 @@ class MulClipMethod(ClipFamily):
         Under DDP a sentence pools the refined patches of every image of the global batch (gathered), and
         the mean over images is over every rank's images with a sentence (``distributed.global_mean``).
         """
+        image_side = self.sub_loss_images(patches, sentences, owner)
+        if self.sub_loss_form == "paper":
+            return image_side
+        return (image_side + self.sub_loss_sentences(patches, sentences, owner)) / 2
+
+    def sub_loss_sentences(self, patches: torch.Tensor, sentences: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+        """The sentence side of ``sub_loss="sentences"``: vbar_i pooled on its own image vs every sentence of
+        the (global) batch, positive only for t_sub_i; the mean over sentences of each row's terms."""
+        own, _ = attention_pool(sentences[:, None], patches[owner])  # [S, 1, d]: vbar_i on image owner(i)
+        every = gather_with_grad(sentences, uneven=True)  # [S_global, d]; ``sentences`` itself in one process
+        rank = world()[0]
+        offset = sum(all_sizes(sentences.shape[0])[:rank]) if world()[1] > 1 else 0
+        scores = cosines(own[:, 0], every)  # [S, S_global]
+        rows = torch.arange(sentences.shape[0], device=scores.device) + offset
+        positives = rows[:, None] == torch.arange(every.shape[0], device=scores.device)[None]
+        terms = sigmoid_loss(scores, self.logit_scale.float(), self.logit_bias.float(), positives, per_row=True)
+        return global_mean(terms)
+
+    def sub_loss_images(self, patches: torch.Tensor, sentences: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+        """Eq. 10's image side (the paper-literal L_sub): each sentence pools every image of the batch."""
         if world()[1] > 1:
             return self.sub_loss_global(patches, sentences, owner)
         n_images = patches.shape[0]

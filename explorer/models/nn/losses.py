@@ -5,7 +5,9 @@
   CAFT and MulCLIP: -log sigmoid(z_ij * (t * s_ij + b)) with z = +1 on the
   diagonal and -1 elsewhere, summed over pairs and divided by the batch size.
 - ``hinge_hardest``: the VSE++ triplet loss with the hardest negative in both
-  directions (Faghri et al.), used by FineLIP and LAPS/SEPS with margin 0.2.
+  directions (Faghri et al.), used by FineLIP and LAPS/SEPS with margin 0.2;
+  with ``hardest=False`` summed over all negatives (VSE's "mean violation"
+  form, which LAPS trains with for its first epoch).
 
 Each takes the score matrix of one batch. Under DDP (``torchrun``) the batch's negatives must come
 from the global batch, so the methods call the ``*_pairs`` forms instead, with their features and
@@ -42,21 +44,30 @@ def info_nce(logits: torch.Tensor) -> torch.Tensor:
 
 
 def sigmoid_loss(scores: torch.Tensor, logit_scale: torch.Tensor, logit_bias: torch.Tensor,
-                 positives: torch.Tensor | None = None) -> torch.Tensor:
-    """``scores`` [B, N] similarities; ``positives`` [B, N] bool (default: the diagonal)."""
+                 positives: torch.Tensor | None = None, per_row: bool = False) -> torch.Tensor:
+    """``scores`` [B, N] similarities; ``positives`` [B, N] bool (default: the diagonal).
+    ``per_row``: each row's sum [B] (whose mean is the loss) instead of the loss."""
     if positives is None:
         positives = torch.eye(scores.shape[0], scores.shape[1], dtype=torch.bool, device=scores.device)
     labels = positives.to(scores.dtype) * 2 - 1
     logits = logit_scale.exp() * scores + logit_bias
-    return -F.logsigmoid(labels * logits).sum() / scores.shape[0]
+    rows = -F.logsigmoid(labels * logits).sum(dim=1)
+    return rows if per_row else rows.sum() / scores.shape[0]
 
 
-def hinge_hardest(scores: torch.Tensor, margin: float = 0.2) -> torch.Tensor:
-    """``scores`` [B, B] image x text; the hardest negative of each row and column."""
+def hinge_hardest(scores: torch.Tensor, margin: float = 0.2, hardest: bool = True) -> torch.Tensor:
+    """``scores`` [B, B] image x text; VSE++'s hinge over the hardest negative of each row and column
+    (``hardest``), or summed over every negative (VSE's "mean violation" form, LAPS's warm-up)."""
     positive = scores.diagonal()
     eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
     cost_text = (margin + scores - positive[:, None]).clamp(min=0).masked_fill(eye, 0)  # image -> wrong text
     cost_image = (margin + scores - positive[None, :]).clamp(min=0).masked_fill(eye, 0)  # text -> wrong image
+    return _hinge_reduce(cost_text, cost_image, hardest)
+
+
+def _hinge_reduce(cost_text: torch.Tensor, cost_image: torch.Tensor, hardest: bool) -> torch.Tensor:
+    if not hardest:
+        return cost_text.sum() + cost_image.sum()
     return cost_text.max(dim=1).values.sum() + cost_image.max(dim=0).values.sum()
 
 
@@ -110,14 +121,16 @@ def sigmoid_pairs(images, texts, score: Score, logit_scale: torch.Tensor, logit_
     return sigmoid_loss(scores, logit_scale, logit_bias, positives.to(scores.device))
 
 
-def hinge_pairs(images, texts, score: Score, margin: float = 0.2) -> torch.Tensor:
+def hinge_pairs(images, texts, score: Score, margin: float = 0.2, hardest: bool = True) -> torch.Tensor:
     """``hinge_hardest`` over the global batch: the hardest negative among all G texts / images."""
     if world()[1] == 1:
-        return hinge_hardest(score(images, texts), margin)
-    return hinge_blocks(score(images, gather_features(texts)), score(gather_features(images), texts), margin)
+        return hinge_hardest(score(images, texts), margin, hardest)
+    return hinge_blocks(score(images, gather_features(texts)), score(gather_features(images), texts), margin,
+                        hardest)
 
 
-def hinge_blocks(rows: torch.Tensor, columns: torch.Tensor, margin: float = 0.2) -> torch.Tensor:
+def hinge_blocks(rows: torch.Tensor, columns: torch.Tensor, margin: float = 0.2, hardest: bool = True
+                 ) -> torch.Tensor:
     """This rank's share of ``hinge_hardest``: ``rows`` [B, G] its images x every text, ``columns`` [G, B]
     every image x its texts; the sum over its own rows and columns, times the world size."""
     n, device = rows.shape[0], rows.device
@@ -126,4 +139,4 @@ def hinge_blocks(rows: torch.Tensor, columns: torch.Tensor, margin: float = 0.2)
     is_positive = diagonal_positives(n, rows.shape[1], device)  # [B, G]
     cost_text = (margin + rows - rows[local, own][:, None]).clamp(min=0).masked_fill(is_positive, 0)
     cost_image = (margin + columns - columns[own, local][None, :]).clamp(min=0).masked_fill(is_positive.T, 0)
-    return (cost_text.max(dim=1).values.sum() + cost_image.max(dim=0).values.sum()) * world()[1]
+    return _hinge_reduce(cost_text, cost_image, hardest) * world()[1]

@@ -20,6 +20,10 @@ each projected, unaggregated patch) and ``selection-score`` (the sparse
 branch's selection score). ``sentence_maps`` gets no dense caption, so there
 the dense branch uses the sentence itself (kept-dense then equals kept-sparse);
 ``dense_maps`` and ``kept_masks`` take dense captions.
+
+Training recipe (``recipe``, ``mean_violation_steps``): ``losses`` says (the official code's warm-up of
+summed negatives, then hardest negatives; no gradient through the fold weights; "hardest" for the
+earlier recipe).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from explorer.models.methods.seps.encoders import (DEFAULT_AGGR_RATIO, DEFAULT_S
                                                    SepsImageEncoder, SepsTextEncoder, default_refiner)
 from explorer.models.methods.seps.examples import example_sizes, example_vocab_file
 from explorer.models.methods.seps.key_layout import BERT_PREFIX, POOLER_PREFIXES, VIT_PREFIX, released_state_dict
-from explorer.models.methods.seps.losses import seps_loss_terms
+from explorer.models.methods.seps.losses import RECIPES, seps_loss_terms, uses_hardest_negatives
 from explorer.models.methods.seps.scoring import (PRIOR_HIDDEN_DIVISOR, SCORINGS, OfficialScoring, PairOutputs,
                                                   PaperScoring, calibrated_scores, checked_dense_text, make_scoring)
 from explorer.models.methods.seps.tokenizer import WordPieceCounter, bert_token_batch, build_bert_tokenizer, read_vocab
@@ -77,8 +81,15 @@ class SepsMethod(nn.Module, Method):
     def __init__(self, vision: Mapping, text: Mapping, embed_dim: int, refiner: Mapping | None = None,
                  sparse_ratio: float = DEFAULT_SPARSE_RATIO, aggr_ratio: float = DEFAULT_AGGR_RATIO,
                  vocab_file: str | None = None, do_lower_case: bool = True, input_size: int | None = None,
-                 scoring: str = "official", score_hidden: int | None = None):
+                 scoring: str = "official", score_hidden: int | None = None, recipe: str = "official",
+                 mean_violation_steps: int | None = None):
         super().__init__()
+        if recipe not in RECIPES:
+            raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
+        if mean_violation_steps is not None and int(mean_violation_steps) < 0:
+            raise ValueError(f"mean_violation_steps must be at least 0, not {mean_violation_steps}")
+        self.recipe = recipe
+        self.mean_violation_steps = None if mean_violation_steps is None else int(mean_violation_steps)
         if not 0 < float(sparse_ratio) <= 1:
             raise ValueError(f"sparse_ratio must be in (0, 1], not {sparse_ratio}")
         if scoring not in SCORINGS:
@@ -108,7 +119,7 @@ class SepsMethod(nn.Module, Method):
         self._tokenizer = None
         self._warned_no_dense = False
         self.grid_hw = (grid, grid)
-        self.scorer = make_scoring(scoring, self.sparse_ratio, self.n_keep)
+        self.scorer = make_scoring(scoring, self.sparse_ratio, self.n_keep, fold_gradient=recipe == "hardest")
         # LAPS's test transform: the whole picture squashed to the square, ImageNet mean and std
         self.preprocess = Preprocess(self.input_size, IMAGENET_MEAN, IMAGENET_STD, pipeline="laps")
         self.img_enc = SepsImageEncoder(self.vision, self.embed_dim)
@@ -153,7 +164,8 @@ class SepsMethod(nn.Module, Method):
         return {"vision": dict(self.vision), "text": dict(self.text), "embed_dim": self.embed_dim,
                 "refiner": dict(self.refiner), "sparse_ratio": self.sparse_ratio, "aggr_ratio": self.aggr_ratio,
                 "vocab_file": self.vocab_file, "do_lower_case": self.do_lower_case, "input_size": self.input_size,
-                "scoring": self.scoring, "score_hidden": self.score_hidden}
+                "scoring": self.scoring, "score_hidden": self.score_hidden, "recipe": self.recipe,
+                "mean_violation_steps": self.mean_violation_steps}
 
     @classmethod
     def build(cls, config: Mapping) -> "SepsMethod":
@@ -411,7 +423,11 @@ class SepsMethod(nn.Module, Method):
     # ---- training ----------------------------------------------------------------------------------
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
-        """Hinge with the hardest negatives (margin 0.2) on the [B, B] full scores + the keep-ratio loss.
+        """Hinge (margin 0.2) on the [B, B] full scores + the keep-ratio loss.
+
+        The hinge takes the hardest negatives, or under the official recipe's warm-up (the first
+        ``mean_violation_steps`` steps, or the first epoch; ``batch.extras["step"]`` / ``["epoch"]``
+        from the training loop) sums over all of them (``losses.uses_hardest_negatives``).
 
         Sparse captions: ``batch.captions``; dense captions:
         ``batch.dense_captions`` (without them the captions are their own dense
@@ -430,13 +446,15 @@ class SepsMethod(nn.Module, Method):
         text = self.encode_captions(list(batch.captions))
         dense_text = self.encode_captions(list(dense))
         dense_for = batch.extras.get("dense_for", "caption")
+        hardest = uses_hardest_negatives(self.recipe, self.mean_violation_steps, batch.extras.get("step"),
+                                         batch.extras.get("epoch"))
         if world()[1] > 1:
-            return self.global_losses(image, text, dense_text, dense_for)
+            return self.global_losses(image, text, dense_text, dense_for, hardest)
         out = self.pair_outputs(image, text, dense_text, dense_for)
-        return seps_loss_terms(out.scores, out.keep_sparse, out.keep_dense, self.sparse_ratio)
+        return seps_loss_terms(out.scores, out.keep_sparse, out.keep_dense, self.sparse_ratio, hardest=hardest)
 
     def global_losses(self, image: ImageFeatures, text: TextFeatures, dense_text: TextFeatures,
-                      dense_for: str) -> dict[str, torch.Tensor]:
+                      dense_for: str, hardest: bool = True) -> dict[str, torch.Tensor]:
         """``losses`` under DDP: this rank's images against every rank's captions ([B, G]) and every rank's
         images against its captions ([G, B]), features gathered with gradients (``nn.distributed``). The
         token axes are padded to the longest over ranks first (masked padding changes no score). With the
@@ -448,7 +466,7 @@ class SepsMethod(nn.Module, Method):
         rows = self.pair_outputs(image, every_text, every_dense if by_caption else dense_text, dense_for)
         columns = self.pair_outputs(every_image, text, dense_text if by_caption else every_dense, dense_for)
         return seps_loss_terms(rows.scores, rows.keep_sparse, rows.keep_dense, self.sparse_ratio,
-                               column_scores=columns.scores)
+                               column_scores=columns.scores, hardest=hardest)
 
 
 def _pad_tokens(text: TextFeatures, length: int) -> TextFeatures:

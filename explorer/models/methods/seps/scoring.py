@@ -211,8 +211,11 @@ class OfficialScoring:
 
     name = "official"
 
-    def __init__(self, n_keep: int):
+    def __init__(self, n_keep: int, fold_gradient: bool = False):
         self.n_keep = n_keep  # ceil(P * sparse_ratio), as the official TokenSparse
+        # The official code computes the selection scores under no_grad, so the fold token's softmax
+        # weights pass no gradient back; ``fold_gradient=True`` lets them (the "hardest" recipe).
+        self.fold_gradient = fold_gradient
 
     @staticmethod
     def selection_scores(image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
@@ -242,7 +245,8 @@ class OfficialScoring:
         width = patches.shape[-1]
         kept = torch.gather(patches, 1, keep[..., None].expand(-1, -1, width))
         dropped = torch.gather(patches, 1, drop[..., None].expand(-1, -1, width)).float()
-        weights = sorted_scores[:, n_keep:].softmax(dim=1)[..., None]
+        fold_scores = sorted_scores[:, n_keep:] if self.fold_gradient else sorted_scores[:, n_keep:].detach()
+        weights = fold_scores.softmax(dim=1)[..., None]
         extra = (weights * dropped).sum(dim=1, keepdim=True)  # zeros when nothing is dropped
         refined, _ = aggr_net(kept)
         tokens = torch.cat([image.cls[:, None].float(), refined.float(), extra], dim=1)
@@ -330,8 +334,9 @@ class PaperScoring:
         return self.pair_outputs(cross_net, image, text, text, "caption", stochastic).scores
 
 
-def make_scoring(name: str, sparse_ratio: float, n_keep: int) -> OfficialScoring | PaperScoring:
-    """The strategy for the ``scoring`` option."""
+def make_scoring(name: str, sparse_ratio: float, n_keep: int, fold_gradient: bool = False
+                 ) -> OfficialScoring | PaperScoring:
+    """The strategy for the ``scoring`` option (``fold_gradient``: see ``OfficialScoring``)."""
     if name not in SCORINGS:
         raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, not {name!r}")
-    return OfficialScoring(n_keep) if name == "official" else PaperScoring(sparse_ratio)
+    return OfficialScoring(n_keep, fold_gradient) if name == "official" else PaperScoring(sparse_ratio)
