@@ -571,3 +571,29 @@ def test_torchscript_archive(tmp_path):
     assert all(torch.equal(loaded[k], v) for k, v in state.items())
     result = check(path)
     assert result.wrapper == "torchscript" and result.format == "openai-clip"
+
+
+@pytest.mark.parametrize("method_name", ["clip", "goal"])
+def test_average_pool_makes_the_global_embedding_the_mean_patch_and_is_saved(tmp_path, method_name):
+    import dataclasses
+
+    from explorer.models.architecture import ClipArchitecture
+    from explorer.models.io.loading import load_method, save_method
+    from explorer.models.methods import get_method
+    from explorer.models.methods.clip import example_architecture
+
+    arch = dataclasses.replace(example_architecture("tiny", 77), pool="avg")
+    assert arch.name.endswith("-avgpool")
+    torch.manual_seed(0)
+    model = get_method(method_name)(arch).eval()
+    pixels = torch.randn(2, 3, arch.image_size, arch.image_size)
+    with torch.no_grad():
+        features = model.encode_image(pixels)
+    assert torch.allclose(features.cls, features.patches.mean(dim=1), atol=1e-6)
+    path = save_method(model, tmp_path / "avg.safetensors")
+    loaded, report = load_method(path)
+    assert loaded.arch.pool == "avg" and not report.missing and not report.unexpected
+    with torch.no_grad():
+        assert torch.allclose(loaded.encode_image(pixels).cls, features.cls, atol=1e-6)
+    with pytest.raises(ValueError, match="pool"):
+        ClipArchitecture(**{**arch.to_dict(), "pool": "max"})

@@ -97,11 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--zoo", help="zoo folder of manifests, or 'demo' for checkpoints/demo (default: "
                                         "--checkpoints, else the repo's checkpoints/)")
     evaluate.add_argument("--data", type=Path, help="dataset folder written by `explorer data synth` (default: the "
-                                                    "demo world, regenerated from its seed if absent)")
+                                                    "held-out world of seed 1, which no demo model trained on, "
+                                                    "regenerated if absent)")
     evaluate.add_argument("--split", default="test", choices=("train", "val", "test"))
     evaluate.add_argument("--limit", type=int, help="scenes for retrieval and hard negatives (default 300)")
-    evaluate.add_argument("--grounding-limit", type=int, default=100,
-                          help="the first scenes used for grounding and FLISM (default 100)")
+    evaluate.add_argument("--grounding-limit", type=int, default=80,
+                          help="the first scenes used for grounding and FLISM (default 80)")
     evaluate.add_argument("--model", action="append", dest="models", metavar="NAME",
                           help="evaluate only this zoo model (repeat for several; default: all)")
     evaluate.add_argument("--seed", type=int, default=0)
@@ -209,10 +210,10 @@ def _run_eval(args) -> int:
     from explorer.evaluation.report import results_markdown, results_table, update_readme
     from explorer.evaluation.results import write_results
     from explorer.evaluation.runner import evaluate_zoo
-    from explorer.training.demo_zoo import write_world
+    from explorer.training.demo_zoo import write_eval_world
 
     zoo = paths.demo_zoo_root() if args.zoo == "demo" else (args.zoo or args.checkpoints)
-    data = args.data or write_world(paths.demo_build_dir(), print)
+    data = args.data or write_eval_world(paths.demo_build_dir(), print)
     results = evaluate_zoo(zoo, data, split=args.split, limit=args.limit,
                            seed=args.seed, progress=not args.no_progress, models=args.models,
                            grounding_limit=args.grounding_limit, device=args.device)

@@ -27,6 +27,9 @@ _KNOWN_NAMES = {  # (vision width, vision layers, patch) -> conventional name
 }
 
 
+POOLS = ("tok", "avg")
+
+
 @dataclass(frozen=True)
 class ClipArchitecture:
     embed_dim: int
@@ -43,6 +46,14 @@ class ClipArchitecture:
     text_heads: int
     text_mlp_ratio: float
     quick_gelu: bool = True
+    # The global image embedding: "tok" the class token (OpenAI CLIP, every released file), "avg" the
+    # mean of the patch tokens after ln_post (open_clip's pool_type="avg"). No tensor differs, so a
+    # file cannot tell; our own files record it (the demo zoo's base CLIP uses "avg", README).
+    pool: str = "tok"
+
+    def __post_init__(self):
+        if self.pool not in POOLS:
+            raise ValueError(f"pool must be one of {', '.join(POOLS)}, not {self.pool!r}")
 
     @property
     def grid(self) -> int:
@@ -55,6 +66,8 @@ class ClipArchitecture:
             base = f"ViT-w{self.vision_width}-l{self.vision_layers}/{self.patch_size}"
         if self.image_size != 224:
             base += f"@{self.image_size}"
+        if self.pool != "tok":
+            base += f"-{self.pool}pool"
         return base
 
     def to_dict(self) -> dict:

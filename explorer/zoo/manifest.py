@@ -41,6 +41,9 @@ class Manifest:
     allow_pickle: bool = False
     trained: bool = True
     notes: str = ""
+    # how the weights were trained (steps, batch, rates, losses' options, data), for people and tools;
+    # never applied when loading (``options`` are)
+    recipe: dict = field(default_factory=dict)
     path: Path | None = None  # where the manifest itself lives (not written)
 
     @classmethod
@@ -65,7 +68,7 @@ class Manifest:
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
-        data = {k: v for k, v in asdict(self).items() if k != "path"}
+        data = {k: v for k, v in asdict(self).items() if k != "path" and not (k == "recipe" and not v)}
         write_text_atomic(path, json.dumps(data, indent=2) + "\n")
         self.path = path
         return path

@@ -300,7 +300,7 @@ class GoalMethod(ClipFamily):
     def encode_image(self, pixels: torch.Tensor) -> GoalImageFeatures:
         hidden, attention = self._vision_hidden(pixels, with_attention=True)
         projected = self.project_image(self.visual.ln_post(hidden))
-        return GoalImageFeatures(cls=projected[:, 0], patches=projected[:, 1:], grid_hw=self.grid_hw,
+        return GoalImageFeatures(cls=self.pool_image(projected), patches=projected[:, 1:], grid_hw=self.grid_hw,
                                  cls_attention=attention[:, :, 0, 1:], region_embeddings=self._region_pool(hidden))
 
     def self_attention_maps(self, image_pixels: torch.Tensor) -> torch.Tensor:
@@ -370,7 +370,7 @@ class GoalMethod(ClipFamily):
         # images: the global ones and their FLISM crops in one pass
         pixels = torch.cat([batch.pixels, batch.local_pixels]).to(device, self.dtype)
         hidden, _ = self._vision_hidden(pixels)
-        cls = self._project_pooled(hidden[:, 0])
+        cls = self.pool_image(self._project_pooled(hidden))
         image_global, image_local = cls[:n], cls[n:]
         pooled_image = self._box_pool(hidden[:n], batch.local_boxes)
         # texts: the long captions and the local sentences in one pass

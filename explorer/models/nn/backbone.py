@@ -83,9 +83,14 @@ class ClipBackbone(nn.Module):
     def project_image(self, tokens: torch.Tensor) -> torch.Tensor:
         return tokens @ self.visual.proj
 
+    def pool_image(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The global token of tokens [B, 1 + P, ...] taken after ``ln_post``: the class token, or the mean of
+        the patches when ``arch.pool`` is "avg" (the projection is linear, so before or after it is the same)."""
+        return tokens[:, 0] if self.arch.pool == "tok" else tokens[:, 1:].mean(dim=1)
+
     def encode_image(self, pixels: torch.Tensor) -> ImageFeatures:
         projected = self.project_image(self.image_tokens(pixels))
-        return ImageFeatures(cls=projected[:, 0], patches=projected[:, 1:], grid_hw=self.grid_hw)
+        return ImageFeatures(cls=self.pool_image(projected), patches=projected[:, 1:], grid_hw=self.grid_hw)
 
     def image_attention(self, pixels: torch.Tensor) -> torch.Tensor:
         """Self-attention weights of the last vision block: [B, heads, 1 + P, 1 + P], rows sum to 1.
