@@ -225,7 +225,7 @@ def test_the_first_minute_shows_the_budget_a_picture_and_two_models(page, app_ur
     expect(page.locator("#sentence-table")).to_contain_text("yes", timeout=20_000)  # a row per sentence
     expect(page.locator("#grounding-preview img")).to_be_visible(timeout=20_000)
     chosen = page.locator("#grounding-model").inner_text()
-    assert "demo-caft" in chosen and "demo-clip-base" in chosen
+    assert "demo-mulclip" in chosen and "demo-clip-base" in chosen
     page.locator("#grounding-run").click()
     expect(page.locator("#grounding-status")).to_contain_text("sentence(s)", timeout=60_000)
     expect(page.locator("#grounding-status")).to_contain_text("demo-clip-base")

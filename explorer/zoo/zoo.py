@@ -39,7 +39,7 @@ class ZooEntry:
 
 
 # Trained demo models with a native grounding map, in the order the views prefer them.
-PREFERRED_DEFAULTS = ("demo-caft", "demo-flair", "demo-finelip", "demo-longclip", "demo-mulclip")
+PREFERRED_DEFAULTS = ("demo-mulclip", "demo-caft", "demo-flair", "demo-finelip", "demo-longclip")
 
 
 class Zoo:
