@@ -32,7 +32,7 @@ LIMIT = 8  # the first pictures of the split, as `explorer eval --limit`
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("world")
-    write_dataset(root, n_scenes=20, seed=3, image_size=64)
+    write_dataset(root, n_scenes=20, seed=8, image_size=64)  # a seed on which the demo models still err
     return root
 
 
