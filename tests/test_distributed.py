@@ -40,10 +40,12 @@ CASES = {
     "flair": ("flair", {}),  # sigmoid
     "flair-sub-captions": ("flair", {"loss_texts": "sub-captions"}),  # sigmoid, 5 texts on rank 0, 9 on rank 1
     "mulclip": ("mulclip", {}),  # sigmoid + per-image sub loss, an image without sentences
+    "mulclip-sentences": ("mulclip", {"sub_loss": "sentences"}),  # + every rank's sentences as negatives
     "caft": ("caft", {}),
     "finelip": ("finelip", {}),  # hinge, hardest negatives
     "seps": ("seps", {}),  # hinge on token-level scores, caption lengths differ per rank
     "seps-dense-for-image": ("seps", {}),
+    "seps-warm-up": ("seps", {"mean_violation_steps": 1}),  # the hinge summed over every negative
 }
 FLOAT64_CASES = {"clip", "longclip", "goal", "goal-matrix"}
 
@@ -69,6 +71,8 @@ def build_case(key: str):
         batch.sentences[3] = [" "]
     if key == "seps-dense-for-image":
         batch.extras["dense_for"] = "image"
+    if key == "seps-warm-up":
+        batch.extras["step"] = 0
     return method, batch
 
 

@@ -5,7 +5,8 @@
     explorer.load(result.manifest)
 
 A method supplies ``losses(batch)`` (named, already weighted terms; ``batch.extras`` carries
-"step", the optimizer step being taken, and "epoch", both from 0) and ``parameter_groups()``; the loop minimises the sum of the terms with
+"step", the optimizer step being taken, and "epoch", both from 0) and ``parameter_groups()``;
+the loop minimises the sum of the terms with
 
 - AdamW, per-group learning rates (``lr_backbone``, ``lr_new``), no weight
   decay on biases, norms, embeddings and temperatures (optimizer.py);

@@ -292,9 +292,9 @@ class MulClipMethod(ClipFamily):
         """The sentence side of ``sub_loss="sentences"``: vbar_i pooled on its own image vs every sentence of
         the (global) batch, positive only for t_sub_i; the mean over sentences of each row's terms."""
         own, _ = attention_pool(sentences[:, None], patches[owner])  # [S, 1, d]: vbar_i on image owner(i)
-        every = gather_with_grad(sentences, uneven=True)  # [S_global, d]; ``sentences`` itself in one process
-        rank = world()[0]
-        offset = sum(all_sizes(sentences.shape[0])[:rank]) if world()[1] > 1 else 0
+        sizes = all_sizes(sentences.shape[0])  # every rank's sentence count ([S] in one process)
+        every = gather_with_grad(sentences, uneven=sizes)  # [S_global, d]; ``sentences`` itself in one process
+        offset = sum(sizes[:world()[0]])  # this rank's first row among them
         scores = cosines(own[:, 0], every)  # [S, S_global]
         rows = torch.arange(sentences.shape[0], device=scores.device) + offset
         positives = rows[:, None] == torch.arange(every.shape[0], device=scores.device)[None]
