@@ -98,12 +98,11 @@ def demo_architecture():
     The image embedding is the mean of the patch tokens (open_clip's pool_type="avg"), not the class
     token: measured on held-out scenes, a class-token CLIP's generic map does not tell the named object
     from the scene's other objects over the steps and object counts tried (pixel AUROC 0.31-0.43),
-    because its last patch tokens are never trained; pooled patches are trained and do (0.59-0.70).
-    Against the background both stay low (README, "Choices behind the demo zoo")."""
+    because its last patch tokens are never trained; pooled patches are trained and do (0.59-0.70)."""
     from explorer.models.architecture import ClipArchitecture
 
-    return ClipArchitecture(embed_dim=128, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, vision_width=128, vision_layers=3,
-                            vision_heads=2, vision_mlp_ratio=4.0, context_length=77, vocab_size=49408,
+    return ClipArchitecture(embed_dim=128, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, vision_width=128,
+                            vision_layers=3, vision_heads=2, vision_mlp_ratio=4.0, context_length=77, vocab_size=49408,
                             text_width=128, text_layers=2, text_heads=2, text_mlp_ratio=4.0, quick_gelu=True,
                             pool=BASE_POOL)
 

@@ -22,7 +22,6 @@ Recipes (the ``recipe`` option of ``SepsMethod``):
   the fold weights (kept for comparison).
 """
 
-
 from __future__ import annotations
 
 import torch
@@ -33,7 +32,6 @@ MARGIN = 0.2  # hinge margin (LAPS/SEPS)
 RATIO_LOSS_WEIGHT = 2.0
 BRANCH_RATIO_WEIGHTS = (0.5, 0.5)  # lambda_1 (sparse), lambda_2 (dense) of eq. 8
 RECIPES = ("official", "hardest")
-OFFICIAL_CLIP_GRAD_NORM = 2.0  # LAPS/SEPS official code
 
 
 def uses_hardest_negatives(recipe: str, mean_violation_steps: int | None, step: int | None,
