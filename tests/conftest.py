@@ -21,6 +21,15 @@ def world(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def owner(tmp_path_factory):
+    """The page's rules in owner mode with every test folder allowed (``explorer.ui.access``): handler tests
+    type paths under pytest's temporary folders."""
+    from explorer.ui.access import Access
+
+    return Access(roots=(tmp_path_factory.getbasetemp().resolve(),))
+
+
 @pytest.fixture
 def isolated_home(tmp_path, monkeypatch) -> Path:
     """``EXPLORER_HOME`` (the run store, caches) and ``EXPLORER_CHECKPOINTS`` (the zoo) under ``tmp_path``."""

@@ -52,13 +52,16 @@ def zoo_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def app_url(zoo_root, tmp_path_factory):
+    from explorer.ui.access import Access
     from explorer.ui.app import build_app, page_options
     from explorer.zoo import Zoo
 
     with pytest.MonkeyPatch.context() as patch:  # uploads, exports and caches of this app stay in the test
         patch.setenv("EXPLORER_HOME", str(tmp_path_factory.mktemp("home")))
         port = _free_port()
-        app = build_app(Zoo(zoo_root))
+        # The owner's page; the repository's demo weights may be added by their path.
+        access = Access.for_app(zoo_root, allow_roots=[Path(__file__).resolve().parents[1] / "checkpoints"])
+        app = build_app(Zoo(zoo_root), access=access)
         app.queue()
         app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                    **page_options())

@@ -61,10 +61,10 @@ def finish(worker, key, timeout=120):
     raise AssertionError("the generation did not finish")
 
 
-def test_without_sdxl_the_tab_says_how_to_point_to_it_and_still_shows_the_budgets(worker, generator, tmp_path):
+def test_without_sdxl_the_tab_says_how_to_point_to_it_and_still_shows_the_budgets(worker, generator, tmp_path, owner):
     line = view.sdxl_line("")
     assert line.count("\n") == 0 and "EXPLORER_SDXL" in line and "--sdxl" in line
-    key, status, timer = tab.generate(worker, generator, *request(tmp_path / "nowhere"))
+    key, status, timer = tab.generate(owner, worker, generator, *request(tmp_path / "nowhere"))
     assert key is None and "SDXL not found" in status and timer.active is False
     note, rows = tab.on_prompt(view.EXAMPLE_PROMPT)
     assert "Stock SDXL (77) misses" in note and "long text tower reads all of it" in note
@@ -73,8 +73,8 @@ def test_without_sdxl_the_tab_says_how_to_point_to_it_and_still_shows_the_budget
     assert "empty" in tab.on_prompt("   ")[0]
 
 
-def test_generate_runs_in_the_background_and_the_timer_shows_the_grid_reads_and_match(worker, generator, sdxl_dir):
-    key, status, timer = tab.generate(worker, generator, *request(sdxl_dir))
+def test_generate_runs_in_the_background_and_the_timer_shows_the_grid_reads_and_match(worker, generator, sdxl_dir, owner):
+    key, status, timer = tab.generate(owner, worker, generator, *request(sdxl_dir))
     assert key and timer.active is True
     status, grid, reads, match, files, timer = finish(worker, key)
     assert status.startswith("Done") and grid.size[0] > 2 * 64 and grid.size[1] > 2 * 64
@@ -85,8 +85,8 @@ def test_generate_runs_in_the_background_and_the_timer_shows_the_grid_reads_and_
     assert all(Path(path).is_file() for path in files) and files[1].endswith(".json")
 
 
-def test_cancel_stops_a_generation_between_steps(worker, generator, sdxl_dir):
-    key, _, _ = tab.generate(worker, generator, *request(sdxl_dir, steps=200, seeds="0"))
+def test_cancel_stops_a_generation_between_steps(worker, generator, sdxl_dir, owner):
+    key, _, _ = tab.generate(owner, worker, generator, *request(sdxl_dir, steps=200, seeds="0"))
     deadline = time.monotonic() + 60
     while worker.task(key).done < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -95,11 +95,11 @@ def test_cancel_stops_a_generation_between_steps(worker, generator, sdxl_dir):
     assert status.startswith("Cancelled") and worker.task(key).done < 200
 
 
-def test_refusals_come_back_at_once_as_messages(worker, generator, sdxl_dir):
+def test_refusals_come_back_at_once_as_messages(worker, generator, sdxl_dir, owner):
     for changes, words in (({"prompt": ""}, "empty"), ({"seeds": "one"}, "whole numbers"),
                            ({"models": ["demo-clip-base"]}, "not a long text tower"),
                            ({"models": [LONG, "demo-finelip", "demo-goal"]}, "at most 2")):
-        key, status, _ = tab.generate(worker, generator, *request(sdxl_dir, **changes))
+        key, status, _ = tab.generate(owner, worker, generator, *request(sdxl_dir, **changes))
         if key is not None:  # refused on the worker (a model is loaded there): the poll says why
             status = finish(worker, key)[0]
         assert words in status, (changes, status)

@@ -136,11 +136,14 @@ def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeyp
     assert view_controls.export_view(None, None, "png", 7)[0] is None
 
 
-def test_regions_and_pca_handlers(zoo, photo):
+def test_regions_and_pca_handlers(zoo, photo, owner, tmp_path):
     cache = MapCache()
     common = [str(photo), "A cat. A dog.", ["tiny-untrained"], "native", "", None]
-    view, settings, picture, plot, status, rows = regions_tab.find_regions(zoo.load, cache, *common, "/no/such/dir")
-    assert len(rows) == 2 and "best pair" in status and "/no/such/dir" in status  # fell back, and said so
+    missing = str(tmp_path / "no" / "such" / "dir")
+    view, settings, picture, plot, status, rows = regions_tab.find_regions(owner, zoo.load, cache, *common, missing)
+    assert len(rows) == 2 and "best pair" in status and missing in status  # fell back, and said so
+    outside = regions_tab.find_regions(owner, zoo.load, cache, *common, "/etc")
+    assert outside[0] is None and "not under an allowed folder" in outside[4]
     view, settings, picture, status = pca_tab.draw(zoo.load, cache, *common, [str(photo)], "features", "joint")
     assert "2 picture(s)" in status and picture is not None
     assert pca_tab.refit(view, settings, "per-image")[0].pca_fit == "per-image"
@@ -161,8 +164,9 @@ def test_models_table_lists_the_builtin(zoo):
     assert any(row[0] == "tiny-untrained" and "UNTRAINED" in row[-1] for row in rows)
 
 
-def test_models_check_reports_a_bad_path():
-    assert "No weights file" in models_tab.check_file("/nonexistent/model.pt", False)
+def test_models_check_reports_a_bad_path(owner, tmp_path):
+    assert "No weights file" in models_tab.check_file(owner, str(tmp_path / "model.pt"))
+    assert "not under an allowed folder" in models_tab.check_file(owner, "/nonexistent/model.pt")
 
 
 def test_seps_says_when_the_long_caption_stands_in_for_the_dense_one():

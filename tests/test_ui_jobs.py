@@ -4,6 +4,7 @@ delete (asked first), Open in Grounding, the refusals, and the app built with th
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import gradio as gr
@@ -13,6 +14,7 @@ import pytest
 from explorer.jobs.queue import claim_runs
 from explorer.jobs.worker import run_job
 from explorer.ui import jobs_tab as tab
+from explorer.ui.access import Access
 from explorer.views import jobs_view as view
 from explorer.zoo import Zoo
 
@@ -28,8 +30,9 @@ def zoo(tmp_path):
 
 def submit(jobs, method="mulclip", data="", init="", max_steps=2, name="", devices=0, size="tiny", batch_size=4,
            overrides=QUICK):
-    """The Submit button with the form's values."""
-    return tab.submit(jobs, method, data, init, max_steps, name, devices, size, batch_size, overrides)
+    """The Submit button with the form's values, on a page that may read the test's temporary folders."""
+    access = Access(roots=(Path(tempfile.gettempdir()).resolve(),))
+    return tab.submit(access, jobs, Zoo(), method, data, init, max_steps, name, devices, size, batch_size, overrides)
 
 
 def finished_here(jobs, world, name="ui-run"):
@@ -66,7 +69,10 @@ def test_bad_input_gives_a_clear_message_and_records_nothing(jobs, world, tmp_pa
              "unknown setting 'nosuch'": dict(data=str(world), overrides="nosuch=1"),
              "fewer than the 16 samples": dict(data=str(world), batch_size=16),
              "max steps must be a whole number": dict(data=str(world), max_steps=2.5),
-             "init no-such-model": dict(data=str(world), init="no-such-model")}
+             "init no-such-model": dict(data=str(world), init="no-such-model"),
+             "/etc is not under an allowed folder": dict(data="/etc"),
+             "not under an allowed folder": dict(data=str(world), init="/etc/passwd"),
+             "allow_pickle cannot be set from the page": dict(data=str(world), overrides="allow_pickle=true")}
     for message, fields in cases.items():
         note, selected = submit(jobs, **fields)
         assert note.startswith("**Cannot do that:**") and message in note, note

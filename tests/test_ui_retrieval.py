@@ -66,10 +66,10 @@ def where(world) -> list:
 
 
 @pytest.fixture(scope="module")
-def indexed(zoo, indexer, world):
+def indexed(zoo, indexer, world, owner):
     """Both models indexed through the Index button and the timer, as on the page; the status lines."""
     started = time.perf_counter()
-    tasks, status, timer = tab.start_indexing(zoo.load, indexer, *where(world), MODELS)
+    tasks, status, timer = tab.start_indexing(owner, zoo.load, indexer, *where(world), MODELS)
     assert time.perf_counter() - started < 5  # returns at once: the embedding runs in the background
     assert [name for name, _ in tasks] == MODELS and isinstance(timer, gr.Timer)
     while timer.active:
@@ -85,12 +85,12 @@ def columns(outputs) -> list[dict]:
     return [dict(zip(("column", "header", "gallery", "table"), rest[i:i + 4])) for i in range(0, len(rest), 4)]
 
 
-def test_indexing_completes_and_the_status_says_so(zoo, indexer, world, indexed):
+def test_indexing_completes_and_the_status_says_so(zoo, indexer, world, indexed, owner):
     assert indexed.count("(ready)") == 2 and f"{SCENES}/{SCENES} images" in indexed
-    again = tab.index_status(zoo.load, indexer, *where(world), [*MODELS, NOT_INDEXED])
+    again = tab.index_status(owner, zoo.load, indexer, *where(world), [*MODELS, NOT_INDEXED])
     assert again.count("(ready)") == 2 and f"**{NOT_INDEXED}** (not indexed)" in again
     # indexing again embeds nothing: the tasks finish at once, from the cache
-    tasks, status, timer = tab.start_indexing(zoo.load, indexer, *where(world), MODELS)
+    tasks, status, timer = tab.start_indexing(owner, zoo.load, indexer, *where(world), MODELS)
     deadline = time.perf_counter() + 20
     while timer.active and time.perf_counter() < deadline:
         time.sleep(0.1)
@@ -98,9 +98,9 @@ def test_indexing_completes_and_the_status_says_so(zoo, indexer, world, indexed)
     assert status.count("(ready)") == 2
 
 
-def test_a_dataset_caption_finds_its_picture_in_every_model(zoo, indexer, world, indexed):
+def test_a_dataset_caption_finds_its_picture_in_every_model(zoo, indexer, world, indexed, owner):
     dataset = read_retrieval_set(world, "test")
-    outputs = tab.search_text(zoo.load, indexer, *where(world), MODELS, dataset.captions[3], SCENES)
+    outputs = tab.search_text(owner, zoo.load, indexer, *where(world), MODELS, dataset.captions[3], SCENES)
     shown = columns(outputs)
     assert "Top 16" in outputs[0] and len(shown) == 4
     for name, column in zip(MODELS, shown[:2]):
@@ -114,8 +114,8 @@ def test_a_dataset_caption_finds_its_picture_in_every_model(zoo, indexer, world,
     assert all(column["column"]["visible"] is False for column in shown[2:])
 
 
-def test_a_dataset_picture_finds_its_caption(zoo, indexer, world, indexed):
-    outputs = tab.search_number(zoo.load, indexer, *where(world), MODELS, 5, SCENES)
+def test_a_dataset_picture_finds_its_caption(zoo, indexer, world, indexed, owner):
+    outputs = tab.search_number(owner, zoo.load, indexer, *where(world), MODELS, 5, SCENES)
     for column in columns(outputs)[:2]:
         assert column["gallery"]["visible"] is False and column["table"]["visible"] is True
         rows = column["table"]["value"]
@@ -124,14 +124,14 @@ def test_a_dataset_picture_finds_its_caption(zoo, indexer, world, indexed):
         assert len(truth) == 1 and truth[0][4] == "test-000005"
         assert f"truth at rank {truth[0][0]}" in column["header"]
     # the query gallery offers the pictures, and a picture's caption can become the text query
-    note, pictures = tab.show_dataset(*where(world))
+    note, pictures = tab.show_dataset(owner, *where(world))
     assert f"{SCENES} images" in note and len(pictures) == SCENES and pictures[5][1] == "#5 · test-000005"
-    text, _ = tab.use_caption(*where(world), 5)
+    text, _ = tab.use_caption(owner, *where(world), 5)
     assert text == read_retrieval_set(world, "test").captions[5]
 
 
-def test_recall_table_export_worst_queries_and_grounding(zoo, indexer, world, indexed, home):
-    steps = list(tab.evaluate(zoo.load, indexer, *where(world), MODELS))
+def test_recall_table_export_worst_queries_and_grounding(zoo, indexer, world, indexed, home, owner):
+    steps = list(tab.evaluate(owner, zoo.load, indexer, *where(world), MODELS))
     assert len(steps) == len(MODELS)  # the table fills a model at a time
     note, table, evaluation, csv_button, json_button, worst_model = steps[-1]
     dataset = read_retrieval_set(world, "test")
@@ -171,34 +171,34 @@ def test_recall_table_export_worst_queries_and_grounding(zoo, indexer, world, in
     assert list((home / "examples" / "truth").glob("*.npz"))  # the scene's truth: Grounding scores its maps
 
 
-def test_bad_inputs_say_what_is_wrong(zoo, indexer, world, indexed, tmp_path):
-    empty = tab.search_text(zoo.load, indexer, *where(world), MODELS, "   ", 10)
+def test_bad_inputs_say_what_is_wrong(zoo, indexer, world, indexed, tmp_path, owner):
+    empty = tab.search_text(owner, zoo.load, indexer, *where(world), MODELS, "   ", 10)
     assert "query is empty" in empty[0]
     nothing = tmp_path / "nothing"
     nothing.mkdir()
     (nothing / "notes.bin").write_bytes(b"\x00" * 10)
-    status = tab.search_text(zoo.load, indexer, view.SYNTHETIC, str(nothing), "", MODELS, "a cube", 10)[0]
+    status = tab.search_text(owner, zoo.load, indexer, view.SYNTHETIC, str(nothing), "", MODELS, "a cube", 10)[0]
     assert "matches no dataset layout" in status and "Tried:" in status
-    assert "does not exist" in tab.show_dataset(view.SYNTHETIC, str(tmp_path / "gone"), "")[0]
+    assert "does not exist" in tab.show_dataset(owner, view.SYNTHETIC, str(tmp_path / "gone"), "")[0]
     corrupt = tmp_path / "upload.png"
     corrupt.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
-    assert "Cannot do that" in tab.search_file(zoo.load, indexer, *where(world), MODELS, str(corrupt), 10)[0]
-    assert "Pick at least one model" in tab.search_text(zoo.load, indexer, *where(world), [], "a cube", 10)[0]
-    assert "no picture #99" in tab.search_number(zoo.load, indexer, *where(world), MODELS, 99, 10)[0]
+    assert "Cannot do that" in tab.search_file(owner, zoo.load, indexer, *where(world), MODELS, str(corrupt), 10)[0]
+    assert "Pick at least one model" in tab.search_text(owner, zoo.load, indexer, *where(world), [], "a cube", 10)[0]
+    assert "no picture #99" in tab.search_number(owner, zoo.load, indexer, *where(world), MODELS, 99, 10)[0]
     # a model that has not embedded the dataset: said in its column; the indexed one still answers
-    outputs = tab.search_text(zoo.load, indexer, *where(world), ["demo-caft", NOT_INDEXED], "a red cube", 5)
+    outputs = tab.search_text(owner, zoo.load, indexer, *where(world), ["demo-caft", NOT_INDEXED], "a red cube", 5)
     indexed_column, missing_column = columns(outputs)[:2]
     assert "no truth" in indexed_column["header"] and len(indexed_column["gallery"]["value"]) == 5
     assert "click Index first" in missing_column["header"] and NOT_INDEXED in outputs[0]
-    note, table, evaluation, *_ = list(tab.evaluate(zoo.load, indexer, *where(world), [NOT_INDEXED]))[-1]
+    note, table, evaluation, *_ = list(tab.evaluate(owner, zoo.load, indexer, *where(world), [NOT_INDEXED]))[-1]
     assert table == [] and "click Index first" in note and not evaluation.entries
     # and the page keeps working
-    assert "truth at rank" in columns(tab.search_number(zoo.load, indexer, *where(world), MODELS, 2, 5))[0]["header"]
+    assert "truth at rank" in columns(tab.search_number(owner, zoo.load, indexer, *where(world), MODELS, 2, 5))[0]["header"]
 
 
-def test_an_uploaded_picture_has_no_truth(zoo, indexer, world, indexed):
+def test_an_uploaded_picture_has_no_truth(zoo, indexer, world, indexed, owner):
     picture = world / "images" / "test-000001.png"
-    first = columns(tab.search_file(zoo.load, indexer, *where(world), MODELS, str(picture), 3))[0]
+    first = columns(tab.search_file(owner, zoo.load, indexer, *where(world), MODELS, str(picture), 3))[0]
     assert "no truth: the picture is not one of the dataset's" in first["header"]
     assert len(first["table"]["value"]) == 3
 

@@ -42,8 +42,20 @@ def _parser() -> argparse.ArgumentParser:
     app = commands.add_parser("app", help="open the web app")
     app.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     app.add_argument("--port", type=int, default=7860)
-    app.add_argument("--share", action="store_true", help="make a public Gradio share link (explicit opt-in)")
+    app.add_argument("--share", action="store_true", help="make a public Gradio share link (explicit opt-in; "
+                                                          "implies --public unless --trusted)")
     app.add_argument("--auth", help="USER:PASSWORD required to open the page")
+    app.add_argument("--public", action="store_true", help="a read-only demo for visitors: fixed zoo, listed "
+                                                           "datasets, no jobs, no typed paths (implied by --share "
+                                                           "and by a --host others can reach)")
+    app.add_argument("--trusted", action="store_true", help="with --share or a non-loopback --host: give every "
+                                                            "visitor the owner's page (needs --auth)")
+    app.add_argument("--allow-root", action="append", default=[], metavar="DIR",
+                     help="a folder whose files the page may read when typed (repeatable; also $EXPLORER_ALLOWED_ROOTS; "
+                          "the zoo folder and $EXPLORER_HOME always are)")
+    app.add_argument("--sdxl", help="SDXL base for the Generation tab (default $EXPLORER_SDXL; the only one a "
+                                    "public page uses)")
+    app.add_argument("--sdxl-config", help="SDXL's configs folder, for a single-file --sdxl")
     app.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ...")
     # Also after the command (`python app.py --checkpoints DIR`), not only before it.
     app.add_argument("--checkpoints", default=argparse.SUPPRESS, help="zoo folder of manifests")
@@ -120,7 +132,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_app(args) -> int:
-    from explorer.ui.app import launch
+    from explorer.ui.access import Access
+    from explorer.ui.app import is_loopback, launch
+    from explorer.zoo import Zoo
 
     auth = None
     if args.auth:
@@ -128,9 +142,25 @@ def _run_app(args) -> int:
         if not password:
             raise ExplorerError("--auth takes USER:PASSWORD")
         auth = (user, password)
+    if args.trusted and args.public:
+        raise ExplorerError("--public and --trusted contradict each other: choose one")
+    if args.trusted and auth is None:
+        raise ExplorerError("--trusted gives every visitor the owner's page (adding models, training, reading the "
+                            "allowed folders): it needs --auth USER:PASSWORD")
+    others = args.share or not is_loopback(args.host)
+    public = args.public or (others and not args.trusted)
+    zoo = Zoo(args.checkpoints)
+    access = Access.for_app(zoo.root, allow_roots=args.allow_root, public=public, sdxl=args.sdxl,
+                            sdxl_config=args.sdxl_config)
+    if public:
+        why = "--public" if args.public else "--share" if args.share else f"--host {args.host}"
+        print(f"explorer: public demo mode ({why}): read-only, no typed paths, no jobs; --trusted with --auth "
+              "gives visitors the owner's page")
+    else:
+        print(f"explorer: owner mode; typed paths must be under: {', '.join(map(str, access.roots))}")
     print(f"explorer: serving on http://{args.host}:{args.port} (Ctrl+C to stop)")
     launch(host=args.host, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
-           device=args.device)
+           device=args.device, access=access)
     return 0
 
 

@@ -1,6 +1,9 @@
-"""Assemble the tabs into one page, and serve it on localhost."""
+"""Assemble the tabs into one page, and serve it on localhost (or, as a read-only demo, to others)."""
 
 from __future__ import annotations
+
+import ipaddress
+import logging
 
 import gradio as gr
 
@@ -9,18 +12,24 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
 from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
+from explorer.ui.access import PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
 TITLE = "explorer: what long-text CLIP models see"
 
 
-def page_options() -> dict:
-    """Launch options that shape the page. System fonts: the default theme would fetch Google Fonts."""
+def page_options(access: Access | None = None) -> dict:
+    """Launch options that shape the page. System fonts: the default theme would fetch Google Fonts.
+    Gradio serves files from its own cache and from the exports folder only (under ``$EXPLORER_HOME``);
+    a public page also bounds each upload in bytes (the image rules bound its pixels)."""
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
-    # Exported figures are written outside the working directory; the page may download them.
-    return {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())], "css": PAGE_CSS}
+    options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],
+               "css": PAGE_CSS}
+    if access is not None and access.public:
+        options["max_file_size"] = PUBLIC_UPLOAD_BYTES
+    return options
 
 
 # Gradio breaks words anywhere ("backgroun d") in highlighted text and table cells; break between
@@ -33,27 +42,37 @@ PAGE_CSS = """
 """
 
 
-def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobManager | None = None) -> gr.Blocks:
+def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobManager | None = None,
+              access: Access | None = None) -> gr.Blocks:
+    """The page. ``access``: its rules (default: owner mode, typed paths under the zoo folder and
+    ``$EXPLORER_HOME``); a public page has no Jobs tab and no controls that change the zoo."""
     zoo = zoo or Zoo()
+    access = access or Access.for_app(zoo.root)
     cache = MapCache()
     indexer = indexer or Indexer()  # one embedding worker for every session: embeddings share the cores
     # One manager for every session; finished runs join this zoo. Its first list() reconciles the runs
-    # whose process died while no app was watching.
-    jobs = jobs or JobManager(zoo_root=zoo.root)
+    # whose process died while no app was watching. A public page has no runs: the store is never opened.
+    if not access.public:
+        jobs = jobs or JobManager(zoo_root=zoo.root)
     with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
         gr.Markdown(f"# {TITLE}")
+        if access.public:
+            gr.Markdown(access.describe(), elem_id="public-banner")
         with gr.Tabs(elem_id="main-tabs") as tabs:  # ids: other tabs switch to one (``gr.Tabs(selected=id)``)
             with gr.Tab("Grounding", id="grounding"):
-                grounding = grounding_tab.build(zoo, cache)
+                grounding = grounding_tab.build(zoo, cache, access)
             with gr.Tab("Retrieval", id="retrieval"):
-                retrieval_models, retrieval_load = retrieval_tab.build(zoo, indexer, grounding, tabs)
+                retrieval_models, retrieval_load = retrieval_tab.build(zoo, indexer, access, grounding, tabs)
             with gr.Tab("Generation", id="generation"):
-                generation_models = generation_tab.build(zoo)
-            with gr.Tab("Jobs", id="jobs"):
-                jobs_init, jobs_changes, jobs_load = jobs_tab.build(jobs, zoo, grounding, tabs)
+                generation_models = generation_tab.build(zoo, access)
+            jobs_init, jobs_changes, jobs_load = None, [], []
+            if not access.public:
+                with gr.Tab("Jobs", id="jobs"):
+                    jobs_init, jobs_changes, jobs_load = jobs_tab.build(jobs, zoo, access, grounding, tabs)
             with gr.Tab("Models", id="models"):
-                zoo_changes, zoo_listing = models_tab.build(zoo)
-                memory_panel.build()
+                zoo_changes, zoo_listing = models_tab.build(zoo, access)
+                if not access.public:  # what the server holds is the owner's business
+                    memory_panel.build()
         # The zoo is live: every model list follows it, after a change in the Models tab or the Jobs tab (a
         # run finished, was deleted, or opens in Grounding) and on every page load (another session, or the
         # CLI, may have changed it).
@@ -61,9 +80,11 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
                           outputs=grounding.models),
                      dict(fn=lambda current: retrieval_tab.refresh_models(zoo, current), inputs=retrieval_models,
                           outputs=retrieval_models),
-                     dict(fn=lambda current: jobs_tab.refresh_inits(zoo, current), inputs=jobs_init, outputs=jobs_init),
                      dict(fn=lambda current: generation_tab.refresh_models(zoo, current), inputs=generation_models,
                           outputs=generation_models)]
+        if jobs_init is not None:
+            refreshes.append(dict(fn=lambda current: jobs_tab.refresh_inits(zoo, current), inputs=jobs_init,
+                                  outputs=jobs_init))
         for refresh in refreshes:
             for event in [*zoo_changes, *jobs_changes]:
                 event.then(**refresh)
@@ -74,13 +95,57 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
     return app
 
 
+def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
+    """The app's queue: two requests at a time; on a public page no request skips it (the REST routes
+    are closed), it holds at most ``QUEUE_SIZE`` and each visitor session at most ``access.session_cap``."""
+    if access.public:
+        app.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE, api_open=False)
+        cap_sessions(app, access.session_cap)
+    else:
+        app.queue(default_concurrency_limit=2)
+    return app
+
+
+def cap_sessions(app: gr.Blocks, cap: int) -> None:
+    """Refuse a request (HTTP 503, said in one line) when its session already has ``cap`` requests queued or
+    running. Gradio's queue keeps each event in ``event_ids_to_events`` from join to end; its ``push`` is
+    the one door every queued request goes through."""
+    queue = app._queue
+    push = queue.push
+
+    async def capped_push(body, request, username):
+        session = body.session_hash
+        if session is not None:
+            held = sum(1 for event in list(queue.event_ids_to_events.values()) if event.session_hash == session)
+            if held >= cap:
+                message = f"this page already has {held} requests waiting or running (at most {cap}): wait for them"
+                log.warning("refused: %s", message)
+                return False, message, "queue_full"
+        return await push(body=body, request=request, username=username)
+
+    queue.push = capped_push
+
+
+log = logging.getLogger("explorer.access")
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: others may reach it
+
+
 def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
-           zoo_root: str | None = None, block: bool = True, device: str = "auto"):
+           zoo_root: str | None = None, block: bool = True, device: str = "auto", access: Access | None = None):
     """Serve the app. Binds localhost unless ``host`` says otherwise; sharing and auth are explicit."""
     prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
     keep_releasing_freed_memory()
-    app = build_app(Zoo(zoo_root, device=device))
-    app.queue(default_concurrency_limit=2)
+    zoo = Zoo(zoo_root, device=device)
+    access = access or Access.for_app(zoo.root, public=share or not is_loopback(host))
+    app = serve(build_app(zoo, access=access), access)
     app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=not block,
-               show_error=True, **page_options())
+               show_error=True, **page_options(access))
     return app

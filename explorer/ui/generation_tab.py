@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer.core import paths
 from explorer.core.background import BackgroundWorker
 from explorer.generation import GenerationSettings, Generator
 from explorer.generation.conditioning import LAYERS
+from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import as_list, export_dir
 from explorer.views import generation_view as view
@@ -34,17 +34,37 @@ def on_prompt(prompt):
         return explain(error), []
 
 
-def generate(worker, generator, sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size, guidance,
-             layer, allow_cut, score_with, precision, cpu_offload, attention_slicing, vae_tiling):
+def sdxl_paths(access: Access, sdxl, sdxl_config) -> tuple[str, str]:
+    """(SDXL, configs) the page may read: the owner's (set at start) or, in owner mode, paths typed under
+    an allowed root. A public page has no field for them; a value sent anyway is refused."""
+    typed = [value.strip() if isinstance(value, str) else "" for value in (sdxl, sdxl_config)]
+    owners = [str(access.sdxl or ""), str(access.sdxl_config or "")]
+    if typed == owners or (access.public and not any(typed)):
+        return owners[0], owners[1]
+    return tuple(str(access.path(value, what)) if value else "" for value, what in
+                 zip(typed, ("SDXL folder or file", "SDXL configs folder")))
+
+
+def sdxl_status(access: Access, sdxl, sdxl_config) -> str:
+    """The one line under the SDXL fields, read only where the page may read."""
+    try:
+        return view.sdxl_line(*sdxl_paths(access, sdxl, sdxl_config))
+    except Exception as error:  # noqa: BLE001
+        return explain(error)
+
+
+def generate(access: Access, worker, generator, sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size,
+             guidance, layer, allow_cut, score_with, precision, cpu_offload, attention_slicing, vae_tiling):
     """The Generate button: (task key, status, timer). Returns at once; the timer shows progress."""
     try:
+        sdxl, sdxl_config = sdxl_paths(access, sdxl, sdxl_config)
         models = as_list(models)
         if len(models) > MAX_SWAPPED:
             raise ValueError(f"choose at most {MAX_SWAPPED} long-text models (with stock SDXL: three columns)")
         settings = GenerationSettings(
             prompt=prompt or "", negative=negative or "", models=models, stock=bool(stock),
             seeds=view.parse_seeds(seeds), steps=int(steps), size=int(size), guidance=float(guidance),
-            layer=layer, allow_cut=bool(allow_cut), sdxl=(sdxl or "").strip(), sdxl_config=(sdxl_config or "").strip(),
+            layer=layer, allow_cut=bool(allow_cut), sdxl=sdxl, sdxl_config=sdxl_config,
             precision=precision, cpu_offload=bool(cpu_offload), attention_slicing=bool(attention_slicing),
             vae_tiling=bool(vae_tiling))
         scorer = None if score_with in (None, "", NO_SCORE) else score_with
@@ -103,20 +123,21 @@ def refresh_models(zoo: Zoo, current):
     return gr.update(choices=choices, value=kept or [name for _, name in choices[:1]])
 
 
-def build(zoo: Zoo, worker: BackgroundWorker | None = None, generator: Generator | None = None):
+def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, generator: Generator | None = None):
+    """The tab; returns its model list. On a public page SDXL is the owner's (``--sdxl``): no field for it."""
     worker = worker or BackgroundWorker("explorer-generation")
     generator = generator or Generator(load_model=zoo.load)
     choices = view.long_text_models(zoo.manifests())
-    default_sdxl = paths.sdxl_default()
+    default_sdxl, default_config = access.sdxl, access.sdxl_config
     gr.Markdown("Draw a long caption with SDXL base twice: stock (its CLIP-L and bigG read 77 tokens) and with a "
                 "long-text model's text tower in `text_encoder` and bigG stretched to 248 positions. Same seed, "
                 "scheduler, steps, size and guidance in every column; only the text conditioning differs.")
-    with gr.Row():
-        sdxl = gr.Textbox(str(default_sdxl or ""), label="SDXL base (diffusers folder or .safetensors file)",
-                          elem_id="generation-sdxl", scale=3)
-        sdxl_config = gr.Textbox("", label="configs folder (single file only)", elem_id="generation-sdxl-config",
-                                 scale=1)
-    sdxl_status = gr.Markdown(view.sdxl_line(default_sdxl), elem_id="generation-sdxl-status")
+    with gr.Row(visible=not access.public):
+        sdxl = gr.Textbox("" if access.public else str(default_sdxl or ""), scale=3, elem_id="generation-sdxl",
+                          label="SDXL base (diffusers folder or .safetensors file, under an allowed folder)")
+        sdxl_config = gr.Textbox("" if access.public else str(default_config or ""), scale=1,
+                                 label="configs folder (single file only)", elem_id="generation-sdxl-config")
+    sdxl_status = gr.Markdown(view.sdxl_line(default_sdxl, default_config or ""), elem_id="generation-sdxl-status")
     prompt = gr.Textbox(view.EXAMPLE_PROMPT, lines=5, label="Long caption", elem_id="generation-prompt")
     budget_note = gr.Markdown(view.budget_line(view.EXAMPLE_PROMPT), elem_id="generation-budget-note")
     budget = gr.Dataframe(view.budget_rows(view.EXAMPLE_PROMPT), headers=view.BUDGET_HEADERS, interactive=False,
@@ -161,12 +182,13 @@ def build(zoo: Zoo, worker: BackgroundWorker | None = None, generator: Generator
     timer = gr.Timer(POLL_SECONDS, active=False)
 
     prompt.change(on_prompt, inputs=prompt, outputs=[budget_note, budget], show_progress="hidden")
-    sdxl.change(view.sdxl_line, inputs=[sdxl, sdxl_config], outputs=sdxl_status, show_progress="hidden")
-    sdxl_config.change(view.sdxl_line, inputs=[sdxl, sdxl_config], outputs=sdxl_status, show_progress="hidden")
+    for box, api in ((sdxl, "sdxl_status"), (sdxl_config, "sdxl_config_status")):
+        box.change(lambda *values: sdxl_status(access, *values), inputs=[sdxl, sdxl_config], outputs=sdxl_status,
+                   show_progress="hidden", api_name=api)
     inputs = [sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size, guidance, layer, allow_cut,
               score_with, precision, cpu_offload, attention_slicing, vae_tiling]
-    go.click(lambda *values: generate(worker, generator, *values), inputs=inputs, outputs=[key, status, timer],
-             concurrency_limit=None)
+    go.click(lambda *values: generate(access, worker, generator, *values), inputs=inputs, outputs=[key, status, timer],
+             api_name="generate", concurrency_limit=None)
     timer.tick(lambda current: poll(worker, current), inputs=key, outputs=[status, grid, reads, match, files, timer],
                show_progress="hidden", concurrency_limit=None)
     stop.click(lambda current: cancel(worker, current), inputs=key, outputs=status, concurrency_limit=None)

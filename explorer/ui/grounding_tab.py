@@ -15,6 +15,7 @@ from explorer.grounding.sentence_maps import MapCache, describe_picture
 from explorer.models.methods import get_method
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.ui import maps_tab, pca_tab, regions_tab
+from explorer.ui.access import Access
 from explorer.ui.examples import example_images
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, as_list
@@ -119,7 +120,7 @@ def models_summary(zoo: Zoo, names) -> str:
     return "\n".join(f"- **{name}**: {model_summary(zoo, name)}" for name in names)
 
 
-def build(zoo: Zoo, cache: MapCache) -> Inputs:
+def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
     """The tab; returns its inputs: the app refreshes their model list when the zoo changes, and other
     tabs fill them (the Retrieval tab opens a query here)."""
     choices = model_choices(zoo)
@@ -172,7 +173,7 @@ def build(zoo: Zoo, cache: MapCache) -> Inputs:
                 with gr.Tab("Sentence maps", id="maps"):
                     maps_tab.build(inputs, zoo, cache)
                 with gr.Tab("FLISM regions", id="regions"):
-                    regions_tab.build(inputs, zoo, cache)
+                    regions_tab.build(inputs, zoo, cache, access)
                 with gr.Tab("PCA maps", id="pca"):
                     pca_tab.build(inputs, zoo, cache)
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.jobs import JobManager, method_defaults
+from explorer.jobs.records import JobError
 from explorer.ui import grounding_tab
+from explorer.ui.access import PICKLE_ADVICE, Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, as_list
 from explorer.views import jobs_view as view
@@ -38,17 +40,48 @@ def on_method(method):
         return [], None, explain(error)
 
 
-def submit(jobs: JobManager, method, data, init, max_steps, name, devices, size, batch_size, overrides):
+def submit(access: Access, jobs: JobManager, zoo: Zoo, method, data, init, max_steps, name, devices, size,
+           batch_size, overrides):
     """The Submit button: (message, the new run's id to select). Nothing is recorded when it is refused."""
-    form = view.Form(method=method, data=data or "", init=init or view.FROM_SCRATCH, max_steps=max_steps,
-                     name=name or "", gpus=devices, size=size or view.DEFAULT_SIZE, batch_size=batch_size,
-                     overrides=overrides or "")
     try:
+        access.owner_only("training")
+        form = view.Form(method=method, data=checked_data(access, data), init=checked_init(access, zoo, init),
+                         max_steps=max_steps, name=name or "", gpus=devices, size=size or view.DEFAULT_SIZE,
+                         batch_size=batch_size, overrides=checked_overrides(access, overrides))
         run = view.submit_form(jobs, form)
     except Exception as error:  # noqa: BLE001
         return explain(error), gr.update()
     notes = "".join(f"\n- {note}" for note in run.notes)
     return f"Submitted **{run.name}** (`{run.id}`): {run.status}.{notes}", run.id
+
+
+def checked_data(access: Access, data) -> str:
+    """The data folder: empty (the training world), the training world, or a folder under an allowed root."""
+    typed = data.strip() if isinstance(data, str) else ""
+    if not typed or typed == str(view.training_world_root()):
+        return typed
+    return str(access.path(typed, "data folder"))
+
+
+def checked_init(access: Access, zoo: Zoo, init) -> str:
+    """Where a run starts: from scratch, a zoo model, or a weights file under an allowed root."""
+    typed = init.strip() if isinstance(init, str) else ""
+    names = {m.name for m in zoo.manifests()}
+    if not typed or typed in names:
+        return typed or view.FROM_SCRATCH
+    if "/" not in typed and "\\" not in typed and not typed.startswith("~"):
+        raise JobError(f"init {typed}: no zoo model has that name; pick one from the list (known: "
+                       f"{', '.join(sorted(names)) or 'none'}), or give a weights file under an allowed folder")
+    return str(access.path(typed, "init checkpoint"))
+
+
+def checked_overrides(access: Access, overrides) -> str:
+    """The override lines, less the one the page never takes: unpickling an init file."""
+    text = overrides if isinstance(overrides, str) else ""
+    if "allow_pickle" in view.parse_overrides(text):
+        raise access.refuse("allow_pickle cannot be set from the page. " + PICKLE_ADVICE.format(path="PATH")
+                            + " Then start the run from that zoo model.")
+    return text
 
 
 def refresh_inits(zoo: Zoo, current):
@@ -172,9 +205,11 @@ def required(selected) -> str:
 # ---- the tab -----------------------------------------------------------------------------------------
 
 
-def build(jobs: JobManager, zoo: Zoo, grounding: Inputs | None = None, tabs: gr.Tabs | None = None):
+def build(jobs: JobManager, zoo: Zoo, access: Access, grounding: Inputs | None = None, tabs: gr.Tabs | None = None):
     """The tab; returns (its init list, the events after which the zoo may have changed, what to run on page
-    load). The app refreshes the init list with the zoo, and every model list after those events."""
+    load). The app refreshes the init list with the zoo, and every model list after those events. Owner
+    mode only: a public page has no Jobs tab (the app does not build it)."""
+    access.owner_only("the Jobs tab")
     gr.Markdown("Train any method in the background: each run is a process of its own, recorded on disk, so it "
                 "goes on when this page or the app closes. A finished run is evaluated on held-out data and joins "
                 "the zoo. The CLI twin: `explorer jobs submit | list | show | logs | cancel | resume | delete`.")
@@ -237,7 +272,7 @@ def build(jobs: JobManager, zoo: Zoo, grounding: Inputs | None = None, tabs: gr.
         return snapshot(jobs, current, known, force=False)
 
     method.change(on_method, inputs=method, outputs=[defaults, batch_size, defaults_note])
-    submit_button.click(lambda *values: submit(jobs, *values), api_name="jobs_submit",
+    submit_button.click(lambda *values: submit(access, jobs, zoo, *values), api_name="jobs_submit",
                         inputs=[method, data, init, max_steps, name, devices, size, batch_size, overrides],
                         outputs=[submit_note, selected]).then(show, inputs=[selected, seen], outputs=watched)
     timer.tick(tick, inputs=[selected, seen], outputs=watched, show_progress="hidden",

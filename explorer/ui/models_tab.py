@@ -7,8 +7,10 @@ from pathlib import Path
 
 import gradio as gr
 
+from explorer.core.errors import UnsafeCheckpointError
 from explorer.models.io.checkpoints import stored_config
 from explorer.models.io.loading import check
+from explorer.ui.access import PICKLE_ADVICE, Access
 from explorer.ui.messages import explain
 from explorer.zoo import Zoo
 
@@ -54,35 +56,60 @@ def methods_table() -> list[list]:
     return rows
 
 
-def check_file(path: str, allow_pickle: bool) -> str:
-    if not path or not path.strip():
-        return "Give the path of a weights file on this machine."
+def check_file(access: Access, path: str) -> str:
+    """The Check button: the key report of a file under the allowed roots, never unpickled."""
     try:
-        return "```\n" + check(path.strip(), allow_pickle=allow_pickle).summary() + "\n```"
+        weights = access.path(path, "weights file")
+        return "```\n" + check(weights, allow_pickle=False).summary() + "\n```"
     except Exception as error:  # noqa: BLE001 - shown to the user, the app keeps serving
-        return explain(error)
+        return pickle_explained(error, path)
+
+
+def pickle_explained(error: Exception, path) -> str:
+    """``explain(error)``, with the shell command the owner runs when the file needs unpickling."""
+    message = explain(error)
+    if isinstance(error, UnsafeCheckpointError):
+        message += "\n\n" + PICKLE_ADVICE.format(path=str(path or "PATH").strip())
+    return message
+
+
+def text(value) -> str:
+    """A text field's value as a string (a direct API call may send anything)."""
+    return value.strip() if isinstance(value, str) else ""
 
 
 def model_names(zoo: Zoo) -> list[str]:
     return [m.name for m in zoo.manifests()]
 
 
-def build(zoo: Zoo) -> tuple[list, dict]:
+def build(zoo: Zoo, access: Access) -> tuple[list, dict]:
     """The tab; returns the events after which the zoo may have changed (the app refreshes every
     model list after them, so an added or removed model shows everywhere without a restart), and the
-    listing to run on every page load (the zoo may have changed since the page was built)."""
-    gr.Markdown(f"Every model with a manifest in `{zoo.root}`. Weights are local files; nothing is downloaded.")
+    listing to run on every page load (the zoo may have changed since the page was built). On a public
+    page the zoo is fixed: the table only, no controls that change it."""
+    if access.public:
+        gr.Markdown("The models of this demo. Weights are local files; nothing is downloaded.")
+    else:
+        gr.Markdown(f"Every model with a manifest in `{zoo.root}`. Weights are local files; nothing is downloaded.")
     table = gr.Dataframe(value=lambda: zoo_table(zoo), headers=COLUMNS, interactive=False, wrap=True,
                          elem_id="zoo-table", column_widths=COLUMN_WIDTHS)
-    refresh = gr.Button("Re-check every model", size="sm", elem_id="zoo-refresh")
     with gr.Accordion("Methods this explorer knows", open=False):
         gr.Dataframe(value=methods_table(), headers=["method", "name", "maps", "what it is"], interactive=False,
                      wrap=True, elem_id="methods-table")
+    if access.public:
+        return [], dict(fn=lambda: zoo_table(zoo), outputs=table)
+    return build_management(zoo, access, table)
+
+
+def build_management(zoo: Zoo, access: Access, table) -> tuple[list, dict]:
+    """Re-check, add (a path under the allowed roots, or a .safetensors upload) and remove: owner mode only."""
+    refresh = gr.Button("Re-check every model", size="sm", elem_id="zoo-refresh")
     with gr.Accordion("Add or check a checkpoint", open=False):
         with gr.Tab("A file on this machine"):
-            path = gr.Textbox(label="Weights file (.pt, .pth, .bin, .safetensors)", placeholder="/data/longclip-B.pt",
-                              elem_id="zoo-add-path")
-            trust = gr.Checkbox(label="Trust this file: allow unpickling (needed for SEPS model_best.pth)", value=False)
+            path = gr.Textbox(label="Weights file (.pt, .pth, .bin, .safetensors) under an allowed folder",
+                              placeholder="/data/longclip-B.pt", elem_id="zoo-add-path")
+            gr.Markdown("A file that needs unpickling (SEPS's `model_best.pth`) is never read here: the machine's "
+                        "owner adds it from a shell with `explorer models add PATH --allow-pickle`.")
             with gr.Row():
                 check_button = gr.Button("Check")
                 add_button = gr.Button("Add to zoo", variant="primary", elem_id="zoo-add")
@@ -103,20 +130,22 @@ def build(zoo: Zoo) -> tuple[list, dict]:
     def listing():
         return zoo_table(zoo), gr.update(choices=model_names(zoo), value=None)
 
-    def add(path_value, name_value, source_value, trust_value):
+    def add(path_value, name_value, source_value):
         try:
-            manifest = zoo.add((path_value or "").strip(), name=name_value.strip() or None,
-                               source=source_value.strip(), allow_pickle=trust_value)
+            access.owner_only("adding a model")
+            weights = access.path(path_value, "weights file")
+            manifest = zoo.add(weights, name=text(name_value) or None, source=text(source_value))
             return f"Added **{manifest.name}** ({manifest.method}, {manifest.format}).", *listing()
         except Exception as error:  # noqa: BLE001
-            return explain(error), *listing()
+            return pickle_explained(error, path_value), *listing()
 
     def add_upload(file_path, name_value, source_value):
         if not file_path:
             return "Choose a .safetensors file to upload first.", *listing()
         try:
-            manifest = zoo.add_upload(file_path, Path(file_path).name, name=name_value.strip() or None,
-                                      source=source_value.strip())
+            access.owner_only("uploading a model")
+            manifest = zoo.add_upload(file_path, Path(file_path).name, name=text(name_value) or None,
+                                      source=text(source_value))
             return f"Added **{manifest.name}** ({manifest.method}, {manifest.format}) from the upload.", *listing()
         except Exception as error:  # noqa: BLE001
             return explain(error), *listing()
@@ -125,18 +154,24 @@ def build(zoo: Zoo) -> tuple[list, dict]:
         if not name_value:
             return "Pick the model to remove.", *listing()
         try:
+            access.owner_only("removing a model")
             path = zoo.remove(name_value)
             return f"Removed **{name_value}** (deleted its manifest `{path}`; its weights file was kept).", *listing()
         except Exception as error:  # noqa: BLE001
             return explain(error), *listing()
 
     def recheck():
+        try:
+            access.owner_only("re-checking the zoo")
+        except Exception as error:  # noqa: BLE001
+            return explain(error), *listing()
         zoo.recheck()
-        return listing()
+        return "", *listing()
 
-    check_button.click(check_file, inputs=[path, trust], outputs=report)
-    changes = [refresh.click(recheck, outputs=[table, doomed]),
-               add_button.click(add, inputs=[path, name, source, trust], outputs=[report, table, doomed]),
-               upload_button.click(add_upload, inputs=[upload, name, source], outputs=[report, table, doomed]),
-               remove_button.click(remove, inputs=doomed, outputs=[removed, table, doomed])]
+    check_button.click(lambda value: check_file(access, value), inputs=path, outputs=report, api_name="zoo_check")
+    changes = [refresh.click(recheck, outputs=[report, table, doomed], api_name="zoo_recheck"),
+               add_button.click(add, inputs=[path, name, source], outputs=[report, table, doomed], api_name="zoo_add"),
+               upload_button.click(add_upload, inputs=[upload, name, source], outputs=[report, table, doomed],
+                                   api_name="zoo_upload"),
+               remove_button.click(remove, inputs=doomed, outputs=[removed, table, doomed], api_name="zoo_remove")]
     return changes, dict(fn=listing, outputs=[table, doomed])

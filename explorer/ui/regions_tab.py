@@ -6,6 +6,7 @@ import gradio as gr
 
 from explorer.grounding.detectors import detector_setting
 from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, base_settings, export_row
 from explorer.views.panels import compose
@@ -56,11 +57,15 @@ def key_rows(view: RegionsView | None) -> list[list]:
     return [[name, *entry] for name, result in zip(view.names, view.results) for entry in key_entries(result)]
 
 
-def find_regions(load, cache: MapCache, *values):
-    """The "Find regions" button: (view, settings, picture, heat map, status, table)."""
+def find_regions(access: Access, load, cache: MapCache, *values):
+    """The "Find regions" button: (view, settings, picture, heat map, status, table). A detector folder
+    typed in the page must lie under an allowed root (a public page takes none: the owner's
+    ``$EXPLORER_DETECTOR``, else segments)."""
     common, detector = values[:6], values[6]
     try:
-        settings = ViewSettings(**base_settings("regions", *common), detector=detector_setting(detector))
+        typed = detector.strip() if isinstance(detector, str) else ""
+        folder = str(access.path(typed, "detector folder")) if typed else ""
+        settings = ViewSettings(**base_settings("regions", *common), detector=detector_setting(folder))
         view = compute_regions(load, settings, cache)
         picture = compose(render_regions(view, settings, REGIONS_PREVIEW_SIDE))
         plot = similarity_plot([similarity_matrix(view, i) for i in range(len(view.names))])
@@ -69,9 +74,10 @@ def find_regions(load, cache: MapCache, *values):
     return view, settings, picture, plot, status_text(view), match_rows(view)
 
 
-def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
-    detector = gr.Textbox(label="YOLOS detector directory (local Hugging Face folder; empty: $EXPLORER_DETECTOR, "
-                                "else Felzenszwalb segments from scikit-image)", elem_id="regions-detector")
+def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
+    detector = gr.Textbox(label="YOLOS detector directory (local Hugging Face folder under an allowed folder; empty: "
+                                "$EXPLORER_DETECTOR, else Felzenszwalb segments from scikit-image)",
+                          elem_id="regions-detector", visible=not access.public)
     run = gr.Button("Find regions", variant="primary", elem_id="regions-run")
     status = gr.Markdown("FLISM proposes regions (detector boxes, four quadrants, the centre box), and every "
                          "sentence takes its most similar region.", elem_id="regions-status")
@@ -89,7 +95,7 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
     export_row("regions", view_state, settings_state, zoo)
 
     def run_view(*values):
-        found = find_regions(zoo.load, cache, *values)
+        found = find_regions(access, zoo.load, cache, *values)
         return (*found, key_rows(found[0]))
 
     run.click(run_view, inputs=inputs.components() + [detector],

@@ -14,6 +14,7 @@ from explorer.core import paths
 from explorer.core.errors import ExplorerError
 from explorer.models.methods import get_method
 from explorer.retrieval.indexing import Indexer
+from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, as_list, export_dir, export_root
 from explorer.views import retrieval_view as view
@@ -55,10 +56,21 @@ def refresh_models(zoo: Zoo, current):
 # ---- dataset and indexing ---------------------------------------------------------------------------
 
 
-def show_dataset(choice, folder, split):
+def open_dataset(access: Access, choice, folder, split):
+    """The dataset picked from the list, or the folder typed, if this page may read it: a typed folder
+    must lie under an allowed root (a public page takes none), a picked one must be in the list offered."""
+    typed = folder.strip() if isinstance(folder, str) else ""
+    if typed:
+        return view.open_dataset(None, str(access.path(typed, "dataset folder")), split)
+    if choice not in (None, "", view.SYNTHETIC) and str(choice) not in {v for _, v in view.dataset_choices()}:
+        raise access.refuse(f"{str(choice)[:200]!r} is not one of the datasets this page offers")
+    return view.open_dataset(choice, "", split)
+
+
+def show_dataset(access: Access, choice, folder, split):
     """(what the dataset is, its first pictures for the query gallery)."""
     try:
-        dataset = view.open_dataset(choice, folder, split)
+        dataset = open_dataset(access, choice, folder, split)
     except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
         return explain(error), []
     lines = view.dataset_lines(dataset)
@@ -78,19 +90,19 @@ def status_markdown(lines) -> str:
     return "\n".join(shown)
 
 
-def index_status(load, indexer: Indexer, choice, folder, split, names) -> str:
+def index_status(access: Access, load, indexer: Indexer, choice, folder, split, names) -> str:
     """Where each chosen model stands on the dataset (loads the models: the cache is keyed by their weights)."""
     try:
-        dataset = view.open_dataset(choice, folder, split)
+        dataset = open_dataset(access, choice, folder, split)
         return status_markdown(view.index_lines(load, as_list(names), dataset, indexer))
     except Exception as error:  # noqa: BLE001
         return explain(error)
 
 
-def start_indexing(load, indexer: Indexer, choice, folder, split, names):
+def start_indexing(access: Access, load, indexer: Indexer, choice, folder, split, names):
     """The Index button: (submitted tasks, status, timer). Returns at once; the timer shows progress."""
     try:
-        dataset = view.open_dataset(choice, folder, split)
+        dataset = open_dataset(access, choice, folder, split)
         tasks = view.submit_indexing(load, as_list(names), dataset, indexer)
         lines = view.index_lines(load, as_list(names), dataset, indexer)
     except Exception as error:  # noqa: BLE001
@@ -133,10 +145,10 @@ def column_updates(found) -> list:
     return updates
 
 
-def run_search(load, indexer: Indexer, choice, folder, split, names, query, k) -> list:
+def run_search(access: Access, load, indexer: Indexer, choice, folder, split, names, query, k) -> list:
     """[status, then ``column_updates``] for one query (text, picture number or PIL picture)."""
     try:
-        dataset = view.open_dataset(choice, folder, split)
+        dataset = open_dataset(access, choice, folder, split)
         found = view.search(load, as_list(names), dataset, query, k, indexer)
     except Exception as error:  # noqa: BLE001
         return [explain(error), *[gr.update() for _ in range(4 * MAX_MODELS)]]
@@ -148,30 +160,30 @@ def run_search(load, indexer: Indexer, choice, folder, split, names, query, k) -
     return [status, *column_updates(found)]
 
 
-def search_text(load, indexer, choice, folder, split, names, text, k) -> list:
-    return run_search(load, indexer, choice, folder, split, names, text or "", k)
+def search_text(access: Access, load, indexer, choice, folder, split, names, text, k) -> list:
+    return run_search(access, load, indexer, choice, folder, split, names, text or "", k)
 
 
-def search_number(load, indexer, choice, folder, split, names, number, k) -> list:
+def search_number(access: Access, load, indexer, choice, folder, split, names, number, k) -> list:
     if number is None:
         return [explain(ValueError("Give the number of a dataset picture (or click one).")),
                 *[gr.update() for _ in range(4 * MAX_MODELS)]]
-    return run_search(load, indexer, choice, folder, split, names, int(number), k)
+    return run_search(access, load, indexer, choice, folder, split, names, int(number), k)
 
 
-def search_file(load, indexer, choice, folder, split, names, path, k) -> list:
+def search_file(access: Access, load, indexer, choice, folder, split, names, path, k) -> list:
     """An uploaded picture: read by the safe reader first, so a corrupt file says so and nothing runs."""
     try:
         picture = view.read_upload(path)
     except Exception as error:  # noqa: BLE001
         return [explain(error), *[gr.update() for _ in range(4 * MAX_MODELS)]]
-    return run_search(load, indexer, choice, folder, split, names, picture, k)
+    return run_search(access, load, indexer, choice, folder, split, names, picture, k)
 
 
-def use_caption(choice, folder, split, number):
+def use_caption(access: Access, choice, folder, split, number):
     """(text query, status): the caption of picture #number, to search with it as text."""
     try:
-        return view.caption_of(view.open_dataset(choice, folder, split), number), ""
+        return view.caption_of(open_dataset(access, choice, folder, split), number), ""
     except Exception as error:  # noqa: BLE001
         return gr.update(), explain(error)
 
@@ -179,12 +191,12 @@ def use_caption(choice, folder, split, number):
 # ---- Recall@K and the worst queries ------------------------------------------------------------------
 
 
-def evaluate(load, indexer: Indexer, choice, folder, split, names):
+def evaluate(access: Access, load, indexer: Indexer, choice, folder, split, names):
     """The Evaluate button, a model at a time: (note, table, evaluation, CSV, JSON, worst-model list).
     The results are written under the exports folder after each model, for the download buttons."""
     hidden = gr.DownloadButton(visible=False)
     try:
-        dataset = view.open_dataset(choice, folder, split)
+        dataset = open_dataset(access, choice, folder, split)
         steps = view.evaluate_models(load, as_list(names), dataset, indexer)
         exports = None  # one export folder per click, rewritten (atomically) after each model
         for number, (_, evaluation) in enumerate(steps, 1):
@@ -230,8 +242,10 @@ def open_in_grounding(queries, row):
 # ---- the tab ----------------------------------------------------------------------------------------
 
 
-def build(zoo: Zoo, indexer: Indexer, grounding: Inputs | None = None, tabs: gr.Tabs | None = None):
-    """The tab; returns its model list (the app refreshes it with the zoo) and what to run on page load."""
+def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None = None, tabs: gr.Tabs | None = None):
+    """The tab; returns its model list (the app refreshes it with the zoo) and what to run on page load.
+    On a public page datasets come from the list only: the folder field is not shown, and its handlers
+    refuse a typed folder anyway."""
     load = zoo.load
     gr.Markdown("Embed a dataset once per model (kept on disk), search it with a caption or a picture, and measure "
                 "Recall@K. The default dataset is the demo models' synthetic world.")
@@ -240,8 +254,8 @@ def build(zoo: Zoo, indexer: Indexer, grounding: Inputs | None = None, tabs: gr.
             dataset = gr.Dropdown(view.dataset_choices(), value=view.SYNTHETIC, label="Dataset",
                                   elem_id="retrieval-dataset")
             folder = gr.Textbox(label="…or a dataset folder on this machine (DOCCI, Urban1k, DCI, ShareGPT4V, Karpathy "
-                                      "JSON, pictures with .txt captions...)", elem_id="retrieval-folder",
-                                placeholder="/data/urban1k")
+                                      "JSON, pictures with .txt captions...) under an allowed folder",
+                                elem_id="retrieval-folder", placeholder="/data/urban1k", visible=not access.public)
             split = gr.Dropdown(SPLITS, value=view.DEFAULT_SPLIT, allow_custom_value=True,
                                 label="Split (default: the layout's own)", elem_id="retrieval-split")
             dataset_note = gr.Markdown(elem_id="retrieval-dataset-note")
@@ -302,35 +316,37 @@ def build(zoo: Zoo, indexer: Indexer, grounding: Inputs | None = None, tabs: gr.
     # The folder is read when typed out (Enter, or leaving the box), not at every keystroke.
     dataset_events = [dataset.change, split.change, folder.submit, folder.blur]
     for event in dataset_events:
-        event(show_dataset, inputs=where, outputs=[dataset_note, query_gallery], trigger_mode="always_last")
-    for event in [*dataset_events, models.change]:
-        event(lambda *values: index_status(load, indexer, *values), inputs=[*where, models], outputs=index_note,
+        event(lambda *values: show_dataset(access, *values), inputs=where, outputs=[dataset_note, query_gallery],
               trigger_mode="always_last")
-    index_button.click(lambda *values: start_indexing(load, indexer, *values), inputs=[*where, models],
+    for event in [*dataset_events, models.change]:
+        event(lambda *values: index_status(access, load, indexer, *values), inputs=[*where, models], outputs=index_note,
+              trigger_mode="always_last")
+    index_button.click(lambda *values: start_indexing(access, load, indexer, *values), inputs=[*where, models],
                        outputs=[tasks, index_note, timer], api_name="retrieval_index")
     timer.tick(lambda current: poll(indexer, current), inputs=tasks, outputs=[index_note, timer],
                show_progress="hidden")
     stop_button.click(lambda current: stop_indexing(indexer, current), inputs=tasks, outputs=status)
 
     results = [status, *columns]
-    text_button.click(lambda *values: search_text(load, indexer, *values), inputs=[*where, models, text, k],
+    by_text, by_number, by_file = ([*where, models, query, k] for query in (text, number, upload))
+    text_button.click(lambda *values: search_text(access, load, indexer, *values), inputs=by_text,
                       outputs=results, api_name="retrieval_search_text")
-    text.submit(lambda *values: search_text(load, indexer, *values), inputs=[*where, models, text, k],
-                outputs=results)
-    number_button.click(lambda *values: search_number(load, indexer, *values), inputs=[*where, models, number, k],
+    text.submit(lambda *values: search_text(access, load, indexer, *values), inputs=by_text, outputs=results)
+    number_button.click(lambda *values: search_number(access, load, indexer, *values), inputs=by_number,
                         outputs=results, api_name="retrieval_search_picture")
-    file_button.click(lambda *values: search_file(load, indexer, *values), inputs=[*where, models, upload, k],
+    file_button.click(lambda *values: search_file(access, load, indexer, *values), inputs=by_file,
                       outputs=results, api_name="retrieval_search_file")
-    caption_button.click(use_caption, inputs=[*where, number], outputs=[text, status])
+    caption_button.click(lambda *values: use_caption(access, *values), inputs=[*where, number], outputs=[text, status],
+                         api_name="retrieval_use_caption")
 
     def pick(evt: gr.SelectData):
         return evt.index
 
     query_gallery.select(pick, outputs=number).then(
-        lambda *values: search_number(load, indexer, *values), inputs=[*where, models, number, k], outputs=results)
+        lambda *values: search_number(access, load, indexer, *values), inputs=by_number, outputs=results)
 
     def run_evaluation(*values):  # a generator function, so that Gradio streams each model's row
-        yield from evaluate(load, indexer, *values)
+        yield from evaluate(access, load, indexer, *values)
 
     evaluate_button.click(run_evaluation, inputs=[*where, models],
                           outputs=[recall_note, recall, evaluation, csv_button, json_button, worst_model],
@@ -347,7 +363,8 @@ def build(zoo: Zoo, indexer: Indexer, grounding: Inputs | None = None, tabs: gr.
                      outputs=[grounding.image, grounding.caption, grounding.models, tabs, worst_note])
     # On page load: datasets added under $EXPLORER_HOME/datasets since the app started show in the picker.
     on_load = [dict(fn=lambda: gr.update(choices=view.dataset_choices()), outputs=dataset),
-               dict(fn=show_dataset, inputs=where, outputs=[dataset_note, query_gallery]),
-               dict(fn=lambda *values: index_status(load, indexer, *values), inputs=[*where, models],
+               dict(fn=lambda *values: show_dataset(access, *values), inputs=where,
+                    outputs=[dataset_note, query_gallery]),
+               dict(fn=lambda *values: index_status(access, load, indexer, *values), inputs=[*where, models],
                     outputs=index_note)]
     return models, on_load

@@ -161,8 +161,8 @@ def _torch_load(path: Path, allow_pickle: bool):
             raise UnsafeCheckpointError(
                 f"{path} holds Python objects besides tensors ({_first_line(error)}). Reading it means "
                 "unpickling, which can run arbitrary code. If you trust where the file came from, "
-                "opt in: `--allow-pickle` on the command line, `allow_pickle=True` in Python, or "
-                "'trust this file' in the app."
+                "opt in: `--allow-pickle` on the command line or `allow_pickle=True` in Python (the web "
+                "page never unpickles)."
             ) from error
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile) as error:
         raise CheckpointError(f"Cannot read {path}: not a PyTorch or safetensors weights file "
