@@ -9,6 +9,7 @@ them). Skipped only when no Chromium is installed;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -69,8 +70,10 @@ def app_url(zoo_root, tmp_path_factory):
         app.close()
 
 
-@pytest.fixture(scope="module")
-def page(app_url):
+@contextlib.contextmanager
+def browser_page(url: str):
+    """Chromium on ``url``, the page loaded; ``page.outside_requests`` collects every request it makes to
+    anywhere but the app."""
     if CHROMIUM is None:
         pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver)")
     from playwright.sync_api import sync_playwright
@@ -78,13 +81,19 @@ def page(app_url):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
-        page.outside_requests = []  # every request the page makes to anywhere but the app
-        page.on("request", lambda request: None if request.url.startswith((app_url, "data:", "blob:"))
+        page.outside_requests = []
+        page.on("request", lambda request: None if request.url.startswith((url, "data:", "blob:"))
                 else page.outside_requests.append(request.url))
-        page.goto(app_url, wait_until="domcontentloaded")
+        page.goto(url, wait_until="domcontentloaded")
         page.locator("#grounding-run").wait_for(timeout=60_000)
         yield page
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    with browser_page(app_url) as page:
+        yield page
 
 
 @pytest.fixture(scope="module")
