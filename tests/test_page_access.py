@@ -288,7 +288,9 @@ def test_public_page_changes_nothing_and_shows_nothing_private(world, watched):
         replies = attack_every_endpoint(visitor, world)
         check_nothing_leaked(visitor, world, replies)
         assert [snapshot(folder) for folder in folders] == before
-        assert "public demo" in "\n".join(replies)
+        whole = "\n".join(replies)
+        assert "public demo" in whole  # the handlers' own refusals, not only Gradio's
+        assert "Invalid file type" in whole  # a picture input takes pictures only, checked on the server
         # Direct REST calls skip the queue: closed on a public page.
         assert visitor.http.post("/gradio_api/run/draw_maps", json={"data": []}).status_code == 404
     finally:
@@ -350,3 +352,33 @@ def test_the_command_line_makes_shared_pages_public_unless_trusted_with_auth(mon
     assert cli.main(["app", *zoo, "--public", "--trusted", "--auth", "me:secret"]) == 2
     assert mode("--allow-root", str(tmp_path / "data")) is False
     assert (tmp_path / "data").resolve() in seen["access"].roots
+
+
+def test_a_path_is_checked_after_resolving_links_and_dots(tmp_path, monkeypatch):
+    from explorer.ui.access import Access, AccessRefused
+
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EXPLORER_ALLOWED_ROOTS", f"{tmp_path / 'env-a'}{os.pathsep}{tmp_path / 'env-b'}")
+    (tmp_path / "data" / "urban1k").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "data" / "leak").symlink_to(tmp_path / "secret", target_is_directory=True)
+    access = Access.for_app(tmp_path / "zoo", allow_roots=[tmp_path / "data"])
+    assert access.roots == tuple(p.resolve() for p in (tmp_path / "zoo", tmp_path / "home", tmp_path / "data",
+                                                        tmp_path / "env-a", tmp_path / "env-b"))
+    assert access.path(str(tmp_path / "data" / "urban1k"), "dataset folder") == (tmp_path / "data" / "urban1k").resolve()
+    assert access.path(f"  {tmp_path / 'env-b' / 'x.pt'}  ", "weights file") == (tmp_path / "env-b" / "x.pt").resolve()
+    for outside in (tmp_path / "secret", tmp_path / "data" / "leak", tmp_path / "data" / ".." / "secret",
+                    tmp_path / "database", "/etc/passwd", "relative/path"):
+        with pytest.raises(AccessRefused, match="not under an allowed folder; start the app with --allow-root"):
+            access.path(str(outside), "dataset folder")
+    for bad in ("", "   ", "a\x00b"):
+        with pytest.raises(AccessRefused):
+            access.path(bad, "dataset folder")
+    public = Access.for_app(tmp_path / "zoo", allow_roots=[tmp_path / "data"], public=True)
+    with pytest.raises(AccessRefused, match="public demo: a dataset folder cannot be typed here"):
+        public.path(str(tmp_path / "data" / "urban1k"), "dataset folder")
+    with pytest.raises(AccessRefused, match="public demo: adding a model is turned off"):
+        public.owner_only("adding a model")
+    access.owner_only("adding a model")  # the owner may
+    with pytest.raises(AccessRefused, match="file system's root"):
+        Access.for_app(tmp_path / "zoo", allow_roots=["/"])

@@ -103,6 +103,12 @@ class Access:
         if self.public:
             raise self.refuse(f"this is a public demo: {action} is turned off")
 
+    @property
+    def picture_types(self) -> list[str] | None:
+        """``file_types`` of a picture upload: a public page takes pictures only (Gradio checks the type on the
+        server, before any handler); the owner's page lets the image reader say what a file is."""
+        return ["image"] if self.public else None
+
     def describe(self) -> str:
         """One line for the page's header."""
         if self.public:

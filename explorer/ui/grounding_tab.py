@@ -136,7 +136,8 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
             # maps differ, so the first click on Draw shows what the app is for.
             first_picture = str(examples[0][0]) if examples else None
             image = gr.File(value=first_picture, label="Image file (PNG, JPEG, WebP, TIFF...)", type="filepath",
-                            file_count="single", elem_id="grounding-image", height=90)
+                            file_count="single", elem_id="grounding-image", height=90,
+                            file_types=access.picture_types)
             picture, picture_text = describe(first_picture)
             preview = gr.Image(value=picture, label="Image", interactive=False, elem_id="grounding-preview",
                                height=260)
@@ -163,7 +164,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
                             "(1-based), 0 nothing; a plain 0/255 mask applies to every sentence. The synthetic "
                             "examples carry their own truth.")
                 truth = gr.File(label="Label mask (PNG)", type="filepath", file_count="single",
-                                elem_id="grounding-truth", height=90)
+                                elem_id="grounding-truth", height=90, file_types=access.picture_types)
             if examples:
                 gr.Examples([[str(p), c] for p, c in examples], inputs=[image, caption], label="Examples")
         with gr.Column(scale=2):
@@ -175,7 +176,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
                 with gr.Tab("FLISM regions", id="regions"):
                     regions_tab.build(inputs, zoo, cache, access)
                 with gr.Tab("PCA maps", id="pca"):
-                    pca_tab.build(inputs, zoo, cache)
+                    pca_tab.build(inputs, zoo, cache, access)
 
 
     def on_models(names, current):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
 from explorer.views.panels import compose
@@ -53,9 +54,9 @@ def refit(view: PcaView | None, settings: ViewSettings | None, fit: str):
         return settings, gr.update(), explain(error)
 
 
-def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
+def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
     extra = gr.File(label=f"More pictures to compare (up to {MAX_EXTRA_IMAGES})", file_count="multiple",
-                    type="filepath", elem_id="pca-images", height=90)
+                    type="filepath", elem_id="pca-images", height=90, file_types=access.picture_types)
     with gr.Row():
         source = gr.Radio(list(PCA_SOURCES), value="features", label="Patch vectors (features or attention rows)",
                           elem_id="pca-source")

@@ -274,7 +274,7 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                 k = gr.Slider(1, 50, value=10, step=1, label="k (results per model)", elem_id="retrieval-k")
             with gr.Row():
                 upload = gr.File(label="…or a picture file (PNG, JPEG, WebP...)", type="filepath", file_count="single",
-                                 elem_id="retrieval-query-image", height=90)
+                                 elem_id="retrieval-query-image", height=90, file_types=access.picture_types)
                 number = gr.Number(label="…or dataset picture #", precision=0, minimum=0, value=0,
                                    elem_id="retrieval-picture-number")
             with gr.Row():
