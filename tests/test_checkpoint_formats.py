@@ -563,13 +563,15 @@ def test_torchscript_archive(tmp_path):
     scripted = torch.jit.script(_ScriptedClip({**state, **openai_ints()}))
     path = tmp_path / "ViT-tiny.pt"
     scripted.save(str(path))
-    model = explorer.load(path, device="cpu")
+    with pytest.raises(UnsafeCheckpointError, match="TorchScript archive"):  # it runs its program: opt-in only
+        check(path)
+    model = explorer.load(path, device="cpu", allow_pickle=True)
     assert model.method_name == "clip" and model.key_report.format == "openai-clip"
     assert model.key_report.ok, model.key_report.summary()
     assert set(model.key_report.ignored) >= {"input_resolution", "context_length", "vocab_size"}
     loaded = model.method.state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in state.items())
-    result = check(path)
+    result = check(path, allow_pickle=True)
     assert result.wrapper == "torchscript" and result.format == "openai-clip"
 
 

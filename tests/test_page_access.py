@@ -325,6 +325,9 @@ def test_a_session_may_hold_only_a_few_requests(world):
         refused = join("one")
         assert "at most 2" in refused.text
         assert join("two").status_code == 200  # another visitor is not held up by the first's cap
+        # A request that names no session cannot be counted: refused (the /call route sends none).
+        nameless = http.post("/gradio_api/call/slow", json={"data": ["x"]})
+        assert nameless.status_code != 200 and "must name its session" in nameless.text
     finally:
         app.close()
 

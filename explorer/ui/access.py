@@ -27,7 +27,10 @@ from explorer.core import paths
 from explorer.core.errors import ExplorerError
 
 ROOTS_ENV = "EXPLORER_ALLOWED_ROOTS"
-SESSION_CAP = 8  # requests one visitor session may have queued or running at once (public mode)
+SESSION_CAP = 12  # requests one visitor session may have queued or running at once (public mode; a page
+# load alone sends 9)
+PUBLIC_SEEDS = 4  # pictures per seed row a visitor may ask SDXL for at once (public mode)
+PUBLIC_GENERATIONS = 2  # generations queued or running at once, all visitors together (public mode)
 QUEUE_SIZE = 64  # requests the whole queue holds (public mode): a flood is refused, not buffered
 PUBLIC_UPLOAD_BYTES = 25 * 1024 * 1024  # a visitor's upload (pictures only; the image rules bound pixels)
 PICKLE_ADVICE = ("The page never unpickles a file. If you own this machine and trust the file, add it from a "

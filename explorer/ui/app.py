@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 
@@ -107,21 +108,26 @@ def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
 
 
 def cap_sessions(app: gr.Blocks, cap: int) -> None:
-    """Refuse a request (HTTP 503, said in one line) when its session already has ``cap`` requests queued or
-    running. Gradio's queue keeps each event in ``event_ids_to_events`` from join to end; its ``push`` is
-    the one door every queued request goes through."""
+    """Refuse a request (HTTP 503, said in one line) that names no session, or whose session already has
+    ``cap`` requests queued or running. Gradio's queue keeps each event in ``event_ids_to_events`` from join
+    to end; its ``push`` is the one door every queued request goes through. Count and push happen under one
+    lock, so a burst cannot slip past the count."""
     queue = app._queue
     push = queue.push
+    door = asyncio.Lock()
 
     async def capped_push(body, request, username):
         session = body.session_hash
-        if session is not None:
-            held = sum(1 for event in list(queue.event_ids_to_events.values()) if event.session_hash == session)
-            if held >= cap:
+        async with door:
+            if not session:
+                message = "a request must name its session on this page"
+            else:
+                held = sum(1 for event in list(queue.event_ids_to_events.values()) if event.session_hash == session)
+                if held < cap:
+                    return await push(body=body, request=request, username=username)
                 message = f"this page already has {held} requests waiting or running (at most {cap}): wait for them"
-                log.warning("refused: %s", message)
-                return False, message, "queue_full"
-        return await push(body=body, request=request, username=username)
+        log.warning("refused: %s", message)
+        return False, message, "queue_full"
 
     queue.push = capped_push
 

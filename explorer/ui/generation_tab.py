@@ -14,7 +14,7 @@ import gradio as gr
 from explorer.core.background import BackgroundWorker
 from explorer.generation import GenerationSettings, Generator
 from explorer.generation.conditioning import LAYERS
-from explorer.ui.access import Access
+from explorer.ui.access import PUBLIC_GENERATIONS, PUBLIC_SEEDS, Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import as_list, export_dir
 from explorer.views import generation_view as view
@@ -45,6 +45,14 @@ def sdxl_paths(access: Access, sdxl, sdxl_config) -> tuple[str, str]:
                  zip(typed, ("SDXL folder or file", "SDXL configs folder")))
 
 
+def public_limits(worker, seeds) -> None:
+    """A public page shares one SDXL among every visitor: a few seeds per request, a few requests at once."""
+    if len(view.parse_seeds(seeds)) > PUBLIC_SEEDS:
+        raise ValueError(f"this public demo draws at most {PUBLIC_SEEDS} seeds per request")
+    if sum(task.active for task in worker.tasks()) >= PUBLIC_GENERATIONS:
+        raise ValueError("the demo's SDXL is busy with other visitors' pictures: try again in a minute")
+
+
 def sdxl_status(access: Access, sdxl, sdxl_config) -> str:
     """The one line under the SDXL fields, read only where the page may read."""
     try:
@@ -58,6 +66,8 @@ def generate(access: Access, worker, generator, sdxl, sdxl_config, prompt, negat
     """The Generate button: (task key, status, timer). Returns at once; the timer shows progress."""
     try:
         sdxl, sdxl_config = sdxl_paths(access, sdxl, sdxl_config)
+        if access.public:
+            public_limits(worker, seeds)
         models = as_list(models)
         if len(models) > MAX_SWAPPED:
             raise ValueError(f"choose at most {MAX_SWAPPED} long-text models (with stock SDXL: three columns)")
@@ -137,7 +147,11 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
                           label="SDXL base (diffusers folder or .safetensors file, under an allowed folder)")
         sdxl_config = gr.Textbox("" if access.public else str(default_config or ""), scale=1,
                                  label="configs folder (single file only)", elem_id="generation-sdxl-config")
-    sdxl_status = gr.Markdown(view.sdxl_line(default_sdxl, default_config or ""), elem_id="generation-sdxl-status")
+    status_line = view.sdxl_line(default_sdxl, default_config or "")
+    if access.public:  # the owner's folders are not the visitors' business
+        status_line = "SDXL base is set up by this demo's owner." if default_sdxl and status_line.startswith(
+            "SDXL base at") else "This demo has no SDXL: the Generation tab shows the token budgets only."
+    sdxl_status = gr.Markdown(status_line, elem_id="generation-sdxl-status")
     prompt = gr.Textbox(view.EXAMPLE_PROMPT, lines=5, label="Long caption", elem_id="generation-prompt")
     budget_note = gr.Markdown(view.budget_line(view.EXAMPLE_PROMPT), elem_id="generation-budget-note")
     budget = gr.Dataframe(view.budget_rows(view.EXAMPLE_PROMPT), headers=view.BUDGET_HEADERS, interactive=False,

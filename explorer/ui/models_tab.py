@@ -19,16 +19,19 @@ COLUMNS = ["name", "method", "score", "architecture", "context", "weights", "sou
 COLUMN_WIDTHS = ["12%", "8%", "12%", "10%", "7%", "18%", "18%", "15%"]
 
 
-def zoo_table(zoo: Zoo) -> list[list]:
+def zoo_table(zoo: Zoo, public: bool = False) -> list[list]:
+    """A row per model; a public page shows the weights' file names, not where they sit on the server."""
     rows = []
     for entry in zoo.entries():
         m = entry.manifest
         if m is None:
-            rows.append([entry.manifest_path.stem, "?", "?", "?", "", str(entry.manifest_path), "", entry.status])
+            where = entry.manifest_path.name if public else str(entry.manifest_path)
+            rows.append([entry.manifest_path.stem, "?", "?", "?", "", where, "", entry.status])
             continue
         status = entry.status if m.trained else f"{entry.status}, UNTRAINED"
-        rows.append([m.name, m.method, score_of(m), m.architecture, m.context_length or "", m.display_weights(),
-                     m.source, status])
+        weights = Path(m.display_weights()).name if public else m.display_weights()
+        source = "" if public and m.source.startswith(("added from", "uploaded as")) else m.source
+        rows.append([m.name, m.method, score_of(m), m.architecture, m.context_length or "", weights, source, status])
     return rows
 
 
@@ -91,13 +94,13 @@ def build(zoo: Zoo, access: Access) -> tuple[list, dict]:
         gr.Markdown("The models of this demo. Weights are local files; nothing is downloaded.")
     else:
         gr.Markdown(f"Every model with a manifest in `{zoo.root}`. Weights are local files; nothing is downloaded.")
-    table = gr.Dataframe(value=lambda: zoo_table(zoo), headers=COLUMNS, interactive=False, wrap=True,
+    table = gr.Dataframe(value=lambda: zoo_table(zoo, access.public), headers=COLUMNS, interactive=False, wrap=True,
                          elem_id="zoo-table", column_widths=COLUMN_WIDTHS)
     with gr.Accordion("Methods this explorer knows", open=False):
         gr.Dataframe(value=methods_table(), headers=["method", "name", "maps", "what it is"], interactive=False,
                      wrap=True, elem_id="methods-table")
     if access.public:
-        return [], dict(fn=lambda: zoo_table(zoo), outputs=table)
+        return [], dict(fn=lambda: zoo_table(zoo, public=True), outputs=table)
     return build_management(zoo, access, table)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[P
     return figure, settings_file
 
 
+KEPT_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif", ".npz")
+
+
 def bundle_inputs(view: View, settings: ViewSettings, folder: str | Path) -> ViewSettings:
     """Copy the view's input files into ``folder``/inputs and return settings that point at the copies.
 
@@ -70,7 +74,11 @@ def bundle_inputs(view: View, settings: ViewSettings, folder: str | Path) -> Vie
         if not path:
             return path
         source = Path(path)
-        copy = inputs / f"{next(counter)}-{source.name}"
+        # The copy's name never comes from the sender as is: the exports folder is served by the app, and a
+        # name like page.html would be served as a page. Pictures and truth keep their suffix, others lose it.
+        suffix = source.suffix.lower() if source.suffix.lower() in KEPT_SUFFIXES else ".bin"
+        stem = re.sub(r"[^A-Za-z0-9_-]+", "-", source.stem)[:60] or "input"
+        copy = inputs / f"{next(counter)}-{stem}{suffix}"
         shutil.copy2(source, copy)
         return str(copy.resolve())
 

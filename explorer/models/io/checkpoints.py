@@ -113,7 +113,7 @@ def read_checkpoint(path: str | Path, allow_pickle: bool = False) -> RawCheckpoi
     if path.suffix == ".safetensors":
         return _read_safetensors(path)
     if _is_torchscript_archive(path):
-        return _read_torchscript(path)
+        return _read_torchscript(path, allow_pickle)
     obj = _torch_load(path, allow_pickle)
     return _unwrap(path, obj)
 
@@ -139,9 +139,15 @@ def _is_torchscript_archive(path: Path) -> bool:
         return any(name.endswith("constants.pkl") for name in archive.namelist())
 
 
-def _read_torchscript(path: Path) -> RawCheckpoint:
-    # TorchScript's own loader restores only tensors and TorchScript types (no arbitrary
-    # Python objects), and we take the state dict and drop the program.
+def _read_torchscript(path: Path, allow_pickle: bool) -> RawCheckpoint:
+    # Loading a TorchScript archive runs the program it carries (its modules' __setstate__ code, which can
+    # reach torch ops that write files), so it is an opt-in like pickle. We take the state dict and drop the
+    # program.
+    if not allow_pickle:
+        raise UnsafeCheckpointError(
+            f"{path} is a TorchScript archive (OpenAI's original CLIP .pt files are): loading it runs the program "
+            "it carries, which can do more than hold tensors. If you trust where the file came from, opt in: "
+            "`--allow-pickle` on the command line or `allow_pickle=True` in Python (the web page never does).")
     try:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as error:  # noqa: BLE001 - any failure here is "cannot read the archive"
