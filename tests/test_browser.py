@@ -142,14 +142,19 @@ def choose_models(page, names) -> None:
     page.keyboard.press("Escape")
 
 
+def draw_with(page, photo, models):
+    """Draw the three-sentence caption on ``photo`` with ``models``; the status line, to wait on."""
+    upload(page, photo)  # each test sets up its own inputs: pytest-xdist may run them on different pages
+    choose_models(page, models)
+    page.locator("#grounding-caption textarea").fill(CAPTION)
+    page.locator("#grounding-run").click()
+    return page.locator("#grounding-status")
+
+
 def test_compare_two_models_then_export_a_pdf(page, photo):
     from playwright.sync_api import expect
 
-    upload(page, photo)  # each test sets up its own inputs: pytest-xdist may run them on different pages
-    choose_models(page, ["demo-caft", "demo-flair"])
-    page.locator("#grounding-caption textarea").fill(CAPTION)
-    page.locator("#grounding-run").click()
-    status = page.locator("#grounding-status")
+    status = draw_with(page, photo, ["demo-caft", "demo-flair"])
     expect(status).to_contain_text("demo-flair", timeout=60_000)
     expect(status).to_contain_text("demo-caft")
     scores = page.locator("#maps-scores")  # a row per (model, sentence)
@@ -167,6 +172,31 @@ def test_compare_two_models_then_export_a_pdf(page, photo):
     assert page.request.get(pdf).body().startswith(b"%PDF")
     assert page.request.get(settings).json()["models"] == ["demo-caft", "demo-flair"]
     page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+
+def test_an_explainer_map_is_drawn_beside_a_native_one(page, photo):
+    """CLIP has no native sentence map: "native" draws its best explainer (Grad-CAM) beside FLAIR's own map;
+    an explainer picked by name is drawn for both, and the page says in one line what it computes."""
+    from playwright.sync_api import expect
+
+    status = draw_with(page, photo, ["demo-flair", "demo-clip-base"])
+    expect(status).to_contain_text("demo-clip-base (gradcam)", timeout=60_000)
+    expect(status).to_contain_text("demo-flair (attention-pool)")
+    kind = page.locator("#grounding-kind input")
+    kind.click()
+    kind.fill("legrad")
+    page.get_by_role("option", name="legrad").first.click()
+    page.keyboard.press("Escape")
+    expect(page.locator("#grounding-kind-note")).to_contain_text("LeGrad", timeout=10_000)
+    page.locator("#grounding-run").click()
+    expect(status).to_contain_text("demo-clip-base (legrad)", timeout=60_000)
+    expect(status).to_contain_text("demo-flair (legrad)")
+    page.locator("#maps-grid img").wait_for(timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "explainers.png"), full_page=True)
+    kind.click()
+    kind.fill("native")
+    page.get_by_role("option", name="native").first.click()
+    page.keyboard.press("Escape")
 
 
 def test_token_budget_updates_live(page):

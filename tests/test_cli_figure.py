@@ -252,3 +252,10 @@ def test_a_settings_file_with_wrong_types_exits_2(zoo, tmp_path, capsys):
     broken.write_text('{"view": "maps", "page": "2"}')
     assert explorer(zoo, "figure", "replay", broken, "--out", tmp_path / "x.png") == 2
     assert "page should be int" in capsys.readouterr().err
+
+
+def test_an_explainer_kind_is_drawn_and_recorded(zoo, picture, tmp_path):
+    out = tmp_path / "legrad.png"
+    assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL, "--kind", "legrad",
+                    "--out", out, "--dpi", 100) == 0
+    assert out.is_file() and ViewSettings.load(tmp_path / "legrad.png.json").kind == "legrad"

@@ -175,7 +175,8 @@ def test_maps_are_pool_weights_carried_through_the_grouping(model):
     torch.testing.assert_close(maps, expected)
     torch.testing.assert_close(heads.mean(dim=0), maps)
     assert not torch.allclose(heads[0], heads[1])
-    assert model.map_kinds == ("generic", "attention-pool", *[f"attention-pool/head-{k}" for k in range(4)])
+    assert model.map_kinds == ("generic", "attention-pool", *[f"attention-pool/head-{k}" for k in range(4)],
+                               "gradcam", "legrad", "clearclip", "naclip")
 
 
 def test_native_maps_on_a_real_image(model):

@@ -49,14 +49,20 @@ def test_every_learnable_part_gets_gradient(method):
 
 
 def test_scores_and_every_map_kind(method):
+    """Every kind a method lists draws one finite map per sentence: the explainers (which need the tower
+    itself) through ``explainer_maps``, the others from the features."""
     with torch.no_grad():
-        image = method.encode_image(images(method, 2))
+        pixels = images(method, 2)
+        image = method.encode_image(pixels)
         text = method.encode_text(method.tokenize(SENTENCES).ids)
         scores = method.similarity(image, text)
         assert scores.shape == (2, len(SENTENCES))
         rows, cols = image.grid_hw
         for kind in method.map_kinds:
-            maps = method.sentence_maps(image[0], text, kind)
+            if kind in method.explainer_kinds:
+                maps = method.explainer_maps(pixels[:1], text, kind)
+            else:
+                maps = method.sentence_maps(image[0], text, kind)
             assert maps.shape == (len(SENTENCES), rows, cols), kind
             assert torch.isfinite(maps).all(), kind
 

@@ -41,7 +41,7 @@ def test_registered_under_its_name():
     assert cls is MulClipMethod and cls.title == "MulCLIP"
     model = tiny()
     assert model.context_length == 248
-    assert model.map_kinds == ("generic", SUBCAPTION_ALPHA)
+    assert model.map_kinds == ("generic", SUBCAPTION_ALPHA, "gradcam", "legrad", "clearclip", "naclip")
 
 
 def test_calibration_weights_are_distributions_over_valid_tokens_and_halve_n():

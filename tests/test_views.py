@@ -118,12 +118,13 @@ def square_rings() -> tuple[np.ndarray, np.ndarray]:
 
 def test_rendering_and_a_cached_compute_never_run_the_model(picture, tmp_path):
     model = tiny("clip")
-    spies = spy_on(model, "sentence_maps", "encode_image", "encode_text")
+    spies = spy_on(model, "sentence_maps", "pixels", "encode_image", "encode_text")
     load = {"clip": model}.__getitem__
     cache = MapCache()
     chosen = settings(image=str(picture), models=["clip"], per_page=2)
-    view = compute_maps(load, chosen, cache, truth_dir=tmp_path)
-    assert spies["sentence_maps"].calls == 1 and spies["encode_image"].calls == 1
+    view = compute_maps(load, chosen, cache, truth_dir=tmp_path)  # CLIP's "native": its best explainer
+    assert view.models[0].kind == "gradcam"
+    assert spies["sentence_maps"].calls == 1 and spies["pixels"].calls == 1
     counts = {name: spy.calls for name, spy in spies.items()}
 
     changes = [dict(cmap="viridis"), dict(cmap="jet", opacity=0.9), dict(mask="both"), dict(mask="mask"),
@@ -287,11 +288,11 @@ def test_fifty_sentences_make_seven_pages_of_eight(picture, tmp_path, zoo):
 def test_kind_resolution(zoo):
     clip, caft = zoo["clip"], zoo["caft"]
     assert resolve_kind(caft, "native") == ("attention-pool", None)
-    assert resolve_kind(clip, "native") == ("generic", None)
+    assert resolve_kind(clip, "native") == ("gradcam", None)  # no native sentence map: the best explainer
     assert resolve_kind(caft, "generic") == ("generic", None)
     assert resolve_kind(caft, "attention-pool/head-1") == ("attention-pool/head-1", None)
     kind, note = resolve_kind(clip, "attention-pool")
-    assert kind == "generic" and "clip" in note and "'attention-pool'" in note
+    assert kind == "gradcam" and "clip" in note and "'attention-pool'" in note
     kind, note = resolve_kind(caft, "late-interaction")
     assert kind == "attention-pool" and "'late-interaction'" in note
 
@@ -299,14 +300,14 @@ def test_kind_resolution(zoo):
 def test_compute_maps_draws_each_models_resolved_kind_and_notes_fallbacks(picture, tmp_path, zoo):
     load = zoo.__getitem__
     native = compute_maps(load, settings(image=str(picture), models=["clip", "caft"]), truth_dir=tmp_path)
-    assert [m.kind for m in native.models] == ["generic", "attention-pool"]
+    assert [m.kind for m in native.models] == ["gradcam", "attention-pool"]
     generic = compute_maps(load, settings(image=str(picture), models=["clip", "caft"], kind="generic"),
                            truth_dir=tmp_path)
     assert [m.kind for m in generic.models] == ["generic", "generic"]
     assert not np.allclose(native.models[1].maps, generic.models[1].maps)
     named = compute_maps(load, settings(image=str(picture), models=["clip", "caft"], kind="attention-pool"),
                          truth_dir=tmp_path)
-    assert [m.kind for m in named.models] == ["generic", "attention-pool"]
+    assert [m.kind for m in named.models] == ["gradcam", "attention-pool"]
     assert any("clip has no 'attention-pool' map" in note for note in named.notes)
     grid = render_maps(named, settings(image=str(picture)))
     assert grid.row_labels[1].split("\n")[:2] == ["caft", "attention-pool"]

@@ -75,10 +75,21 @@ def map_aurocs(maps: np.ndarray, truth: np.ndarray) -> tuple[list[float | None],
     return by_background, by_others
 
 
-def grounding_metrics(model, scenes: Sequence, native: str | None = None, progress: bool = False
-                      ) -> tuple[dict[str, float | None], int]:
-    """mIoU, pointing and AUROCs of the generic map and of ``native`` (if any), pooled over object sentences."""
+def scored_kinds(model, native: str | None) -> list[str]:
+    """The map kinds an evaluation scores: the generic map, the native one, then every explainer."""
+    from explorer.models.explainers import EXPLAINER_KINDS
+
+    offered = tuple(getattr(model, "map_kinds", ()) or ())
     kinds = [GENERIC_KIND] + ([native] if native and native != GENERIC_KIND else [])
+    return kinds + [kind for kind in EXPLAINER_KINDS if kind in offered]
+
+
+def grounding_metrics(model, scenes: Sequence, native: str | None = None, progress: bool = False
+                      ) -> tuple[dict[str, float | None], int, dict[str, dict[str, float | None]]]:
+    """(flat metrics, object sentences, per kind): mIoU, pointing and AUROCs pooled over object sentences, of
+    the generic map and of ``native`` (the flat ``GROUNDING_KEYS``), and of every kind ``scored_kinds``
+    names ({kind: {"miou", "pointing", "auroc", "auroc_others"}})."""
+    kinds = scored_kinds(model, native)
     ious: dict[str, list[float]] = {k: [] for k in kinds}
     hits: dict[str, list[bool]] = {k: [] for k in kinds}
     aurocs: dict[str, list[float]] = {k: [] for k in kinds}
@@ -100,17 +111,20 @@ def grounding_metrics(model, scenes: Sequence, native: str | None = None, progre
             by_background, by_others = map_aurocs(maps, truth)
             aurocs[kind].extend(a for a in by_background if a is not None)
             aurocs_others[kind].extend(a for a in by_others if a is not None)
+
+    def mean(values) -> float | None:
+        return float(np.mean(values)) if values else None
+
+    per_kind = {kind: {"miou": mean(ious[kind]), "pointing": mean(hits[kind]), "auroc": mean(aurocs[kind]),
+                       "auroc_others": mean(aurocs_others[kind])} for kind in kinds}
     metrics: dict[str, float | None] = {key: None for key in GROUNDING_KEYS}
-    for kind in kinds:
-        slot = "generic" if kind == GENERIC_KIND else "native"
-        if ious[kind]:
-            metrics[f"miou_{slot}"] = float(np.mean(ious[kind]))
-            metrics[f"pointing_{slot}"] = float(np.mean(hits[kind]))
-        if aurocs[kind]:
-            metrics[f"auroc_{slot}"] = float(np.mean(aurocs[kind]))
-        if aurocs_others[kind]:
-            metrics[f"auroc_{slot}_others"] = float(np.mean(aurocs_others[kind]))
-    return metrics, n_sentences
+    for slot, kind in (("generic", GENERIC_KIND), ("native", native)):
+        if kind not in per_kind:
+            continue
+        scores = per_kind[kind]
+        metrics.update({f"miou_{slot}": scores["miou"], f"pointing_{slot}": scores["pointing"],
+                        f"auroc_{slot}": scores["auroc"], f"auroc_{slot}_others": scores["auroc_others"]})
+    return metrics, n_sentences, per_kind
 
 
 def flism_metrics(model, scenes: Sequence, progress: bool = False) -> tuple[float | None, int]:

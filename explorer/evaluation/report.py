@@ -65,6 +65,26 @@ def results_table(results) -> str:
     return "\n".join(lines) + "\n"
 
 
+KIND_COLUMNS = (("mIoU", "miou"), ("pointing", "pointing"), ("AUROC", "auroc"), ("AUROC vs others", "auroc_others"))
+
+
+def kinds_table(results) -> str:
+    """A Markdown table: a row per model and map kind it was scored on (generic, native, explainers), the
+    model's best kind by mIoU in bold; empty when the results carry no per-kind scores."""
+    models, _, _ = _parts(results)
+    lines = ["| model | map kind | " + " | ".join(title for title, _ in KIND_COLUMNS) + " |",
+             "|---|---|" + "---:|" * len(KIND_COLUMNS)]
+    for model in models:
+        kinds = model.get("map_kinds") or {}
+        scored = {kind: values for kind, values in kinds.items() if values.get("miou") is not None}
+        best = max(scored, key=lambda kind: scored[kind]["miou"]) if scored else None
+        for kind, values in kinds.items():
+            label = f"**{_escape(kind)}**" if kind == best else _escape(kind)
+            cells = [_escape(model.get("name") or "?"), label, *(_percent(values.get(key)) for _, key in KIND_COLUMNS)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def results_markdown(results) -> str:
     """The table with a line saying what it was computed on, and a legend: what the README section holds."""
     dataset = results.get("dataset", {}) if isinstance(results, dict) else {}
@@ -88,6 +108,12 @@ def results_markdown(results) -> str:
         "FLISM acc: each object sentence's region (4 quadrants + centre) is the one its box overlaps most. "
         "Score: what the model's retrieval ranked by (FineLIP*, CAFT++, SEPS's late interaction, a cosine...). "
         "Written by `explorer eval`.")
+    kinds = kinds_table(results)
+    if kinds:
+        parts.append("Every map kind each model offers, on the same object sentences (bold: the model's best mIoU). "
+                     "gradcam, legrad, clearclip and naclip are the training-free explainers "
+                     "(`explorer/models/explainers.py`); the per-head kinds are left out.")
+        parts.append(kinds.rstrip("\n"))
     return "\n\n".join(parts) + "\n"
 
 

@@ -71,7 +71,8 @@ def evaluate_model(model, scenes: Sequence, *, grounding_limit: int | None = DEF
     the first ``grounding_limit`` for grounding and FLISM; None = all).
 
     Returns {"name", "method", "context_length", "trained", "native_kind", "metrics", "counts",
-    "seconds"}; ``metrics`` has exactly the keys of ``METRIC_KEYS``.
+    "map_kinds", "seconds"}; ``metrics`` has exactly the keys of ``METRIC_KEYS``; ``map_kinds`` holds
+    {kind: {"miou", "pointing", "auroc", "auroc_others"}} for every map kind scored (generic, native, explainers).
     """
     scenes = list(scenes)
     if not scenes:
@@ -107,7 +108,7 @@ def evaluate_model(model, scenes: Sequence, *, grounding_limit: int | None = DEF
         del features
 
         clock = time.perf_counter()
-        grounding, n_sentences = grounding_metrics(model, grounding_scenes, native, progress)
+        grounding, n_sentences, per_kind = grounding_metrics(model, grounding_scenes, native, progress)
         metrics.update(grounding)
         counts["object_sentences"] = n_sentences
         seconds["grounding"] = time.perf_counter() - clock
@@ -121,6 +122,8 @@ def evaluate_model(model, scenes: Sequence, *, grounding_limit: int | None = DEF
             "score": str(getattr(model, "score_label", "") or ""),  # what the retrieval columns ranked by
             "trained": bool(getattr(model, "trained", True)), "native_kind": native,
             "metrics": {key: finite_or_none(metrics.get(key)) for key in METRIC_KEYS}, "counts": counts,
+            "map_kinds": {kind: {key: finite_or_none(value) for key, value in scores.items()}
+                          for kind, scores in per_kind.items()},
             "seconds": {key: round(value, 3) for key, value in seconds.items()}}
 
 

@@ -83,6 +83,11 @@ def _move(features, *args, **kwargs):
     return _map_tensors(features, lambda t: t.to(*args, **kwargs) if t.is_floating_point() else t)
 
 
+def copy_features(features):
+    """A copy of every tensor field (masks too): made outside inference mode, the copy can enter a graph."""
+    return _map_tensors(features, lambda t: t.detach().clone())
+
+
 def concat_features(parts: list):
     """One features object from batches of the same kind, along the batch dimension.
 

@@ -159,13 +159,16 @@ class Model:
         """The method's own token counting (CLIP BPE, or SEPS's BERT word pieces)."""
         return self.method.token_counter
 
-    @torch.inference_mode()
-    def encode_image(self, images: Sequence, fit: str = "crop") -> ImageFeatures:
+    def pixels(self, images: Sequence, fit: str = "crop") -> torch.Tensor:
+        """The pictures as the method's tower reads them, on the model's device and precision."""
         pictures = [_as_pil(image) for image in images]
         if not pictures:
             raise ImageError("There is no image to encode.")
-        pixels = self.method.preprocess(pictures, fit=fit)
-        return self.method.encode_image(pixels.to(self.device, PRECISIONS[self.precision]))
+        return self.method.preprocess(pictures, fit=fit).to(self.device, PRECISIONS[self.precision])
+
+    @torch.inference_mode()
+    def encode_image(self, images: Sequence, fit: str = "crop") -> ImageFeatures:
+        return self.method.encode_image(self.pixels(images, fit=fit))
 
     @torch.inference_mode()
     def encode_text(self, texts: Sequence[str]) -> TextFeatures:
@@ -219,16 +222,19 @@ class Model:
             raise CaptionError("There is no sentence to draw a map for: the caption is empty.")
         picture = _as_pil(image)
         tokens = self.tokenize(sentences)
-        # 'squash' so the map covers every pixel of the picture, not only a centre crop.
-        image_features = self.encode_image([picture], fit="squash")
-        text_features = self._encode_tokens(tokens)
-        if dense_caption and self.method.uses_dense_caption:
-            dense = self._encode_tokens(self.tokenize([dense_caption]))
-            grid = self.method.dense_caption_maps(image_features, text_features, dense, kind).float()
+        if kind in self.method.explainer_kinds:  # they need the tower itself, with gradients for some
+            grid = self.method.explainer_maps(self.pixels([picture], fit="squash"), self._encode_tokens(tokens), kind)
         else:
-            grid = self.method.sentence_maps(image_features, text_features, kind).float()
+            # 'squash' so the map covers every pixel of the picture, not only a centre crop.
+            image_features = self.encode_image([picture], fit="squash")
+            text_features = self._encode_tokens(tokens)
+            if dense_caption and self.method.uses_dense_caption:
+                dense = self._encode_tokens(self.tokenize([dense_caption]))
+                grid = self.method.dense_caption_maps(image_features, text_features, dense, kind)
+            else:
+                grid = self.method.sentence_maps(image_features, text_features, kind)
         width, height = picture.size
-        return SentenceMaps(kind=kind, grid=grid.cpu().numpy(), sentences=sentences, n_cut=tokens.n_cut,
+        return SentenceMaps(kind=kind, grid=grid.float().cpu().numpy(), sentences=sentences, n_cut=tokens.n_cut,
                             size=(height, width))
 
 

@@ -12,6 +12,7 @@ import gradio as gr
 from explorer.core.errors import ExplorerError
 from explorer.grounding.budget import CONTEXTS, CaptionAnalysis, analyse_caption
 from explorer.grounding.sentence_maps import MapCache, describe_picture
+from explorer.models.explainers import BEST_EXPLAINER, DESCRIPTIONS
 from explorer.models.methods import get_method
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.ui import maps_tab, pca_tab, regions_tab
@@ -83,7 +84,7 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
     for manifest in zoo.manifests():
         try:
             cls = get_method(manifest.method)
-            kinds = ", ".join((GENERIC_MAP, *cls.native_map_kinds))
+            kinds = ", ".join((GENERIC_MAP, *cls.native_map_kinds, *cls.explainer_kinds))
             label = f"{manifest.name} · {cls.title} · maps: {kinds}"
         except ExplorerError:
             label = f"{manifest.name} · unknown method {manifest.method!r}"
@@ -110,7 +111,26 @@ def kind_choices(zoo: Zoo, names) -> list[str]:
         except ExplorerError:
             continue
         kinds += [k for k in native if k not in kinds]
+    for name in as_list(names):  # the explainers last: every CLIP ViT offers them
+        try:
+            explainers = get_method(zoo.get(name).method).explainer_kinds
+        except ExplorerError:
+            continue
+        kinds += [k for k in explainers if k not in kinds]
     return kinds
+
+
+def kind_note(kind) -> str:
+    """One line on what a map kind computes."""
+    if kind == NATIVE:
+        return ("**native**: each model's own sentence map; a model without one (CLIP, Long-CLIP, GOAL) gets its best "
+                f"measured explainer ({BEST_EXPLAINER}).")
+    if kind == GENERIC_MAP:
+        return ("**generic**: the cosine of the sentence embedding with each projected patch token (it often lights "
+                "the background: CLIP's opposite visualisation).")
+    if kind in DESCRIPTIONS:
+        return f"**{kind}**: {DESCRIPTIONS[kind]}."
+    return f"**{kind}**: the method's own map (the Models tab's method list says what each method computes)."
 
 
 def models_summary(zoo: Zoo, names) -> str:
@@ -156,6 +176,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
             kinds = kind_choices(zoo, defaults)
             kind = gr.Dropdown(kinds, value=NATIVE, label="Map kind (native: each model's own)",
                                elem_id="grounding-kind")
+            kind_line = gr.Markdown(kind_note(NATIVE), elem_id="grounding-kind-note")
             model_note = gr.Markdown(lambda: models_summary(zoo, defaults), elem_id="model-note")
             with gr.Accordion("Dense caption (read by SEPS; the long caption stands in when empty)", open=False):
                 dense_caption = gr.Textbox(label="Dense caption", lines=3, elem_id="grounding-dense")
@@ -186,6 +207,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
 
     caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table])
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
+    kind.change(kind_note, inputs=kind, outputs=kind_line, show_progress="hidden")
     image.change(describe, inputs=image, outputs=[preview, picture_note])
     return inputs
 

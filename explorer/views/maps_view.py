@@ -17,8 +17,10 @@ from PIL import Image
 
 from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
+from explorer.evaluation.grounding_eval import native_kind
 from explorer.grounding.masks import otsu_masks
 from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
+from explorer.models.explainers import BEST_EXPLAINER
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.models.model import Model
 from explorer.views.panels import (Colorbar, PanelGrid, fit_size, map_panels, outline, picture_panel, resize_maps,
@@ -28,14 +30,24 @@ from explorer.views.settings import NATIVE, ViewSettings
 Loader = Callable[[str], Model]
 
 
+def default_kind(model: Model) -> str:
+    """What "native" draws: the method's own sentence map (``native_kind``), else the best measured explainer,
+    else its first other map, else the generic one."""
+    own = native_kind(model)
+    if own is not None:
+        return own
+    if BEST_EXPLAINER in model.map_kinds:
+        return BEST_EXPLAINER
+    return next((k for k in model.map_kinds if k != GENERIC_MAP), GENERIC_MAP)
+
+
 def resolve_kind(model: Model, wanted: str) -> tuple[str, str | None]:
     """The map kind to draw for ``model``: (kind, note when it differs from what was asked)."""
-    native = [k for k in model.map_kinds if k != GENERIC_MAP]
     if wanted == NATIVE:
-        return (native or [GENERIC_MAP])[0], None
+        return default_kind(model), None
     if wanted in model.map_kinds:
         return wanted, None
-    fallback = (native or [GENERIC_MAP])[0]
+    fallback = default_kind(model)
     return fallback, f"{model.name} has no {wanted!r} map; showing its {fallback!r} map"
 
 

@@ -100,9 +100,18 @@ class Method:
         """Counts tokens the way ``tokenize`` does (token budgets, cut marks); CLIP's BPE here."""
         return CLIP_TOKENS
 
+    # Training-free explainers the method's image tower supports (``explorer.models.explainers``): every
+    # method with a CLIP ViT offers them; a method says () when its tower is not one.
+    explainer_kinds: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def head_map_kinds(self) -> tuple[str, ...]:
+        """Per-head variants of the native maps, when the instance has heads to show (GOAL, FLAIR, CAFT)."""
+        return ()
+
     @property
     def map_kinds(self) -> tuple[str, ...]:
-        return (GENERIC_MAP, *self.native_map_kinds)
+        return (GENERIC_MAP, *self.native_map_kinds, *self.head_map_kinds, *self.explainer_kinds)
 
     # ---- what a method computes ----------------------------------------------------------------
 
@@ -138,6 +147,15 @@ class Method:
         if kind == GENERIC_MAP:
             return generic_maps(image, text)
         raise ValueError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
+
+    def explainer_maps(self, pixels: torch.Tensor, text: TextFeatures, kind: str) -> torch.Tensor:
+        """[M, rows, cols] maps of an explainer kind for one picture's pixels [1, 3, H, W]: they need the
+        tower itself (attention, gradients), not only its features."""
+        if kind not in self.explainer_kinds:
+            raise ValueError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
+        from explorer.models.explainers import explain
+
+        return explain(self, pixels, text, kind)
 
     # Methods that read a second, dense caption beside the sentences (SEPS) say so; the UI then
     # offers a box for it, and says when the caption itself stands in for it.

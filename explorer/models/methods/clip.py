@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from explorer.models.architecture import ClipArchitecture, infer_clip_architecture
 from explorer.models.batch import TrainingBatch
+from explorer.models.explainers import EXPLAINER_KINDS
 from explorer.models.features import TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint, pop_ignored, strict_load
 from explorer.models.io.hf_clip_layout import HF_BUFFERS, hf_to_openai, is_hf_clip
@@ -65,6 +66,7 @@ class ClipFamily(ClipBackbone, Method):
     # The official code's image pipeline (``explorer.models.preprocess``): OpenAI's / open_clip's
     # torchvision resize and centre crop, unless a method's code says otherwise (GOAL: Hugging Face's).
     preprocess_pipeline: str = "openai"
+    explainer_kinds = EXPLAINER_KINDS  # a CLIP ViT: Grad-CAM, LeGrad, ClearCLIP and NACLIP all apply
 
     def __init__(self, arch: ClipArchitecture, **extra):
         super().__init__(arch)

@@ -244,9 +244,8 @@ class GoalMethod(ClipFamily):
         return openai_to_hf(self.state_dict())
 
     @property
-    def map_kinds(self) -> tuple[str, ...]:
-        heads = tuple(f"{HEAD_PREFIX}{k}" for k in range(self.visual.transformer.resblocks[-1].attn.num_heads))
-        return (GENERIC_MAP, *self.native_map_kinds, *heads)
+    def head_map_kinds(self) -> tuple[str, ...]:
+        return tuple(f"{HEAD_PREFIX}{k}" for k in range(self.visual.transformer.resblocks[-1].attn.num_heads))
 
     # ---- image tower, keeping what TSL and the maps need ---------------------------------------
 
@@ -327,7 +326,7 @@ class GoalMethod(ClipFamily):
     # ---- maps ----------------------------------------------------------------------------------
 
     def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
-        if kind == GENERIC_MAP or kind not in self.map_kinds:
+        if kind == GENERIC_MAP or kind not in (*self.native_map_kinds, *self.head_map_kinds):
             return super().sentence_maps(image, text, kind)  # the generic map, or the "no such kind" error
         if len(image) != 1:
             raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")

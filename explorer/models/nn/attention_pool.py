@@ -60,9 +60,8 @@ class AttentionPoolMaps:
         return self.visual_proj.attn.num_heads
 
     @property
-    def map_kinds(self) -> tuple[str, ...]:
-        heads = tuple(f"{ATTENTION_MAP}/head-{k}" for k in range(self.pool_heads))
-        return (GENERIC_MAP, *self.native_map_kinds, *heads)
+    def head_map_kinds(self) -> tuple[str, ...]:
+        return tuple(f"{ATTENTION_MAP}/head-{k}" for k in range(self.pool_heads))
 
     def attention_weights(self, image: ImageFeatures, text: TextFeatures, average_heads: bool = True):
         """The pooling weights of each sentence over ONE image's queried tokens: [M, T + 1]

@@ -1,0 +1,237 @@
+"""The training-free explainers (explorer/models/explainers.py): known answers on hand-built towers,
+independent computations of the forward readouts, batching, no gradient state left behind, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from explorer.models.explainers import (CLEARCLIP, EXPLAINER_KINDS, GRADCAM, LEGRAD, NACLIP, ExplainerError,
+                                        block_with_attention, explain, neighbourhood, trunk)
+from explorer.models.features import TextFeatures
+from explorer.models.methods.clip import ClipMethod
+from explorer.models.methods.finelip import FineLipMethod
+
+SENTENCES = ["A red cube on the left.", "A blue ball at the top.", "Sky.", "Grass at the bottom."]
+
+
+def text_of(method, sentences=SENTENCES) -> TextFeatures:
+    with torch.no_grad():
+        return method.encode_text(method.tokenize(list(sentences)).ids)
+
+
+def random_pixels(method, seed: int = 0) -> torch.Tensor:
+    size = method.arch.image_size
+    return torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return ClipMethod.example("tiny", seed=0).eval()
+
+
+# ---- a hand-built tower: one lit patch, every other patch's token exactly zero -----------------------------
+
+
+def one_patch_tower(pool: str = "tok", mixing: bool = True) -> tuple[ClipMethod, torch.Tensor, int]:
+    """A tiny CLIP whose patch tokens are zero except at one patch: no positional embedding, zero LayerNorm
+    biases and attention biases, no MLP (its output projection is zero); without ``mixing`` the attention's
+    output projection is zero too, so every block passes its tokens on unchanged. Returns (method, pixels,
+    patch)."""
+    method = ClipMethod.example("tiny", seed=3)
+    method.arch = type(method.arch)(**{**method.arch.to_dict(), "pool": pool})
+    visual = method.visual
+    with torch.no_grad():
+        visual.positional_embedding.zero_()
+        for norm in (visual.ln_pre, visual.ln_post):
+            norm.bias.zero_()
+        for block in visual.transformer.resblocks:
+            block.ln_1.bias.zero_()
+            block.ln_2.bias.zero_()
+            block.attn.in_proj_bias.zero_()
+            block.attn.out_proj.bias.zero_()
+            block.mlp.c_proj.weight.zero_()
+            block.mlp.c_proj.bias.zero_()
+            if not mixing:
+                block.attn.out_proj.weight.zero_()
+    rows, cols = method.grid_hw
+    patch, side = 5, method.arch.patch_size
+    pixels = torch.zeros(1, 3, rows * side, cols * side)  # the conv has no bias: a zero patch embeds to zero
+    r, c = divmod(patch, cols)
+    pixels[:, :, r * side:(r + 1) * side, c * side:(c + 1) * side] = torch.randn(3, side, side,
+                                                                               generator=torch.Generator().manual_seed(1))
+    return method.eval(), pixels, patch
+
+
+def pulled_towards(method, pixels, nudge) -> TextFeatures:
+    """A 'sentence' whose embedding is the picture's global embedding after ``nudge`` changed its tokens: the
+    score then grows as the tokens move that way."""
+    with torch.no_grad():
+        tokens = nudge(trunk(method, pixels, method.visual.transformer.resblocks, True))
+        target = method.pool_image(method.project_image(method.visual.ln_post(tokens)))
+    return TextFeatures(eot=target, tokens=target[:, None], mask=torch.ones(1, 1, dtype=torch.bool))
+
+
+def test_gradcam_lights_the_only_patch_the_score_can_see():
+    method, pixels, patch = one_patch_tower(pool="tok", mixing=False)
+
+    def towards_the_patch(tokens):
+        moved = tokens.clone()
+        moved[:, 0] = moved[:, 0] + moved[:, 1 + patch]  # the class token moved along the lit patch's token
+        return moved
+
+    maps = explain(method, pixels, pulled_towards(method, pixels, towards_the_patch), GRADCAM)[0].flatten()
+    assert maps[patch] > 0
+    assert torch.count_nonzero(maps) == 1 and int(maps.argmax()) == patch  # every other token is zero
+
+
+def test_legrad_gives_relevance_only_to_the_column_that_carries_a_value():
+    method, pixels, patch = one_patch_tower(pool="avg")
+    last = method.visual.transformer.resblocks[-1]
+
+    def towards_the_patch_value(tokens):
+        with torch.no_grad():
+            _, _, v = (t for t in F.linear(last.ln_1(tokens), last.attn.in_proj_weight).chunk(3, dim=-1))
+        return tokens + last.attn.out_proj(v[:, 1 + patch:2 + patch])  # more of the lit patch's value everywhere
+
+    maps = explain(method, pixels, pulled_towards(method, pixels, towards_the_patch_value), LEGRAD)[0].flatten()
+    assert int(maps.argmax()) == patch and maps[patch] == 1.0
+    others = torch.cat([maps[:patch], maps[patch + 1:]])
+    # The zero patches' values are zero in every explained block, so d score / d A[:, j] is zero for them.
+    assert torch.allclose(others, torch.zeros_like(others), atol=1e-6)
+
+
+# ---- the pieces, against independent computations --------------------------------------------------------
+
+
+def test_the_block_with_attention_is_open_clips_block(clip):
+    x = torch.randn(2, 1 + math.prod(clip.grid_hw), clip.arch.vision_width)
+    for block in clip.visual.transformer.resblocks:
+        out, attention = block_with_attention(block, x)
+        torch.testing.assert_close(out, block(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(attention.sum(dim=-1), torch.ones(attention.shape[:-1]))
+
+
+def reference_readout(method, pixels, text, kind) -> torch.Tensor:
+    """The last block's own ``nn.MultiheadAttention`` with its key projection replaced (ClearCLIP: by the query
+    projection; NACLIP: its query projection by the key projection, and the Gaussian window as the additive
+    mask), no residual, no FFN; cosine of the projected patches with each sentence."""
+    blocks = method.visual.transformer.resblocks
+    last = blocks[-1]
+    x = trunk(method, pixels, blocks[:-1], True)
+    width = x.shape[-1]
+    attn = torch.nn.MultiheadAttention(width, last.attn.num_heads, batch_first=True)
+    weight = last.attn.in_proj_weight.detach().clone()
+    bias = last.attn.in_proj_bias.detach().clone()
+    source, target = (0, 1) if kind == CLEARCLIP else (1, 0)  # q -> k, or k -> q
+    weight[target * width:(target + 1) * width] = weight[source * width:(source + 1) * width]
+    bias[target * width:(target + 1) * width] = bias[source * width:(source + 1) * width]
+    with torch.no_grad():
+        attn.in_proj_weight.copy_(weight)
+        attn.in_proj_bias.copy_(bias)
+        attn.out_proj.load_state_dict(last.attn.out_proj.state_dict())
+        h = last.ln_1(x)
+        mask = None if kind == CLEARCLIP else neighbourhood(method.grid_hw, x.device)
+        out = attn(h, h, h, need_weights=False, attn_mask=mask)[0]
+        patches = method.project_image(method.visual.ln_post(out))[0, 1:]
+    return F.normalize(text.eot, dim=-1) @ F.normalize(patches, dim=-1).T
+
+
+@pytest.mark.parametrize("kind", [CLEARCLIP, NACLIP])
+def test_the_forward_readouts_equal_an_independent_computation(clip, kind):
+    pixels, text = random_pixels(clip), text_of(clip)
+    expected = reference_readout(clip, pixels, text, kind).reshape(len(SENTENCES), *clip.grid_hw)
+    torch.testing.assert_close(explain(clip, pixels, text, kind), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_naclips_window_is_a_gaussian_on_the_grid():
+    window = neighbourhood((3, 4), "cpu", sigma=2.0)
+    assert window.shape == (13, 13) and window[0].abs().sum() == 0 and window[:, 0].abs().sum() == 0
+    assert window[1, 1] == 1.0  # a patch with itself
+    assert math.isclose(float(window[1, 2]), math.exp(-1 / 8), rel_tol=1e-6)  # one step right
+    assert math.isclose(float(window[1, 6]), math.exp(-2 / 8), rel_tol=1e-6)  # one step right, one down
+
+
+# ---- batching, gradient state, the method's own score ---------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", EXPLAINER_KINDS)
+def test_batching_the_sentences_gives_the_maps_drawn_one_at_a_time(clip, kind):
+    pixels, text = random_pixels(clip, seed=2), text_of(clip)
+    together = explain(clip, pixels, text, kind)
+    for i, sentence in enumerate(SENTENCES):
+        alone = explain(clip, pixels, text_of(clip, [sentence]), kind)[0]
+        torch.testing.assert_close(together[i], alone, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(together[0], together[1])  # the maps depend on the sentence
+
+
+@pytest.mark.parametrize("kind", [GRADCAM, LEGRAD])
+def test_gradient_kinds_leave_no_gradient_state_and_run_under_inference_mode(clip, kind):
+    pixels, text = random_pixels(clip), text_of(clip)
+    flags = {name: p.requires_grad for name, p in clip.named_parameters()}
+    with torch.inference_mode():  # as the app calls every model
+        maps = explain(clip, pixels, text, kind)
+    assert torch.isfinite(maps).all() and maps.abs().sum() > 0
+    assert all(p.grad is None for p in clip.parameters())
+    assert {name: p.requires_grad for name, p in clip.named_parameters()} == flags
+    assert not maps.requires_grad
+
+
+def test_gradcam_differentiates_the_methods_own_score():
+    finelip = FineLipMethod.example("tiny", seed=0).eval()
+    pixels, text = random_pixels(finelip), text_of(finelip)
+    calls = []
+    own = finelip.similarity
+
+    def spy(image, text_features):
+        calls.append(len(image))
+        return own(image, text_features)
+
+    finelip.similarity = spy
+    try:
+        explain(finelip, pixels, text, GRADCAM)
+    finally:
+        del finelip.similarity
+    assert calls == [len(SENTENCES)]  # FineLIP*'s score, once, for one copy of the picture per sentence
+
+
+# ---- bad input ---------------------------------------------------------------------------------------
+
+
+def test_bad_input_gets_a_clear_message(clip):
+    from explorer.models.methods.seps import SepsMethod
+
+    empty = TextFeatures(eot=torch.zeros(0, 32), tokens=torch.zeros(0, 1, 32), mask=torch.zeros(0, 1, dtype=bool))
+    with pytest.raises(ExplainerError, match="no sentence"):
+        explain(clip, random_pixels(clip), empty, GRADCAM)
+    with pytest.raises(ExplainerError, match="one picture at a time"):
+        explain(clip, torch.zeros(2, 3, 64, 64), text_of(clip), GRADCAM)
+    with pytest.raises(ExplainerError, match="no explainer named 'rollout'"):
+        explain(clip, random_pixels(clip), text_of(clip), "rollout")
+    seps = SepsMethod.example("tiny")
+    assert seps.explainer_kinds == () and GRADCAM not in seps.map_kinds
+    with pytest.raises(ExplainerError, match="has no CLIP ViT image tower"):
+        explain(seps, torch.zeros(1, 3, 32, 32), text_of(clip), LEGRAD)
+    with pytest.raises(ValueError, match="has no map kind 'gradcam'"):
+        seps.explainer_maps(torch.zeros(1, 3, 32, 32), text_of(clip), GRADCAM)
+
+
+@pytest.mark.parametrize("name", ["clip", "longclip", "finelip", "mulclip", "goal", "flair", "caft"])
+def test_every_explainer_of_every_method_is_drawn_through_the_public_model(name):
+    """Model.sentence_maps runs under inference mode, as the app runs it: the explainers still get their
+    gradients, for every CLIP-family method and its own score and features."""
+    import numpy as np
+    from PIL import Image
+
+    from explorer.models.methods import get_method
+    from explorer.models.model import Model
+
+    model = Model(get_method(name).example("tiny").eval(), name=name)
+    picture = Image.fromarray((np.random.default_rng(0).random((80, 120, 3)) * 255).astype("uint8"))
+    for kind in EXPLAINER_KINDS:
+        maps = model.sentence_maps(picture, SENTENCES[:2], kind=kind)
+        assert maps.kind == kind and np.asarray(maps.maps).shape == (2, 80, 120)
+        assert np.isfinite(np.asarray(maps.maps)).all(), kind
