@@ -148,6 +148,12 @@ def test_untrained_model_reports_every_metric_as_a_share(untrained_result, scene
     assert counts["retrieval_scenes"] == 12 and counts["grounding_scenes"] == 4
     assert counts["object_sentences"] == sum(len(object_sentences(s)) for s in scenes[:4])
     assert counts["hard_negative_scenes"] == 12
+    # Every map kind is scored, the explainers included; generic's entry is the flat generic metrics.
+    assert list(result["map_kinds"]) == ["generic", "gradcam", "legrad", "clearclip", "naclip"]
+    for kind, scores in result["map_kinds"].items():
+        assert set(scores) == {"miou", "pointing", "auroc", "auroc_others"}
+        assert all(value is not None and 0.0 <= value <= 1.0 for value in scores.values()), kind
+    assert result["map_kinds"]["generic"]["miou"] == result["metrics"]["miou_generic"]
     json.dumps(result, allow_nan=False)  # plain JSON: no NaN, no tensors
 
 
@@ -160,6 +166,8 @@ def test_oracle_is_perfect_everywhere(scenes):
     # the preferred native map is the first of NATIVE_PREFERENCE the model has, not the model's first
     assert NATIVE_PREFERENCE.index("subcaption-alpha") < NATIVE_PREFERENCE.index("attention-pool")
     assert result["native_kind"] == "subcaption-alpha"
+    assert list(result["map_kinds"]) == ["generic", "subcaption-alpha", "attention-pool"]  # every kind offered
+    assert all(scores["miou"] == 1.0 for scores in result["map_kinds"].values())
     assert set(oracle.kinds_asked) == {"generic", "subcaption-alpha"}
     assert result["counts"]["flism_scored"] == result["counts"]["object_sentences"] > 0
 

@@ -76,12 +76,12 @@ def map_aurocs(maps: np.ndarray, truth: np.ndarray) -> tuple[list[float | None],
 
 
 def scored_kinds(model, native: str | None) -> list[str]:
-    """The map kinds an evaluation scores: the generic map, the native one, then every explainer."""
-    from explorer.models.explainers import EXPLAINER_KINDS
-
+    """The map kinds an evaluation scores: the generic map, the native one, then every other kind the model
+    offers (its other native maps, the explainers), less the per-head variants."""
     offered = tuple(getattr(model, "map_kinds", ()) or ())
+    heads = set(getattr(getattr(model, "method", None), "head_map_kinds", ()) or ())
     kinds = [GENERIC_KIND] + ([native] if native and native != GENERIC_KIND else [])
-    return kinds + [kind for kind in EXPLAINER_KINDS if kind in offered]
+    return kinds + [kind for kind in offered if kind not in kinds and kind not in heads]
 
 
 def grounding_metrics(model, scenes: Sequence, native: str | None = None, progress: bool = False

@@ -112,7 +112,8 @@ def results_markdown(results) -> str:
     if kinds:
         parts.append("Every map kind each model offers, on the same object sentences (bold: the model's best mIoU). "
                      "gradcam, legrad, clearclip and naclip are the training-free explainers "
-                     "(`explorer/models/explainers.py`); the per-head kinds are left out.")
+                     "(`explorer/models/explainers.py`); the per-head variants are left out; a map that is the "
+                     "same for every sentence (GOAL's self-attention) is scored as it is.")
         parts.append(kinds.rstrip("\n"))
     return "\n\n".join(parts) + "\n"
 
