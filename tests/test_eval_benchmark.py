@@ -168,7 +168,7 @@ def test_oracle_is_perfect_everywhere(scenes):
     assert result["native_kind"] == "subcaption-alpha"
     assert list(result["map_kinds"]) == ["generic", "subcaption-alpha", "attention-pool"]  # every kind offered
     assert all(scores["miou"] == 1.0 for scores in result["map_kinds"].values())
-    assert set(oracle.kinds_asked) == {"generic", "subcaption-alpha"}
+    assert set(oracle.kinds_asked) == {"generic", "subcaption-alpha", "attention-pool"}  # every kind is scored
     assert result["counts"]["flism_scored"] == result["counts"]["object_sentences"] > 0
 
 
