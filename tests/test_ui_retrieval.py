@@ -226,3 +226,11 @@ def test_the_app_builds_with_the_tab_and_its_model_list_follows_the_zoo(zoo, ind
     names = [name for _, name in tab.model_choices(zoo)]
     assert set(MODELS) <= set(names)
     assert tab.refresh_models(zoo, ["demo-caft", "gone"])["value"] == ["demo-caft"]
+
+
+def test_a_public_page_does_not_stop_shared_indexing(indexer):
+    from explorer.ui.access import Access
+
+    note = tab.stop_indexing(Access(public=True), indexer, [("demo-caft", "some-task")])
+    assert "public demo" in note
+

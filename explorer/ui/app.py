@@ -13,7 +13,7 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
 from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
-from explorer.ui.access import PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
+from explorer.ui.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -55,7 +55,9 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
     # whose process died while no app was watching. A public page has no runs: the store is never opened.
     if not access.public:
         jobs = jobs or JobManager(zoo_root=zoo.root)
-    with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
+    # A public page's uploads leave Gradio's cache after an hour (checked hourly): visitors cannot fill the disk.
+    cache_policy = {"delete_cache": PUBLIC_CACHE_SECONDS} if access.public else {}
+    with gr.Blocks(title=TITLE, analytics_enabled=False, **cache_policy) as app:
         gr.Markdown(f"# {TITLE}")
         if access.public:
             gr.Markdown(access.describe(), elem_id="public-banner")

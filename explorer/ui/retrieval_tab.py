@@ -118,7 +118,11 @@ def poll(indexer: Indexer, tasks):
     return status_markdown(lines), gr.Timer(active=active)
 
 
-def stop_indexing(indexer: Indexer, tasks) -> str:
+def stop_indexing(access: Access, indexer: Indexer, tasks) -> str:
+    """Stop the tasks this page submitted. A task is shared by everyone who indexes the same model and dataset,
+    so a public page does not stop them: one visitor would stop another's."""
+    if access.public:
+        return "On this public demo indexing runs to the end (it is shared with other visitors); it is kept on disk."
     for _, key in tasks or []:
         task = indexer.task(key)
         if task is not None and task.active:
@@ -264,7 +268,7 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                                  elem_id="retrieval-models")
             with gr.Row():
                 index_button = gr.Button("Index", variant="primary", elem_id="retrieval-index")
-                stop_button = gr.Button("Stop indexing", elem_id="retrieval-stop")
+                stop_button = gr.Button("Stop indexing", elem_id="retrieval-stop", visible=not access.public)
             index_note = gr.Markdown(status_markdown([]), elem_id="retrieval-index-status")
         with gr.Column(scale=2):
             text = gr.Textbox(label="Text query", lines=3, elem_id="retrieval-text",
@@ -325,7 +329,7 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                        outputs=[tasks, index_note, timer], api_name="retrieval_index")
     timer.tick(lambda current: poll(indexer, current), inputs=tasks, outputs=[index_note, timer],
                show_progress="hidden")
-    stop_button.click(lambda current: stop_indexing(indexer, current), inputs=tasks, outputs=status)
+    stop_button.click(lambda current: stop_indexing(access, indexer, current), inputs=tasks, outputs=status)
 
     results = [status, *columns]
     by_text, by_number, by_file = ([*where, models, query, k] for query in (text, number, upload))
