@@ -417,3 +417,43 @@ def test_another_sdxl_drops_the_conditioners_that_hold_the_old_ones_bigg(models,
     shutil.copytree(sdxl_dir, tmp_path / "other")
     fresh.pipeline(settings(tmp_path / "other"))
     assert len(fresh._conditioners) == 0
+
+
+def test_the_refiners_negative_is_its_own_encoding_of_the_empty_prompt(generator, sdxl_dir, tmp_path, monkeypatch):
+    """SDXL base forces zeros for an empty negative prompt; the refiner (force_zeros_for_empty_prompt=False, as
+    refiner 1.0) encodes "" through its bigG, as stock diffusers does: for the stock column and the swapped one
+    (whose "" goes through the stretched bigG at 248 tokens, the prompt's length). Zeros only when the
+    refiner's own config forces them."""
+    from diffusers import StableDiffusionXLImg2ImgPipeline
+
+    from explorer.generation.tiny_sdxl import build_tiny_refiner
+
+    calls = []
+    original = StableDiffusionXLImg2ImgPipeline.__call__
+
+    def spy(self, *args, **kwargs):
+        calls.append({k: kwargs[k] for k in ("prompt_embeds", "negative_prompt_embeds", "negative_pooled_prompt_embeds")})
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(StableDiffusionXLImg2ImgPipeline, "__call__", spy)
+    chosen = settings(sdxl_dir, steps=5, refiner=str(build_tiny_refiner(tmp_path / "refiner")), negative="")
+    generator.run(chosen)
+    assert len(calls) == 2  # the stock column, then tiny-longclip
+    refiner = generator.sdxl.refiner(chosen.refiner, generator.pipeline(chosen), chosen.options())
+    with torch.inference_mode():
+        own, _, own_pooled, _ = refiner.encode_prompt(prompt="", device="cpu", num_images_per_prompt=1,
+                                                      do_classifier_free_guidance=False)
+    stock, swapped = calls
+    torch.testing.assert_close(stock["negative_prompt_embeds"], own)  # what stock diffusers' refiner reads
+    torch.testing.assert_close(stock["negative_pooled_prompt_embeds"], own_pooled)
+    for call in calls:
+        assert call["negative_prompt_embeds"].shape == call["prompt_embeds"].shape
+        assert call["negative_prompt_embeds"].abs().sum() > 0
+    assert swapped["prompt_embeds"].shape[1] == 248
+    refiner.register_to_config(force_zeros_for_empty_prompt=True)
+    calls.clear()
+    try:
+        generator.run(chosen)
+    finally:
+        refiner.register_to_config(force_zeros_for_empty_prompt=False)
+    assert all(call["negative_prompt_embeds"].abs().sum() == 0 for call in calls)

@@ -15,7 +15,7 @@ between steps.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -100,6 +100,18 @@ class Generator:
         return conditioner(settings.prompt, settings.negative, settings.guidance, device, options.dtype(),
                            layer=settings.layer)
 
+    def refiner_negatives(self, refiner, pipe, settings: GenerationSettings) -> dict[str, Conditioning]:
+        """{column: its encoding of ""} when the refiner's negative is not the base's: an empty negative prompt
+        gives the base zeros (SDXL base forces them), but a refiner whose config does not force them (SDXL
+        refiner 1.0) encodes "" through bigG, as stock diffusers and Long-CLIP's SDXL script do. Each column
+        encodes "" the way it encodes its prompt (stock: 77 tokens; swapped: stretched bigG, 248), so the
+        negative has the prompt's length. Empty when the refiner keeps the base's negative."""
+        if refiner is None or settings.negative or settings.guidance <= 1 or getattr(
+                refiner.config, "force_zeros_for_empty_prompt", False):
+            return {}
+        empty = replace(settings, prompt="", negative="", guidance=1.0)
+        return {column: self.conditioning(column, pipe, empty) for column in settings.columns}
+
     def run(self, settings: GenerationSettings, progress: Callable[[int, int, str], None] | None = None,
             should_stop: Callable[[], bool] | None = None) -> GenerationResult:
         settings.check()
@@ -108,6 +120,7 @@ class Generator:
         settings.scheduler = type(pipe.scheduler).__name__
         notes = settings.options().notes()
         conditionings = {column: self.conditioning(column, pipe, settings) for column in settings.columns}
+        refiner_negatives = self.refiner_negatives(refiner, pipe, settings)
         total = len(conditionings) * len(settings.seeds) * settings.steps
         pictures: list[Picture] = []
         for seed in settings.seeds:
@@ -119,7 +132,8 @@ class Generator:
                         progress(done_before + step, total, f"{column}, seed {seed}")
 
                 start = time.perf_counter()
-                image = denoise(pipe, conditioning, settings, seed, on_step, should_stop, refiner=refiner)
+                image = denoise(pipe, conditioning, settings, seed, on_step, should_stop, refiner=refiner,
+                                refiner_negative=refiner_negatives.get(column))
                 pictures.append(Picture(column, seed, image, time.perf_counter() - start))
         long_cut = CLIP_TOKENS.budget(settings.prompt, LONG_CONTEXT).n_cut
         if long_cut and settings.models:
@@ -133,9 +147,11 @@ class Generator:
 
 def denoise(pipe, conditioning: Conditioning, settings: GenerationSettings, seed: int,
             on_step: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
-            refiner=None) -> Image.Image:
+            refiner=None, refiner_negative: Conditioning | None = None) -> Image.Image:
     """One picture from the stock pipeline, given its text conditioning; with a refiner, the base runs the
-    first ``refiner_start`` of the schedule and the refiner (reading bigG's part) the rest."""
+    first ``refiner_start`` of the schedule and the refiner (reading bigG's part) the rest. ``refiner_negative``:
+    the column's encoding of "" (its ``prompt_embeds``), the refiner's negative when the base's was zeros
+    (``Generator.refiner_negatives``)."""
     done = [0]
 
     def step_end(pipeline, step: int, timestep, tensors: dict) -> dict:
@@ -156,7 +172,11 @@ def denoise(pipe, conditioning: Conditioning, settings: GenerationSettings, seed
         latents = pipe(height=settings.size, width=settings.size, denoising_end=settings.refiner_start,
                        output_type="latent", **common, **conditioning.pipeline_kwargs()).images
         bigg = refiner.text_encoder_2.config.hidden_size
+        finish = conditioning.last_features(bigg)  # the refiner reads bigG's part of the column's conditioning
+        if refiner_negative is not None and finish.negative_embeds is not None:
+            own = refiner_negative.last_features(bigg)
+            finish = replace(finish, negative_embeds=own.prompt_embeds, negative_pooled=own.pooled)
         return refiner(image=latents, denoising_start=settings.refiner_start, **common,
-                       **conditioning.last_features(bigg).pipeline_kwargs()).images[0]
+                       **finish.pipeline_kwargs()).images[0]
 
 
