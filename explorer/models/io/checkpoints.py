@@ -161,7 +161,9 @@ def _torch_load(path: Path, allow_pickle: bool):
         raise CheckpointError(f"Cannot read {path}: not a PyTorch or safetensors weights file "
                               "(neither a zip archive nor a pickle).")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # Memory-mapped where the format allows (zip archives): the tensors are read once, by the copy
+        # into the model, instead of into a second buffer first.
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:
         if not allow_pickle:
             raise UnsafeCheckpointError(
