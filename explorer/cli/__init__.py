@@ -158,9 +158,9 @@ def _run_app(args) -> int:
               "gives visitors the owner's page")
     else:
         print(f"explorer: owner mode; typed paths must be under: {', '.join(map(str, access.roots))}")
-    print(f"explorer: serving on http://{args.host}:{args.port} (Ctrl+C to stop)")
     launch(host=args.host, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
-           device=args.device, access=access)
+           device=args.device, access=access,
+           announce=lambda url: print(f"explorer: serving on {url} (Ctrl+C to stop)", flush=True))
     return 0
 
 

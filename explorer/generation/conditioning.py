@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from explorer.generation.clip_text_model import position_key, stretched_copy, to_clip_text_model
 from explorer.generation.sdxl_source import SdxlError
 from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT, stretch_positions
 from explorer.models.text_tower import TextTower
@@ -84,6 +83,9 @@ class LongTextConditioner:
     def __init__(self, tower: TextTower | None, pipe, name: str = ""):
         self.name = name or (tower.source if tower else "")
         check_tower(tower, pipe, self.name)
+        # transformers (~1 s) is imported when a long encoder is first built, not when the page starts.
+        from explorer.generation.clip_text_model import position_key, stretched_copy, to_clip_text_model
+
         self.long = to_clip_text_model(tower).requires_grad_(False)
         bigg = pipe.text_encoder_2
         positions = bigg.state_dict()[position_key(bigg)]

@@ -22,8 +22,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from PIL import Image
-from scipy import ndimage
-from skimage.segmentation import felzenszwalb
 
 from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import ExplorerError
@@ -78,6 +76,8 @@ class SegmentProposals:
         small = _shrink(picture, self.working_side)  # segmentation cost grows with pixels; boxes do not need them
         pixels = np.asarray(small)
         boxes, scores, labels = [], [], []
+        from skimage.segmentation import felzenszwalb  # on first use, not when the page starts
+
         for scale in self.scales:
             segments = felzenszwalb(pixels, scale=scale, sigma=self.sigma)
             for box, score in self._segment_boxes(segments):
@@ -96,6 +96,8 @@ class SegmentProposals:
 
     def _segment_boxes(self, segments: np.ndarray) -> list[tuple[tuple[int, int, int, int], float]]:
         """(box (x0, y0, x1, y1), score) of each segment within the size limits."""
+        from scipy import ndimage
+
         total = segments.size
         areas = np.bincount(segments.ravel())
         found = []

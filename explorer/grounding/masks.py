@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from skimage.filters import threshold_otsu
 
 
 def otsu_mask(values, nbins: int = 256) -> tuple[np.ndarray, float]:
@@ -38,6 +37,8 @@ def otsu_mask(values, nbins: int = 256) -> tuple[np.ndarray, float]:
         return np.zeros(array.shape, dtype=bool), low
     counts, edges = np.histogram(inside, bins=nbins, range=(low, high))
     centers = (edges[:-1] + edges[1:]) / 2
+    from skimage.filters import threshold_otsu  # ~0.5 s: on the first mask, not when the page starts
+
     split = int(np.searchsorted(centers, threshold_otsu(hist=(counts, centers))))  # last background bin
     bins = np.clip(np.searchsorted(edges, inside, side="right") - 1, 0, nbins - 1)  # as np.histogram bins them
     above = bins > split

@@ -33,9 +33,7 @@ from functools import cached_property
 
 import numpy as np
 import torch
-import torchvision.transforms.functional as TF
 from PIL import Image
-from torchvision.transforms import InterpolationMode
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -43,7 +41,15 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 PIPELINES = ("openai", "hf-clip", "laps")
 FITS = ("crop", "squash")
-BICUBIC = InterpolationMode.BICUBIC
+
+
+def _torchvision():
+    """torchvision's functional transforms and its bicubic mode. Imported on the first picture (~1.5 s),
+    not when the page starts."""
+    import torchvision.transforms.functional as TF
+    from torchvision.transforms import InterpolationMode
+
+    return TF, InterpolationMode.BICUBIC
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class Preprocess:
         if fit not in FITS:
             raise ValueError(f"fit must be 'crop' or 'squash', not {fit!r}")
         size = self.image_size
+        TF, BICUBIC = _torchvision()
         if fit == "squash" or self.pipeline == "laps":
             return TF.resize(image, [size, size], BICUBIC)
         if self.pipeline == "hf-clip":
@@ -76,7 +83,7 @@ class Preprocess:
         # torchvision's Normalize: the same numbers, fewer small torch ops per picture.
         arrays = np.stack([np.asarray(self.resize(image.convert("RGB"), fit)) for image in images])
         batch = torch.from_numpy(arrays.astype(np.float32) / np.float32(255)).permute(0, 3, 1, 2)
-        return TF.normalize(batch.contiguous(), list(self.mean), list(self.std))
+        return _torchvision()[0].normalize(batch.contiguous(), list(self.mean), list(self.std))
 
     # ---- GOAL: Hugging Face's CLIP image processor --------------------------------------------------
 

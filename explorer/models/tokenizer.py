@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
-from open_clip.tokenizer import SimpleTokenizer
 
 
 @lru_cache(maxsize=1)
-def _bpe() -> SimpleTokenizer:
-    # Reading the BPE merges takes ~0.3 s: do it once per process.
+def _bpe():
+    # Reading the BPE merges takes ~0.3 s: do it once per process. open_clip (with torchvision, ~3 s)
+    # is imported here, on the first caption, not when the page starts.
+    from open_clip.tokenizer import SimpleTokenizer
+
     return SimpleTokenizer()
 
 

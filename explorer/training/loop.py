@@ -46,7 +46,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -61,7 +61,9 @@ from explorer.training.metrics_log import METRICS_FILE, RUN_LOG_FILE, JsonlLog
 from explorer.training.optimizer import build_adamw, group_lrs
 from explorer.training.samples import BatchSource, SampleLoader
 from explorer.training.schedule import WarmupCosine, build_scheduler
-from explorer.training.warm_start import InitReport
+
+if TYPE_CHECKING:  # warm_start imports the method modules (open_clip): not needed to read TrainConfig
+    from explorer.training.warm_start import InitReport
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import threading
 
 import gradio as gr
 
@@ -63,11 +64,11 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
             gr.Markdown(access.describe(), elem_id="public-banner")
         with gr.Tabs(elem_id="main-tabs") as tabs:  # ids: other tabs switch to one (``gr.Tabs(selected=id)``)
             with gr.Tab("Grounding", id="grounding"):
-                grounding = grounding_tab.build(zoo, cache, access)
+                grounding, grounding_load = grounding_tab.build(zoo, cache, access)
             with gr.Tab("Retrieval", id="retrieval"):
                 retrieval_models, retrieval_load = retrieval_tab.build(zoo, indexer, access, grounding, tabs)
             with gr.Tab("Generation", id="generation"):
-                generation_models = generation_tab.build(zoo, access)
+                generation_models, generation_load = generation_tab.build(zoo, access)
             jobs_init, jobs_changes, jobs_load = None, [], []
             if not access.public:
                 with gr.Tab("Jobs", id="jobs"):
@@ -79,21 +80,24 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
         # The zoo is live: every model list follows it, after a change in the Models tab or the Jobs tab (a
         # run finished, was deleted, or opens in Grounding) and on every page load (another session, or the
         # CLI, may have changed it).
+        retrieval_refresh = dict(fn=lambda current: retrieval_tab.refresh_models(zoo, current),
+                                 inputs=retrieval_models, outputs=retrieval_models)
+        jobs_refresh = [] if jobs_init is None else [dict(fn=lambda current: jobs_tab.refresh_inits(zoo, current),
+                                                          inputs=jobs_init, outputs=jobs_init)]
         refreshes = [dict(fn=lambda current: grounding_tab.refresh_models(zoo, current), inputs=grounding.models,
                           outputs=grounding.models),
-                     dict(fn=lambda current: retrieval_tab.refresh_models(zoo, current), inputs=retrieval_models,
-                          outputs=retrieval_models),
+                     retrieval_refresh,
                      dict(fn=lambda current: generation_tab.refresh_models(zoo, current), inputs=generation_models,
-                          outputs=generation_models)]
-        if jobs_init is not None:
-            refreshes.append(dict(fn=lambda current: jobs_tab.refresh_inits(zoo, current), inputs=jobs_init,
-                                  outputs=jobs_init))
+                          outputs=generation_models),
+                     *jobs_refresh]
         for refresh in refreshes:
             for event in [*zoo_changes, *jobs_changes]:
                 event.then(**refresh)
-            app.load(**refresh)
-        app.load(**zoo_listing)
-        for handler in [*retrieval_load, *jobs_load]:
+        # On every page load: the lists as the zoo is now, and what the page was built without (the method
+        # modules, the tokenizer, the zoo's checks: seconds the first time, so the page serves before them).
+        page_loads = [grounding_load, retrieval_refresh, generation_load, *jobs_refresh, zoo_listing,
+                      *retrieval_load, *jobs_load]
+        for handler in page_loads:
             app.load(**handler)
     return app
 
@@ -147,13 +151,39 @@ def is_loopback(host: str) -> bool:
 
 
 def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
-           zoo_root: str | None = None, block: bool = True, device: str = "auto", access: Access | None = None):
-    """Serve the app. Binds localhost unless ``host`` says otherwise; sharing and auth are explicit."""
+           zoo_root: str | None = None, block: bool = True, device: str = "auto", access: Access | None = None,
+           announce=None):
+    """Serve the app. Binds localhost unless ``host`` says otherwise; sharing and auth are explicit.
+    ``announce(url)`` is called once the page serves."""
     prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
     keep_releasing_freed_memory()
     zoo = Zoo(zoo_root, device=device)
     access = access or Access.for_app(zoo.root, public=share or not is_loopback(host))
     app = serve(build_app(zoo, access=access), access)
-    app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=not block,
+    app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=True,
                show_error=True, **page_options(access))
+    if announce is not None:
+        announce(app.share_url or app.local_url)
+    warm_up()
+    if block:
+        app.block_thread()
     return app
+
+
+def warm_up() -> threading.Thread:
+    """Import, in the background once the page serves, what the first page load and the first Draw need
+    (the method modules with open_clip and torchvision, the tokenizer's tables, scikit-image's Otsu): the
+    page was built without them. A request that needs one meanwhile waits for its import, nothing more."""
+
+    def work():
+        from explorer.grounding.masks import otsu_mask
+        from explorer.models.methods import discover_methods
+        from explorer.models.tokenizer import CLIP_TOKENS
+
+        discover_methods()
+        CLIP_TOKENS.count("warm up")
+        otsu_mask([[0.0, 1.0]])
+
+    thread = threading.Thread(target=work, name="explorer-warm-up", daemon=True)
+    thread.start()
+    return thread

@@ -14,6 +14,7 @@ import gradio as gr
 from explorer.core.background import BackgroundWorker
 from explorer.generation import GenerationSettings, Generator
 from explorer.generation.conditioning import LAYERS
+from explorer.models.methods import imported_method
 from explorer.ui.access import PUBLIC_GENERATIONS, PUBLIC_SEEDS, Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import as_list, export_dir
@@ -137,7 +138,7 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
     """The tab; returns its model list. On a public page SDXL is the owner's (``--sdxl``): no field for it."""
     worker = worker or BackgroundWorker("explorer-generation")
     generator = generator or Generator(load_model=zoo.load)
-    choices = view.long_text_models(zoo.manifests())
+    choices = view.long_text_models(zoo.manifests(), imported_method)  # the page's load refreshes it
     default_sdxl, default_config = access.sdxl, access.sdxl_config
     gr.Markdown("Draw a long caption with SDXL base twice: stock (its CLIP-L and bigG read 77 tokens) and with a "
                 "long-text model's text tower in `text_encoder` and bigG stretched to 248 positions. Same seed, "
@@ -153,8 +154,9 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
             "SDXL base at") else "This demo has no SDXL: the Generation tab shows the token budgets only."
     sdxl_status = gr.Markdown(status_line, elem_id="generation-sdxl-status")
     prompt = gr.Textbox(view.EXAMPLE_PROMPT, lines=5, label="Long caption", elem_id="generation-prompt")
-    budget_note = gr.Markdown(view.budget_line(view.EXAMPLE_PROMPT), elem_id="generation-budget-note")
-    budget = gr.Dataframe(view.budget_rows(view.EXAMPLE_PROMPT), headers=view.BUDGET_HEADERS, interactive=False,
+    # The budget is counted on page load (the tokenizer's first use imports open_clip: seconds).
+    budget_note = gr.Markdown("Counting tokens…", elem_id="generation-budget-note")
+    budget = gr.Dataframe([], headers=view.BUDGET_HEADERS, interactive=False,
                           wrap=True, column_widths=view.BUDGET_WIDTHS, label="What each text encoder reads",
                           elem_id="generation-budget")
     negative = gr.Textbox("", label="Negative prompt (empty: zeros, as SDXL base does)", elem_id="generation-negative")
@@ -206,4 +208,7 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
     timer.tick(lambda current: poll(worker, current), inputs=key, outputs=[status, grid, reads, match, files, timer],
                show_progress="hidden", concurrency_limit=None)
     stop.click(lambda current: cancel(worker, current), inputs=key, outputs=status, concurrency_limit=None)
-    return models
+    # On every page load: the model list as the zoo is now, and the prompt's budget.
+    load = dict(fn=lambda current, text: (refresh_models(zoo, current), *on_prompt(text)), inputs=[models, prompt],
+                outputs=[models, budget_note, budget])
+    return models, load

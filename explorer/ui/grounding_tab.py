@@ -13,7 +13,7 @@ from explorer.core.errors import ExplorerError
 from explorer.grounding.budget import CONTEXTS, CaptionAnalysis, analyse_caption
 from explorer.grounding.sentence_maps import MapCache, describe_picture
 from explorer.models.explainers import BEST_EXPLAINER, DESCRIPTIONS
-from explorer.models.methods import get_method
+from explorer.models.methods import discover_methods, get_method, imported_method
 from explorer.models.methods.base import GENERIC_MAP
 from explorer.ui import maps_tab, pca_tab, regions_tab
 from explorer.ui.access import Access
@@ -79,13 +79,17 @@ def model_summary(zoo: Zoo, name: str | None) -> str:
 
 
 def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
-    """(label, name) for the model list: each model with its method and the map kinds it offers."""
+    """(label, name) for the model list: each model with its method and the map kinds it offers (its
+    method's name alone on a page built before the method modules are imported)."""
     choices = []
     for manifest in zoo.manifests():
         try:
-            cls = get_method(manifest.method)
-            kinds = ", ".join((GENERIC_MAP, *cls.native_map_kinds, *cls.explainer_kinds))
-            label = f"{manifest.name} · {cls.title} · maps: {kinds}"
+            cls = imported_method(manifest.method)
+            if cls is None:
+                label = f"{manifest.name} · {manifest.method}"
+            else:
+                kinds = ", ".join((GENERIC_MAP, *cls.native_map_kinds, *cls.explainer_kinds))
+                label = f"{manifest.name} · {cls.title} · maps: {kinds}"
         except ExplorerError:
             label = f"{manifest.name} · unknown method {manifest.method!r}"
         if not manifest.trained:
@@ -97,26 +101,28 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
 def refresh_models(zoo: Zoo, current):
     """The model list as the zoo is now (models added or removed since the page was built); the
     chosen models that are still there stay chosen."""
+    discover_methods()
     choices = model_choices(zoo)
     names = {name for _, name in choices}
     return gr.update(choices=choices, value=[name for name in as_list(current) if name in names])
 
 
-def kind_choices(zoo: Zoo, names) -> list[str]:
-    """"native" (each model's own first map), "generic", then every named kind of the chosen models."""
-    kinds = [NATIVE, GENERIC_MAP]
+def kind_choices(zoo: Zoo, names, method=get_method) -> list[str]:
+    """"native" (each model's own first map), "generic", then every named kind of the chosen models.
+    ``method``: name -> class, or None for a method not known yet (``imported_method`` on a page being built)."""
+    classes = []
     for name in as_list(names):
         try:
-            native = get_method(zoo.get(name).method).native_map_kinds
+            cls = method(zoo.get(name).method)
         except ExplorerError:
             continue
-        kinds += [k for k in native if k not in kinds]
-    for name in as_list(names):  # the explainers last: every CLIP ViT offers them
-        try:
-            explainers = get_method(zoo.get(name).method).explainer_kinds
-        except ExplorerError:
-            continue
-        kinds += [k for k in explainers if k not in kinds]
+        if cls is not None:
+            classes.append(cls)
+    kinds = [NATIVE, GENERIC_MAP]
+    for cls in classes:
+        kinds += [k for k in cls.native_map_kinds if k not in kinds]
+    for cls in classes:  # the explainers last: every CLIP ViT offers them
+        kinds += [k for k in cls.explainer_kinds if k not in kinds]
     return kinds
 
 
@@ -143,11 +149,12 @@ def models_summary(zoo: Zoo, names) -> str:
 def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
     """The tab; returns its inputs: the app refreshes their model list when the zoo changes, and other
     tabs fill them (the Retrieval tab opens a query here)."""
+    # Built without the tokenizer and the method modules (open_clip, torchvision: seconds), so the page
+    # serves at once; ``page_load`` fills in the model labels, map kinds and the caption's budget.
     choices = model_choices(zoo)
     defaults = zoo.default_names(2)
     examples = example_images()
     first_caption = examples[0][1] if examples else ""
-    spans, summary, rows = safe_budget(first_caption)
     with gr.Row():
         with gr.Column(scale=1):
             # A File input, not gr.Image: Gradio would decode an Image upload itself, before our
@@ -163,21 +170,21 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
                                height=260)
             picture_note = gr.Markdown(picture_text, elem_id="image-note")
             caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption", value=first_caption)
-            budget_view = gr.HighlightedText(value=spans, label="Token budget", elem_id="token-budget",
+            budget_view = gr.HighlightedText(value=[], label="Token budget", elem_id="token-budget",
                                              show_legend=True, combine_adjacent=True)
-            budget_note = gr.Markdown(summary, elem_id="token-summary")
-            table = gr.Dataframe(value=rows, headers=SENTENCE_COLUMNS, interactive=False, wrap=True,
+            budget_note = gr.Markdown("Counting tokens…", elem_id="token-summary")
+            table = gr.Dataframe(value=[], headers=SENTENCE_COLUMNS, interactive=False, wrap=True,
                                  elem_id="sentence-table", max_height=260, column_widths=SENTENCE_WIDTHS,
                                  label="Sentences: tok = its tokens; 77 / 248 = still read when CLIP / Long-CLIP "
                                        "reads the whole caption", show_label=True)
             models = gr.Dropdown(choices, value=defaults, multiselect=True,
                                  max_choices=MAX_MODELS, label=f"Models (up to {MAX_MODELS}, compared row by row)",
                                  elem_id="grounding-model")
-            kinds = kind_choices(zoo, defaults)
+            kinds = kind_choices(zoo, defaults, imported_method)
             kind = gr.Dropdown(kinds, value=NATIVE, label="Map kind (native: each model's own)",
                                elem_id="grounding-kind")
             kind_line = gr.Markdown(kind_note(NATIVE), elem_id="grounding-kind-note")
-            model_note = gr.Markdown(lambda: models_summary(zoo, defaults), elem_id="model-note")
+            model_note = gr.Markdown(models_summary(zoo, defaults), elem_id="model-note")
             with gr.Accordion("Dense caption (read by SEPS; the long caption stands in when empty)", open=False):
                 dense_caption = gr.Textbox(label="Dense caption", lines=3, elem_id="grounding-dense")
             with gr.Accordion("Ground truth (optional): a label mask for mIoU and pointing game", open=False):
@@ -209,7 +216,16 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
     kind.change(kind_note, inputs=kind, outputs=kind_line, show_progress="hidden")
     image.change(describe, inputs=image, outputs=[preview, picture_note])
-    return inputs
+
+    def page_load(chosen, current_kind, text):
+        models_update = refresh_models(zoo, chosen)
+        return models_update, *on_models(models_update["value"], current_kind), *safe_budget(text)
+
+    # On every page load: the zoo as it is now, and what the page was built without (the first call
+    # imports the method modules and the tokenizer, unless the app's warm-up has already).
+    load = dict(fn=page_load, inputs=[models, kind, caption],
+                outputs=[models, kind, model_note, budget_view, budget_note, table])
+    return inputs, load
 
 
 def safe_budget(text):

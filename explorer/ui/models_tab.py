@@ -94,17 +94,19 @@ def build(zoo: Zoo, access: Access) -> tuple[list, dict]:
         gr.Markdown("The models of this demo. Weights are local files; nothing is downloaded.")
     else:
         gr.Markdown(f"Every model with a manifest in `{zoo.root}`. Weights are local files; nothing is downloaded.")
-    table = gr.Dataframe(value=lambda: zoo_table(zoo, access.public), headers=COLUMNS, interactive=False, wrap=True,
-                         elem_id="zoo-table", column_widths=COLUMN_WIDTHS)
+    # Both tables fill on page load, not when the page is built: checking the zoo reads every weights file's
+    # header, and the method list imports every method module (open_clip, torchvision: seconds).
+    table = gr.Dataframe(value=[], headers=COLUMNS, interactive=False, wrap=True, elem_id="zoo-table",
+                         column_widths=COLUMN_WIDTHS)
     with gr.Accordion("Methods this explorer knows", open=False):
-        gr.Dataframe(value=methods_table(), headers=["method", "name", "maps", "what it is"], interactive=False,
-                     wrap=True, elem_id="methods-table")
+        methods = gr.Dataframe(value=[], headers=["method", "name", "maps", "what it is"], interactive=False,
+                               wrap=True, elem_id="methods-table")
     if access.public:
-        return [], dict(fn=lambda: zoo_table(zoo, public=True), outputs=table)
-    return build_management(zoo, access, table)
+        return [], dict(fn=lambda: (zoo_table(zoo, public=True), methods_table()), outputs=[table, methods])
+    return build_management(zoo, access, table, methods)
 
 
-def build_management(zoo: Zoo, access: Access, table) -> tuple[list, dict]:
+def build_management(zoo: Zoo, access: Access, table, methods) -> tuple[list, dict]:
     """Re-check, add (a path under the allowed roots, or a .safetensors upload) and remove: owner mode only."""
     refresh = gr.Button("Re-check every model", size="sm", elem_id="zoo-refresh")
     with gr.Accordion("Add or check a checkpoint", open=False):
@@ -126,7 +128,7 @@ def build_management(zoo: Zoo, access: Access, table) -> tuple[list, dict]:
         report = gr.Markdown(elem_id="zoo-report")
     with gr.Accordion("Remove a model (its manifest; the weights file stays)", open=False):
         with gr.Row():
-            doomed = gr.Dropdown(model_names(zoo), label="Model", elem_id="zoo-remove-name")
+            doomed = gr.Dropdown([], label="Model", elem_id="zoo-remove-name")  # filled on page load
             remove_button = gr.Button("Remove from zoo", variant="stop", elem_id="zoo-remove")
         removed = gr.Markdown(elem_id="zoo-remove-note")
 
@@ -177,4 +179,4 @@ def build_management(zoo: Zoo, access: Access, table) -> tuple[list, dict]:
                upload_button.click(add_upload, inputs=[upload, name, source], outputs=[report, table, doomed],
                                    api_name="zoo_upload"),
                remove_button.click(remove, inputs=doomed, outputs=[removed, table, doomed], api_name="zoo_remove")]
-    return changes, dict(fn=listing, outputs=[table, doomed])
+    return changes, dict(fn=lambda: (*listing(), methods_table()), outputs=[table, doomed, methods])

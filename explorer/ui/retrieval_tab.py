@@ -12,7 +12,7 @@ import gradio as gr
 
 from explorer.core import paths
 from explorer.core.errors import ExplorerError
-from explorer.models.methods import get_method
+from explorer.models.methods import discover_methods, imported_method
 from explorer.retrieval.indexing import Indexer
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
@@ -37,8 +37,9 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
     """(label, name): each model with its method and context (what decides which captions it cuts)."""
     choices = []
     for manifest in zoo.manifests():
-        try:
-            title = get_method(manifest.method).title
+        try:  # the method's name alone on a page built before the method modules are imported
+            cls = imported_method(manifest.method)
+            title = cls.title if cls else manifest.method
         except ExplorerError:
             title = f"unknown method {manifest.method!r}"
         label = f"{manifest.name} · {title} · {manifest.context_length or '?'} tokens"
@@ -48,6 +49,7 @@ def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
 
 def refresh_models(zoo: Zoo, current):
     """The model list as the zoo is now; the chosen models that are still there stay chosen."""
+    discover_methods()
     choices = model_choices(zoo)
     names = {name for _, name in choices}
     return gr.update(choices=choices, value=[name for name in as_list(current) if name in names])

@@ -118,20 +118,23 @@ EXAMPLE_PROMPT = (
     "In the far right corner, a small orange rowing boat drifts alone, its oars resting inside.")
 
 
-def long_text_models(manifests) -> list[tuple[str, str]]:
+def long_text_models(manifests, method=None) -> list[tuple[str, str]]:
     """(label, name) of the zoo models whose text tower can take SDXL's ``text_encoder`` slot (248 tokens,
-    a CLIP text tower): the rest would only be refused."""
+    a CLIP text tower): the rest would only be refused. ``method``: name -> class (``get_method``), or
+    None for a method not imported yet (then the context alone decides, and the method's name labels it)."""
     from explorer.models.methods import get_method
     from explorer.models.methods.base import Method
 
+    method = method or get_method
     choices = []
     for manifest in manifests:
         try:
-            method = get_method(manifest.method)
+            cls = method(manifest.method)
         except Exception:  # noqa: BLE001 - an unknown method is simply not offered here
             continue
-        if manifest.context_length == LONG_CONTEXT and method.text_tower is not Method.text_tower:
-            label = f"{manifest.name} · {method.title}"
+        has_tower = cls is None or cls.text_tower is not Method.text_tower
+        if manifest.context_length == LONG_CONTEXT and has_tower:
+            label = f"{manifest.name} · {cls.title if cls else manifest.method}"
             choices.append((label if manifest.trained else f"{label} · UNTRAINED (random weights)", manifest.name))
     return choices
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from explorer.models.architecture import ClipArchitecture
-from explorer.models.methods.clip import LongClipMethod
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -21,7 +20,10 @@ TINY_ARCH = ClipArchitecture(
 )
 
 
-def tiny_clip(seed: int = 0) -> LongClipMethod:
+def tiny_clip(seed: int = 0):
+    """A ``LongClipMethod`` with TINY_ARCH. The method (open_clip, ~3 s) is imported when one is built."""
+    from explorer.models.methods.clip import LongClipMethod
+
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:

@@ -47,18 +47,30 @@ def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
 
 
 NOT_METHODS = {"base"}  # modules here that hold the shared surface, not a method
+_discovered = False
 
 
 def discover_methods() -> dict[str, type[Method]]:
     """Import every method module in this package (running its ``@register``); the registry."""
+    global _discovered
     for module in pkgutil.iter_modules(__path__):
         if module.name not in NOT_METHODS and not module.name.startswith("_"):
             importlib.import_module(f"{__name__}.{module.name}")
+    _discovered = True
     return METHODS
+
+
+def imported_method(name: str) -> type[Method] | None:
+    """``get_method(name)`` once the method modules are imported; None before, importing nothing.
+
+    The method modules bring open_clip and torchvision (seconds): a page is built before them and lists
+    models from their manifests alone, then fills in what each method offers when it loads."""
+    return get_method(name) if _discovered else None
 
 
 def keys_with_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> bool:
     return any(key.startswith(prefix) for key in tensors)
 
 
-__all__ = ["GENERIC_MAP", "METHODS", "Method", "detect_format", "discover_methods", "get_method", "register"]
+__all__ = ["GENERIC_MAP", "METHODS", "Method", "detect_format", "discover_methods", "get_method", "imported_method",
+           "register"]

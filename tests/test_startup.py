@@ -1,0 +1,52 @@
+"""The page serves before the heavy libraries and the zoo's checks: they come on page load, or when a
+feature first needs them (issue 24)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import gradio as gr
+
+from explorer.ui import grounding_tab
+from explorer.ui.access import Access
+from explorer.zoo import Zoo
+
+HEAVY = ("open_clip", "transformers", "diffusers", "faiss", "torchvision", "skimage.filters",
+         "explorer.models.nn.backbone", "explorer.models.methods.clip")
+
+BUILD_THE_PAGE = f"""
+import json, sys
+from explorer.core.runtime import prepare_process
+prepare_process()
+from explorer.ui.app import build_app
+build_app()
+print(json.dumps([name for name in {HEAVY!r} if name in sys.modules]))
+"""
+
+
+def test_building_the_page_imports_no_heavy_library(tmp_path):
+    # A fresh process: this one has imported everything already.
+    env_home = {"EXPLORER_HOME": str(tmp_path), "PATH": "", "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    result = subprocess.run([sys.executable, "-c", BUILD_THE_PAGE], capture_output=True, text=True, timeout=300,
+                            env=env_home)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_page_load_fills_in_what_the_page_was_built_without(tmp_path):
+    zoo = Zoo()
+    with gr.Blocks():
+        inputs, load = grounding_tab.build(zoo, grounding_tab.MapCache(), Access.for_app(zoo.root))
+    assert load["outputs"][:3] == [inputs.models, inputs.kind, load["outputs"][2]]
+    names = zoo.default_names(2)
+    caption = "A red square. A blue circle on the left."
+    models, kinds, note, spans, summary, rows = load["fn"](names, "gradcam", caption)
+    assert models["value"] == names
+    labels = dict((name, label) for label, name in models["choices"])
+    assert all(" · maps: generic" in labels[name] for name in names)  # the method's title and its maps
+    assert "gradcam" in kinds["choices"] and kinds["value"] == "gradcam"
+    assert all(f"**{name}**" in note for name in names)
+    assert [row[1] for row in rows] == ["A red square.", "A blue circle on the left."]
+    assert "tokens" in summary and spans
