@@ -44,11 +44,11 @@ class WorkFile:
     def __contains__(self, key: str) -> bool:
         return key in self.records
 
-    def add(self, record: dict) -> None:
-        """Append ``record`` (which has a ``key``) and flush it to disk."""
-        self.records[record["key"]] = record
+    def add(self, *records: dict) -> None:
+        """Append ``records`` (each with a ``key``) and flush them to disk, in one write."""
+        self.records.update((record["key"], record) for record in records)
         with open(self.path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.write("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
             out.flush()
             os.fsync(out.fileno())
 
@@ -59,8 +59,8 @@ class MemoryWork(WorkFile):
     def __init__(self, header: dict):  # noqa: D107 - nothing on disk
         self.path, self.header, self.records = None, header, {}
 
-    def add(self, record: dict) -> None:
-        self.records[record["key"]] = record
+    def add(self, *records: dict) -> None:
+        self.records.update((record["key"], record) for record in records)
 
 
 __all__ = ["MemoryWork", "WorkFile"]

@@ -13,6 +13,7 @@ one image forward.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -61,8 +62,10 @@ class GroundingSet:
             raise ValueError("units must point at pictures of the set, grouped by picture in order")
 
     def units_of(self, picture: int) -> list[int]:
-        """Indices of the units of picture ``picture`` (contiguous)."""
-        return [i for i, unit in enumerate(self.units) if unit.picture == picture]
+        """Indices of the units of picture ``picture`` (contiguous: found by bisection)."""
+        start = bisect.bisect_left(self.units, picture, key=lambda unit: unit.picture)
+        end = bisect.bisect_right(self.units, picture, lo=start, key=lambda unit: unit.picture)
+        return list(range(start, end))
 
     def first(self, n: int, note: str | None = None) -> GroundingSet:
         """The set of its first ``n`` pictures and their units."""
