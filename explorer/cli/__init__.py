@@ -1,7 +1,8 @@
 """The same operations as the app, from the shell: `explorer --help`.
 
 One module per group of commands: this one (app, models, train, data, zoo, eval), figures
-(`explorer figure ...`), retrieval (`explorer index | search | eval-retrieval`), jobs (`explorer jobs ...`),
+(`explorer figure ...`), retrieval (`explorer index | search | eval-retrieval`),
+grounding (`explorer eval-grounding`), jobs (`explorer jobs ...`),
 generation (`explorer generate | export-text-encoder`); common holds what they share.
 """
 
@@ -12,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import figures, generation, jobs, retrieval
+from explorer.cli import figures, generation, grounding, jobs, retrieval
 from explorer.cli.common import zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -126,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(run=_run_eval)
 
     retrieval.add_commands(commands)
+    grounding.add_commands(commands)
     jobs.add_commands(commands)
     generation.add_commands(commands)
     return parser

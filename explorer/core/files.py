@@ -81,3 +81,20 @@ def read_json(path: str | os.PathLike, error: type[Exception] = ValueError, wher
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as problem:
         raise error(f"{where or path}: {Path(path).name} is not valid JSON or cannot be read ({problem})") from problem
+
+
+def copy_by_content(source: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """A copy of ``source`` in ``folder`` named by its stem and a digest of its bytes (written once,
+    atomically): the page may serve only its own folders, and two pictures of one name do not collide."""
+    import hashlib
+
+    source = Path(source)
+    data = source.read_bytes()
+    digest = hashlib.blake2b(data, digest_size=6).hexdigest()
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    target = Path(folder) / f"{source.stem}-{digest}{source.suffix}"
+    if not target.is_file():
+        with atomic_path(target) as temporary:
+            temporary.write_bytes(data)
+    return target
+

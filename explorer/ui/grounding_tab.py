@@ -15,7 +15,7 @@ from explorer.grounding.sentence_maps import MapCache, describe_picture
 from explorer.models.explainers import BEST_EXPLAINER, DESCRIPTIONS
 from explorer.models.methods import discover_methods, get_method, imported_method
 from explorer.models.methods.base import GENERIC_MAP
-from explorer.ui import maps_tab, pca_tab, regions_tab
+from explorer.ui import grounding_dataset_panel, maps_tab, pca_tab, regions_tab
 from explorer.ui.access import Access
 from explorer.ui.examples import example_images
 from explorer.ui.messages import explain
@@ -195,9 +195,10 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
                                 elem_id="grounding-truth", height=90, file_types=access.picture_types)
             if examples:
                 gr.Examples([[str(p), c] for p, c in examples], inputs=[image, caption], label="Examples")
-        with gr.Column(scale=2):
             inputs = Inputs(image=image, caption=caption, models=models, kind=kind, dense_caption=dense_caption,
                             truth=truth)
+            grounding_dataset_panel.build(access, inputs)
+        with gr.Column(scale=2):
             with gr.Tabs():
                 with gr.Tab("Sentence maps", id="maps"):
                     maps_tab.build(inputs, zoo, cache)

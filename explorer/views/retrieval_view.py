@@ -15,7 +15,6 @@ which is the dataset itself unless a picture was unreadable; ``ModelSearch`` kee
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from PIL import Image
 from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
 from explorer.core.errors import CaptionError, ExplorerError
-from explorer.core.files import atomic_path, file_stamp, write_text_atomic
+from explorer.core.files import copy_by_content, file_stamp, write_text_atomic
 from explorer.core.images import load_image
 from explorer.data import read_dataset
 from explorer.data.errors import DatasetError
@@ -513,12 +512,7 @@ def grounding_inputs(query: WorstQuery, folder: Path, truth_folder: Path | None 
     """(picture path, caption) for the Grounding tab. The picture is copied into ``folder`` (the page
     may serve only files from its own folders); a synthetic scene's truth is stored by its pixels in
     ``truth_folder``, so the Grounding tab scores its maps against the scene's masks."""
-    data = Path(query.picture).read_bytes()
-    digest = hashlib.blake2b(data, digest_size=6).hexdigest()
-    target = paths.ensure(Path(folder)) / f"{Path(query.picture).stem}-{digest}{Path(query.picture).suffix}"
-    if not target.is_file():
-        with atomic_path(target) as temporary:
-            temporary.write_bytes(data)
+    target = copy_by_content(query.picture, folder)
     if truth_folder is not None and query.dataset.layout == "synthetic":
         _store_scene_truth(query, truth_folder)
     return str(target), query.caption
