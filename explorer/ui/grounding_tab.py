@@ -147,8 +147,8 @@ def models_summary(zoo: Zoo, names) -> str:
 
 
 def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
-    """The tab; returns its inputs: the app refreshes their model list when the zoo changes, and other
-    tabs fill them (the Retrieval tab opens a query here)."""
+    """The tab; returns its inputs (the app refreshes their model list when the zoo changes, and other
+    tabs fill them: the Retrieval tab opens a query here) and the handler to run on every page load."""
     # Built without the tokenizer and the method modules (open_clip, torchvision: seconds), so the page
     # serves at once; ``page_load`` fills in the model labels, map kinds and the caption's budget.
     choices = model_choices(zoo)
