@@ -54,8 +54,7 @@ def write_files(folder: Path) -> dict[str, Path]:
     prepare_process()
     from safetensors.torch import save_file
 
-    from explorer.models.architecture import ClipArchitecture
-    from explorer.models.methods.clip import LongClipMethod
+    from explorer.models.methods.clip import LongClipMethod, example_architecture
     from explorer.models.methods.goal import GoalMethod
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -63,9 +62,7 @@ def write_files(folder: Path) -> dict[str, Path]:
              folder / "longclip-L.safetensors", "GOAL ViT-L HF layout .pth": folder / "goal-L.pth"}
     if all(path.exists() for path in files.values()):
         return files
-    arch = ClipArchitecture(embed_dim=768, image_size=224, patch_size=14, vision_width=1024, vision_layers=24,
-                            vision_heads=16, vision_mlp_ratio=4.0, context_length=248, vocab_size=49408,
-                            text_width=768, text_layers=12, text_heads=12, text_mlp_ratio=4.0, quick_gelu=True)
+    arch = example_architecture("large", 248)
     longclip = {k: v.half() for k, v in LongClipMethod(arch).released_state_dict().items()}
     torch.save(longclip, files["Long-CLIP-L .pt (fp16)"])
     save_file({k: v.contiguous() for k, v in longclip.items()}, str(files["Long-CLIP-L .safetensors (fp16)"]))

@@ -50,3 +50,26 @@ def test_the_page_load_fills_in_what_the_page_was_built_without(tmp_path):
     assert all(f"**{name}**" in note for name in names)
     assert [row[1] for row in rows] == ["A red square.", "A blue circle on the left."]
     assert "tokens" in summary and spans
+
+
+def test_a_draw_says_which_model_it_is_loading_and_preloads_only_what_draw_accepts():
+    from explorer.ui.view_controls import MAX_MODELS, loading_first
+
+    zoo = Zoo()
+    names = zoo.default_names(2)
+    drawn = lambda load, *values: ("drawn", [load(name).name for name in values[2]])  # noqa: E731
+    handler = loading_first(zoo, drawn, status_at=1, n_outputs=2)
+    steps = list(handler(None, "A caption.", names))
+    assert [step[1] for step in steps[:-1]] == [f"Loading **{name}** ({i} of 2 to load)…"
+                                                for i, name in enumerate(names, start=1)]
+    assert all(step[0] == gr.update() for step in steps[:-1])  # nothing else on the page changes meanwhile
+    assert steps[-1] == ("drawn", names) and all(zoo.is_loaded(name) for name in names)
+    assert list(handler(None, "A caption.", names)) == [("drawn", names)]  # in memory: straight to the draw
+
+    refused = lambda load, *values: "refused"  # noqa: E731 - what draw answers to a request it does not accept
+    for models in (["no-such-model"] * (MAX_MODELS + 1), {"a": 1}, 3, [["nested"]]):
+        fresh = Zoo()
+        assert list(loading_first(fresh, refused, 1, 2)(None, "c", models)) == ["refused"]
+        assert fresh.cache.keys() == []
+    failing = list(loading_first(Zoo(), refused, 1, 2)(None, "c", ["no-such-model", names[0]]))
+    assert failing[-1] == "refused" and len(failing) == 2  # the failed load stops the preloading

@@ -12,7 +12,7 @@ import gradio as gr
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.examples import truth_dir
 from explorer.ui.messages import explain
-from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, loading_first
 from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps, render_maps
 from explorer.views.panels import compose
 from explorer.views.render import COLORMAPS
@@ -117,7 +117,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
     export_row("maps", view_state, settings_state, zoo)
 
     display = [cmap, opacity, mask, otsu, threshold, scale, page, per_page]
-    run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + display,
+    run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values), status_at=3, n_outputs=6),
+              inputs=inputs.components() + display,
               outputs=[view_state, settings_state, picture, status, scores, page], api_name="draw_maps")
     for control in display:
         # A slider re-renders on "input" (a drag, or a number typed in its box and Enter) with only

@@ -11,7 +11,7 @@ import gradio as gr
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
-from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row
+from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, loading_first
 from explorer.views.panels import compose
 from explorer.views.pca_view import PcaView, compute_pca, render_pca
 from explorer.views.settings import PCA_FITS, PCA_SOURCES, ViewSettings
@@ -70,7 +70,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
     picture = gr.Image(interactive=False, elem_id="pca-grid", format="png", show_label=False)
     view_state, settings_state = gr.State(None), gr.State(None)
     export_row("pca", view_state, settings_state, zoo)
-    run.click(lambda *values: draw(zoo.load, cache, *values), inputs=inputs.components() + [extra, source, fit],
+    run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values), status_at=3, n_outputs=4),
+              inputs=inputs.components() + [extra, source, fit],
               outputs=[view_state, settings_state, picture, status], api_name="draw_pca")
     fit.change(refit, inputs=[view_state, settings_state, fit], outputs=[settings_state, picture, status],
                api_name="refit_pca")

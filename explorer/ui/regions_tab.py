@@ -8,7 +8,7 @@ from explorer.grounding.detectors import detector_setting
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
-from explorer.ui.view_controls import Inputs, base_settings, export_row
+from explorer.ui.view_controls import Inputs, base_settings, export_row, loading_first
 from explorer.views.panels import compose
 from explorer.views.regions_view import (RegionsView, compute_regions, key_entries, render_regions, similarity_matrix,
                                          similarity_plot)
@@ -94,9 +94,9 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
     view_state, settings_state = gr.State(None), gr.State(None)
     export_row("regions", view_state, settings_state, zoo)
 
-    def run_view(*values):
-        found = find_regions(access, zoo.load, cache, *values)
+    def run_view(load, *values):
+        found = find_regions(access, load, cache, *values)
         return (*found, key_rows(found[0]))
 
-    run.click(run_view, inputs=inputs.components() + [detector],
+    run.click(loading_first(zoo, run_view, status_at=4, n_outputs=7), inputs=inputs.components() + [detector],
               outputs=[view_state, settings_state, picture, plot, status, table, key], api_name="find_regions")

@@ -57,6 +57,32 @@ def base_settings(view: str, image, caption, models, kind, dense_caption, truth)
 EXPORT_ROOT: Path | None = None  # where exports go; None: $EXPLORER_HOME/exports, read when used
 
 
+def loading_first(zoo, draw, status_at: int, n_outputs: int):
+    """A Draw button's handler (a generator): the chosen models not yet in memory load one at a time, the
+    status line (output ``status_at`` of ``n_outputs``) naming each, then ``draw(zoo.load, *values)`` runs.
+
+    A ViT-L loads in seconds: the page says which model it waits for rather than only spinning, and the
+    other tabs answer meanwhile (a load holds one of the queue's workers). Only a request ``draw`` would
+    accept is preloaded (at most ``MAX_MODELS`` names); a load that fails stops here and ``draw`` says why."""
+
+    def handler(*values):
+        models = values[2]
+        names = as_list(models) if isinstance(models, (str, list, tuple)) else []
+        pending = [] if len(names) > MAX_MODELS else [
+            name for name in names if isinstance(name, str) and not zoo.is_loaded(name)]
+        for number, name in enumerate(pending, start=1):
+            update = [gr.update()] * n_outputs
+            update[status_at] = f"Loading **{name}** ({number} of {len(pending)} to load)…"
+            yield tuple(update)
+            try:
+                zoo.load(name)
+            except Exception:  # noqa: BLE001 - draw loads it again and says what is wrong
+                break
+        yield draw(zoo.load, *values)
+
+    return handler
+
+
 def export_root() -> Path:
     """The folder the page may download figures from."""
     return EXPORT_ROOT if EXPORT_ROOT is not None else paths.exports_dir()

@@ -143,6 +143,10 @@ class Zoo:
         trained = [m.name for m in self.manifests() if m.trained]
         return (trained or names or [None])[0]
 
+    def is_loaded(self, name: str) -> bool:
+        """Whether a model of this name is in memory (any version of its manifest); never raises."""
+        return any(key[0] == name for key in self.cache.keys())
+
     def load(self, name: str) -> Model:
         manifest = self.get(name)
         stamp = self._read[manifest.path][0] if manifest.path in self._read else None

@@ -174,7 +174,12 @@ class ClipFamily(ClipBackbone, Method):
 
 
 def example_architecture(size: str, context_length: int, quick_gelu: bool = True) -> ClipArchitecture:
-    """ViT-B/16 sizes ("base") or a tiny model ("tiny") with the given context."""
+    """ViT-L/14 sizes ("large"), ViT-B/16 sizes ("base") or a tiny model ("tiny") with the given context."""
+    if size == "large":
+        return ClipArchitecture(embed_dim=768, image_size=224, patch_size=14, vision_width=1024, vision_layers=24,
+                                vision_heads=16, vision_mlp_ratio=4.0, context_length=context_length,
+                                vocab_size=49408, text_width=768, text_layers=12, text_heads=12, text_mlp_ratio=4.0,
+                                quick_gelu=quick_gelu)
     if size == "base":
         return ClipArchitecture(embed_dim=512, image_size=224, patch_size=16, vision_width=768, vision_layers=12,
                                 vision_heads=12, vision_mlp_ratio=4.0, context_length=context_length,
@@ -185,7 +190,7 @@ def example_architecture(size: str, context_length: int, quick_gelu: bool = True
                                 vision_heads=1, vision_mlp_ratio=4.0, context_length=context_length,
                                 vocab_size=49408, text_width=64, text_layers=2, text_heads=1, text_mlp_ratio=4.0,
                                 quick_gelu=quick_gelu)
-    raise ValueError(f"size must be 'tiny' or 'base', not {size!r}")
+    raise ValueError(f"size must be 'tiny', 'base' or 'large', not {size!r}")
 
 
 @register
