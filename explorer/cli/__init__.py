@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import figures, generation, jobs, retrieval
+from explorer.cli import figures, generation, jobs, results, retrieval
 from explorer.cli.common import zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -127,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
 
     retrieval.add_commands(commands)
     jobs.add_commands(commands)
+    results.add_commands(commands)
     generation.add_commands(commands)
     return parser
 
