@@ -486,14 +486,14 @@ class JobManager:
                 self.reconcile()
             time.sleep(0.05)
 
-    def resume(self, run_id: str) -> Run:
+    def resume(self, run_id: str, start: bool = True) -> Run:
         """Queue a failed or cancelled run again; it continues from its last checkpoint (or starts over
         when it has none, which the log and notes say)."""
         from explorer.training.checkpointing import latest_checkpoint
 
         run = self.store.get(run_id)
         if run.kind == SWEEP:
-            return sweeps.resume(self, run)
+            return sweeps.resume(self, run, start)
         if run.status not in RESUMABLE:
             raise JobError(f"run {run.id} is {run.status}; only a failed or cancelled run can be resumed")
         if run.kind == EVAL:  # nothing to check here: a child that still cannot load or read fails again, saying why
@@ -515,7 +515,7 @@ class JobManager:
         _append_log(run.log_path, note)
         if run.parent:
             sweeps.refresh(self.store, run.parent)
-        return self.launch_new(updated)
+        return self.launch_new(updated, start)
 
     def delete(self, run_id: str, keep_checkpoint: bool = True) -> dict:
         """Forget a finished run. ``keep_checkpoint``: its weights, manifests, logs of metrics and its zoo

@@ -143,13 +143,15 @@ def cancel(jobs, sweep: Run, wait: bool = True, grace_s: float | None = None) ->
     return refresh(jobs.store, sweep.id)
 
 
-def resume(jobs, sweep: Run) -> Run:
+def resume(jobs, sweep: Run, start: bool = True) -> Run:
     """Queue the failed and cancelled children again; done ones stay done."""
     kids = [kid for kid in children(jobs.store, sweep.id) if kid.status in RESUMABLE]
     if not kids:
         raise JobError(f"sweep {sweep.id} has no failed or cancelled evaluation to resume")
     for kid in kids:
-        jobs.resume(kid.id)
+        jobs.resume(kid.id, start=False)  # all queued first, then started in their order
+    if start:
+        jobs.start_next()
     return refresh(jobs.store, sweep.id)
 
 

@@ -94,4 +94,34 @@ def metric_bars(frame: pd.DataFrame, metrics: Sequence[str] | None = None,
     return figure
 
 
-__all__ = ["metric_bars", "recall_curves"]
+# ---- the board: what the Compare view shows for a choice of runs and filters --------------------------
+
+
+def comparable_runs(runs) -> list[tuple[str, str]]:
+    """(label, id) of every sweep and every evaluation outside a sweep, newest first: what can be compared."""
+    from explorer.jobs.records import EVAL, SWEEP
+
+    picked = [run for run in runs if run.kind == SWEEP or (run.kind == EVAL and not run.parent)]
+    return [(f"{run.name} · {run.status} · {run.id}", run.id) for run in reversed(picked)]
+
+
+def pivot_rows(table: pd.DataFrame, decimals: int = 1) -> tuple[list[str], list[list]]:
+    """(headers, rows) of the pivot for a page's table: "dataset metric" columns, values as printed."""
+    if table.empty:
+        return ["model"], []
+    headers = ["model", *(f"{d} {m}" for d, m in table.columns)]
+    rows = [[model, *("" if pd.isna(v) else f"{v:.{decimals}f}" for v in row)] for model, row in table.iterrows()]
+    return headers, rows
+
+
+def board(frame: pd.DataFrame, datasets: Sequence[str] | None = None, metrics: Sequence[str] | None = None):
+    """(pivot, Recall@K figure, bars figure) of the frame under the filters (metrics: the pivot's default
+    columns when none are chosen)."""
+    from explorer.views.results_table import default_metrics, pivot
+
+    chosen = list(metrics or []) or default_metrics(filtered(frame, datasets))
+    return (pivot(frame, chosen, datasets or None), recall_curves(frame, datasets),
+            metric_bars(frame, chosen, datasets))
+
+
+__all__ = ["board", "comparable_runs", "metric_bars", "pivot_rows", "recall_curves"]
