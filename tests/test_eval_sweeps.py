@@ -203,9 +203,7 @@ def test_two_processes_embed_one_dataset_as_one_process_does_to_the_bit(jobs, tm
 def test_real_processes_run_a_sweep_and_a_bad_child_does_not_stop_it(jobs, worlds, tmp_path):
     sweep = jobs.submit_eval(["demo-longclip", str(tmp_path / "broken.safetensors")], [worlds[0]], options=SPLIT)
     (tmp_path / "broken.safetensors").write_bytes(b"not a checkpoint")
-    for kid in children(jobs.store, sweep.id):
-        jobs.wait(kid.id, timeout=120)
-    final = jobs.get(sweep.id)
+    final = jobs.wait(sweep.id, timeout=240)  # a sweep is waited on as a run is
     kids = {kid.name: kid for kid in children(jobs.store, sweep.id)}
     assert kids["demo-longclip@alpha"].status == "done" and kids["broken@alpha"].status == "failed"
     assert final.status == "failed" and "broken@alpha" in final.error
