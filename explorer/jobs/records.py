@@ -146,6 +146,23 @@ class Run:
 FIELDS = tuple(f.name for f in fields(Run))
 
 
+def typed_settings(options, types: dict, what: str) -> dict:
+    """``options`` (a mapping) with each value converted by its type in ``types`` (a list type: each item an
+    int); empty values left out. ``JobError`` for an unknown key or a value that does not convert; ``what``
+    names the settings in the message ("Slurm setting", "evaluation option")."""
+    values = {}
+    for key, value in dict(options or {}).items():
+        if key not in types:
+            raise JobError(f"unknown {what} {key!r}; known: {', '.join(types)}")
+        if value is None or value == "":
+            continue
+        try:
+            values[key] = [int(item) for item in value] if types[key] is list else types[key](value)
+        except (TypeError, ValueError) as error:
+            raise JobError(f"{what} {key} must be a {types[key].__name__}, got {value!r}") from error
+    return values
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -155,4 +172,4 @@ def signal_name(number: int) -> str:
 
 __all__ = ["ACTIVE", "BACKENDS", "CANCELLED", "DONE", "EXIT_CANCELLED", "EXIT_DISK_FULL", "EXIT_DONE", "EXIT_FAILED",
            "EVAL", "FAILED", "FIELDS", "FINAL", "JobError", "KINDS", "LOCAL", "QUEUED", "RESUMABLE", "RUNNING", "Run", "SLURM",
-           "STATUSES", "SWEEP", "TRAIN", "signal_name"]
+           "STATUSES", "SWEEP", "TRAIN", "signal_name", "typed_settings"]

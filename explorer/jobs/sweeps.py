@@ -24,7 +24,7 @@ from typing import Sequence
 
 from explorer.jobs.eval_tasks import RETRIEVAL, model_label
 from explorer.jobs.records import (ACTIVE, CANCELLED, DONE, EVAL, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING,
-                                   SWEEP, JobError, Run)
+                                   SWEEP, JobError, Run, typed_settings)
 
 # the options of a sweep passed to each child (EvalJob.options), with their types
 OPTIONS = {"split": str, "layout": str, "limit": int, "ks": list, "shortlist": int, "queries": bool,
@@ -33,16 +33,7 @@ OPTIONS = {"split": str, "layout": str, "limit": int, "ks": list, "shortlist": i
 
 def check_options(options: dict | None) -> dict:
     """The sweep's options, typed; ``JobError`` for an unknown one or a bad value."""
-    values = {}
-    for key, value in dict(options or {}).items():
-        if key not in OPTIONS:
-            raise JobError(f"unknown evaluation option {key!r}; known: {', '.join(OPTIONS)}")
-        if value is None or value == "":
-            continue
-        try:
-            values[key] = [int(k) for k in value] if OPTIONS[key] is list else OPTIONS[key](value)
-        except (TypeError, ValueError) as error:
-            raise JobError(f"evaluation option {key} must be a {OPTIONS[key].__name__}, got {value!r}") from error
+    values = typed_settings(options, OPTIONS, "evaluation option")
     if any(k < 1 for k in values.get("ks", [])) or values.get("shortlist", 1) < 1 or values.get("limit", 1) < 1:
         raise JobError("ks, shortlist and limit must be at least 1")
     return values
