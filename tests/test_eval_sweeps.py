@@ -284,3 +284,26 @@ def jobs_zoo():
     from explorer.zoo import Zoo
 
     return Zoo(ZOO)
+
+
+@pytest.mark.slow
+def test_a_child_cancelled_while_embedding_resumes_from_its_cache(jobs, tmp_path, wait_for):
+    from explorer.jobs.eval_child import RESULTS_FILE
+
+    write_dataset(tmp_path / "large", 700, seed=4, image_size=64)  # 560 train pictures: shards of 256
+    sweep = jobs.submit_eval(["demo-longclip"], [tmp_path / "large"], options={**SPLIT, "queries": False})
+    kid = children(jobs.store, sweep.id)[0]
+    caches = lambda: list((jobs.root.parent / "embeddings").glob("*/images-*.safetensors"))  # noqa: E731
+    wait_for(lambda: caches() or jobs.get(kid.id).status != "running", timeout=240, what="a first shard")
+    cancelled = jobs.cancel(sweep.id)
+    kid = jobs.get(kid.id)
+    assert cancelled.status == "cancelled" and kid.status == "cancelled" and kid.exit_code == 143, (
+        kid.error, jobs.logs(kid.id, tail=30))
+    assert len(caches()) >= 1 and "what was embedded stays in the cache" in jobs.logs(kid.id, tail=None)
+    jobs.resume(sweep.id)
+    done = jobs.wait(sweep.id, timeout=300)
+    assert done.status == "done", jobs.logs(kid.id, tail=30)
+    assert json.loads((Path(kid.out_dir) / RESULTS_FILE).read_text())["dataset"]["images"] == 560
+    index = json.loads((caches()[0].parent / "index.json").read_text())
+    assert sum(len(shard["items"]) for shard in index["images"]) == 560  # none embedded twice
+    assert "resumed: the embedding cache keeps what was embedded" in jobs.logs(kid.id, tail=None)

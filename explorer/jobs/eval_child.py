@@ -49,8 +49,10 @@ def run_child(job) -> int:
     rows = [{"sweep": run.parent, "model": model_label(eval_job.model), "dataset": eval_job.dataset_label,
              "task": run.method, "metric": metric, "value": value} for metric, value in outcome.metrics.items()]
     job.store.put_results(run.id, rows)
-    job.write(step=1, checkpoint=None, evaluation={"kind": run.method, "results": str(path), "time": time.time(),
-                                                   "metrics": outcome.metrics})
+    split = (outcome.document.get("dataset") or {}).get("split", "?")
+    job.write(step=1, checkpoint=None, evaluation={
+        "kind": run.method, "split": split, "measures": f"{eval_job.model_label} on {eval_job.dataset_label}",
+        "results": str(path), "time": time.time(), "metrics": outcome.metrics})
     job.say(f"{len(rows)} result rows for {eval_job.model_label} on {eval_job.dataset_label}")
     return job.finish(DONE, EXIT_DONE, error=None)
 
