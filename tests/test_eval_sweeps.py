@@ -1,8 +1,8 @@
 """Evaluation sweeps as jobs (explorer/jobs/sweeps.py, eval_tasks.py, eval_child.py) and their results
 table (explorer/views/results_table.py, compare_view.py, `explorer results table`, the Compare board).
 
-Fast tests run each child's worker in this process (``run_job``, as the queue would start it); the slow
-ones start real processes, torchrun with 2 CPU ranks (Gloo) among them. Datasets: two tiny synthetic
+Most tests run each child's worker in this process (``run_job``, as the queue would start it); some start
+real processes, torchrun with 2 CPU ranks (Gloo) among them. Those over 5 s are marked slow. Datasets: two tiny synthetic
 worlds (train split); models: the repository's demo zoo.
 """
 
@@ -78,6 +78,7 @@ def without_time(entry: dict) -> dict:
 # ---- sweeps -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_sweep_of_two_models_by_two_datasets_gives_the_foreground_numbers(jobs, worlds, tmp_path, capsys):
     sweep = jobs.submit_eval(MODELS, worlds, options=SPLIT, start=False)
     kids = children(jobs.store, sweep.id)
@@ -121,6 +122,7 @@ def test_a_child_that_cannot_load_or_read_fails_alone(jobs, worlds, tmp_path):
     assert {r["model"] for r in jobs.store.results([sweep.id])} == {"demo-longclip"}
 
 
+@pytest.mark.slow
 def test_a_cancelled_sweep_resumes_without_redoing_finished_children(jobs, worlds):
     sweep = jobs.submit_eval(MODELS, worlds, options=SPLIT, start=False)
     first = run_queued(jobs, limit=1)  # one child done, then the sweep is cancelled
