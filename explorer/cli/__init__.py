@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import figures, generation, grounding, jobs, retrieval
+from explorer.cli import figures, generation, grounding, jobs, results, retrieval
 from explorer.cli.common import zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -129,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     retrieval.add_commands(commands)
     grounding.add_commands(commands)
     jobs.add_commands(commands)
+    results.add_commands(commands)
     generation.add_commands(commands)
     return parser
 

@@ -45,6 +45,23 @@ def add_commands(commands) -> None:
     submit.add_argument("--json", action="store_true", help="print the run as JSON (as `list --json` does)")
     submit.set_defaults(run=_run_submit)
 
+    sweep = jobs.add_parser("submit-eval", help="queue an evaluation sweep: one job per (model, dataset)")
+    sweep.add_argument("--model", required=True, action="extend", nargs="+", dest="models", metavar="NAME",
+                       help="zoo names, manifests .json or weights files (several, or the flag repeated)")
+    sweep.add_argument("--data", required=True, action="extend", nargs="+", dest="datasets", type=Path,
+                       metavar="DIR", help="dataset folders, any retrieval layout (several, or the flag repeated)")
+    sweep.add_argument("--task", choices=("retrieval", "grounding", "both"), default="retrieval")
+    sweep.add_argument("--split", help="default: each layout's (test; 'all' where it has no splits)")
+    sweep.add_argument("--layout", help="read every dataset in this layout (default: detected)")
+    sweep.add_argument("--limit", type=int, metavar="N", help="only the first N pictures of each dataset")
+    sweep.add_argument("--k", type=int, nargs="+", dest="ks", help="the Ks of R@K (default 1 5 10 25 50)")
+    sweep.add_argument("--shortlist", type=int, help="candidates re-ranked per query on large datasets")
+    sweep.add_argument("--no-queries", action="store_true", help="leave per-query records out of results.json")
+    sweep.add_argument("--allow-pickle", action="store_true")
+    for flag in ("--name", "--gpus", "--processes", "--slurm", "--partition", "--time", "--no-start", "--json"):
+        sweep._add_action(next(a for a in submit._actions if flag in a.option_strings))  # the same as submit's
+    sweep.set_defaults(run=_run_submit_eval)
+
     listing = jobs.add_parser("list", help="every run with its status and progress")
     listing.add_argument("--status", choices=("queued", "running", "done", "failed", "cancelled"))
     listing.add_argument("--json", action="store_true", help="a JSON list: id, name, status, pid, checkpoint, ...")
@@ -98,9 +115,7 @@ def _run_submit(args) -> int:
         overrides[key.strip()] = value.strip()
     if args.size:
         overrides["size"] = args.size
-    if (args.partition or args.time) and not args.slurm:
-        raise ExplorerError("--partition and --time are Slurm settings: add --slurm")
-    slurm = {"partition": args.partition, "time": args.time} if args.slurm else None
+    slurm = _slurm_settings(args)
     run = _manager(args).submit(args.method, args.data, init=args.init, max_steps=args.max_steps, name=args.name,
                                 gpus=args.gpus, overrides=overrides, start=not args.no_start,
                                 processes=args.processes, backend="slurm" if args.slurm else "local", slurm=slurm)
@@ -111,6 +126,32 @@ def _run_submit(args) -> int:
     for note in run.notes:
         print(f"  {note}")
     print(f"  follow it: explorer jobs logs {run.id} --follow")
+    return 0
+
+
+def _slurm_settings(args) -> dict | None:
+    if (args.partition or args.time) and not args.slurm:
+        raise ExplorerError("--partition and --time are Slurm settings: add --slurm")
+    return {"partition": args.partition, "time": args.time} if args.slurm else None
+
+
+def _run_submit_eval(args) -> int:
+    from explorer.jobs.sweeps import children
+
+    options = {"split": args.split, "layout": args.layout, "limit": args.limit, "ks": args.ks,
+               "shortlist": args.shortlist, "queries": not args.no_queries, "allow_pickle": args.allow_pickle}
+    jobs = _manager(args)
+    sweep = jobs.submit_eval(args.models, args.datasets, task=args.task, name=args.name, gpus=args.gpus,
+                             processes=args.processes, backend="slurm" if args.slurm else "local",
+                             slurm=_slurm_settings(args), options=options, start=not args.no_start)
+    kids = children(jobs.store, sweep.id)
+    if args.json:
+        _print_json({**sweep.brief(), "children": [kid.brief() for kid in kids]})
+        return 0
+    print(f"{sweep.id}  {sweep.name}  {sweep.status}  {len(kids)} evaluation(s)")
+    for kid in kids:
+        print(f"  {kid.id}  {kid.name}  {kid.status}")
+    print(f"  follow it: explorer jobs show {sweep.id}; the table: explorer results table --runs {sweep.id}")
     return 0
 
 

@@ -49,21 +49,10 @@ def _add_retrieval_arguments(parser: argparse.ArgumentParser, several: bool, run
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def first_images(dataset, n: int):
-    """The first ``n`` pictures of ``dataset`` with their captions (``explorer eval`` takes the first scenes)."""
-    if n < 1:
-        raise ExplorerError(f"--limit must be at least 1, not {n}")
-    return dataset.keep_images(range(min(n, len(dataset.images))),
-                               note=f"only the first {n} of {len(dataset.images)} pictures (--limit)")
-
-
 def _retrieval_set(args):
-    from explorer.data.retrieval_sets import read_retrieval_set
+    from explorer.retrieval.evaluate import read_evaluation_set
 
-    if not args.data.exists():
-        raise ExplorerError(f"no dataset at {args.data}: the path does not exist")
-    dataset = read_retrieval_set(args.data, split=args.split, layout=args.layout)
-    return dataset if args.limit is None else first_images(dataset, args.limit)
+    return read_evaluation_set(args.data, split=args.split, layout=args.layout, limit=args.limit)
 
 
 def _retrieval_models(args, names):

@@ -34,6 +34,10 @@ Modules, one concept each (lowest first):
     publish       the finished checkpoint's manifest in the zoo
     worker        the run process itself (``python -m explorer.jobs.worker RUN_ID --root DIR``)
     manager       JobManager: submit, list, cancel, resume, delete, logs, metrics, reconcile
+    eval_tasks    evaluation tasks by name (a registry): retrieval (eval-retrieval's library), grounding
+    eval_child    one evaluation (kind EVAL) in its run process: torchrun ranks, results.json, results rows
+    sweeps        a sweep (kind SWEEP): one child per (model, dataset, task); status from its children;
+                  cancel / resume / delete over them (``JobManager.submit_eval``)
 
 On disk, under ``<home>/jobs/``: ``runs.sqlite3`` (the store) and ``runs/<id>/`` per run: the
 training loop's run folder (``metrics.jsonl``, ``run.jsonl``, ``model.safetensors``,

@@ -30,14 +30,14 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from explorer.jobs import launcher
+from explorer.jobs import launcher, sweeps
 from explorer.jobs import slurm as slurm_backend
 from explorer.jobs.configs import as_plain, known_methods, method_defaults, resolve_config
 from explorer.jobs.queue import claim_runs, gpu_pool, queue_position, set_gpu_pool, set_max_running
-from explorer.jobs.records import (ACTIVE, BACKENDS, CANCELLED, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING, SLURM,
-                                   JobError, Run, signal_name)
+from explorer.jobs.records import (ACTIVE, BACKENDS, CANCELLED, EVAL, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING,
+                                   SLURM, SWEEP, JobError, Run, signal_name)
 from explorer.jobs.run_store import RunStore
 from explorer.jobs.training_data import PAIRS_FILE, inspect_data
 
@@ -126,33 +126,57 @@ class JobManager:
             raise JobError("GOAL trains on FLISM local pairs, which this data lacks; give init (the CLIP-family "
                            "checkpoint it fine-tunes from: it mines the pairs, as FAST-GOAL does with CLIP), or "
                            "data whose samples.jsonl has local_box and local_sentence.")
+        gpus, processes, options = self.resolve_devices(gpus, processes, backend, slurm)
+        run = self.new_record(
+            name=name or f"{method}-{Path(data).expanduser().resolve().name}", method=method,
+            data=str(Path(data).expanduser().resolve()), init=str(init_path) if init_path else None,
+            config=as_plain(values), config_sources=dict(config.sources), gpus=gpus, processes=processes,
+            backend=backend, slurm=options, notes=[plan.describe(), *plan.notes])
+        _append_log(run.log_path, f"submitted {run.name} ({method}) on {run.data} ({run.describe_devices()}); "
+                                  f"settings: {run.config}")
+        return self.launch_new(run, start)
+
+    def resolve_devices(self, gpus: int | None, processes: int | None, backend: str = LOCAL,
+                        slurm: Mapping[str, Any] | None = None) -> tuple[int, int, dict | None]:
+        """(gpus, processes, Slurm settings) of a run, checked against this machine; ``JobError`` otherwise."""
         if backend not in BACKENDS:
             raise JobError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         if backend == SLURM and gpus is None:
             gpus = int((slurm or {}).get("gpus_per_node") or 0)
         gpus = self._resolve_gpus(gpus, local=backend == LOCAL)
         processes = _resolve_processes(processes, gpus)
-        options = slurm_backend.check_options(slurm, gpus) if backend == SLURM else None
+        return gpus, processes, slurm_backend.check_options(slurm, gpus) if backend == SLURM else None
+
+    def submit_eval(self, models: Sequence[str], datasets: Sequence[str | Path], task: str = "retrieval",
+                    name: str | None = None, gpus: int | None = None, processes: int | None = None,
+                    backend: str = LOCAL, slurm: Mapping[str, Any] | None = None,
+                    options: Mapping[str, Any] | None = None, start: bool = True) -> Run:
+        """An evaluation sweep: one record with one queued child per (model, dataset, task) (``sweeps``)."""
+        from explorer.jobs import sweeps
+
+        return sweeps.submit(self, models, datasets, task, name=name, gpus=gpus, processes=processes,
+                             backend=backend, slurm=slurm, options=options, start=start)
+
+    def new_record(self, **values) -> Run:
+        """Insert a queued record with a fresh id and folder (``values``: the Run's fields but those)."""
         run_id = self.store.new_id()
         out = self.root / RUNS_DIR / run_id
         out.mkdir(parents=True, exist_ok=True)
         now = time.time()
-        run = Run(id=run_id, name=name or f"{method}-{Path(data).expanduser().resolve().name}", method=method,
-                  data=str(Path(data).expanduser().resolve()), init=str(init_path) if init_path else None,
-                  config=as_plain(values), config_sources=dict(config.sources), gpus=gpus, processes=processes,
-                  backend=backend, slurm=options, out_dir=str(out),
-                  log_path=str(out / LOG_FILE), metrics_path=str(out / "metrics.jsonl"), created=now, queued_at=now,
-                  host=socket.gethostname(), notes=[plan.describe(), *plan.notes])
-        run.command = launcher.worker_command(run_id, self.root, processes, self.python,
-                                              None if self.zoo_root is None else str(self.zoo_root))
-        self.store.insert(run)
-        _append_log(run.log_path, f"submitted {run.name} ({method}) on {run.data} ({run.describe_devices()}); "
-                                  f"settings: {run.config}")
-        if backend == SLURM:
+        run = Run(id=run_id, out_dir=str(out), log_path=str(out / LOG_FILE), metrics_path=str(out / "metrics.jsonl"),
+                  created=now, queued_at=now, host=socket.gethostname(), **values)
+        if run.kind != SWEEP:
+            run.command = launcher.worker_command(run_id, self.root, run.processes, self.python,
+                                                  None if self.zoo_root is None else str(self.zoo_root))
+        return self.store.insert(run)
+
+    def launch_new(self, run: Run, start: bool = True) -> Run:
+        """A new record's first start: handed to Slurm, or to the queue (``start``: now, if a slot is free)."""
+        if run.backend == SLURM:
             return self._submit_slurm(run)
         if start:
             self.start_next()
-        return self.store.get(run_id)
+        return self.store.get(run.id)
 
     def _resolve_init(self, init) -> tuple[Path | None, str | None]:
         """(weights file, its method when a manifest says it) for a file, a manifest or a zoo name."""
@@ -237,6 +261,8 @@ class JobManager:
             time.sleep(0.02)
         self._record_end(run, pid, returncode)
         self.start_next()
+        if run.parent:
+            sweeps.refresh(self.store, run.parent)
 
     def _record_end(self, run: Run, pid: int, returncode: int | None) -> Run:
         """Process ``pid`` of ``run`` is gone: record how, unless the run recorded its own end (or the
@@ -269,6 +295,8 @@ class JobManager:
         this process adopted (no zombie), then let the queue move. Returns the runs it changed."""
         changed, host, now = [], socket.gethostname(), time.time()
         for run in self.store.list():
+            if run.kind == SWEEP:
+                continue  # no process of its own: its status is its children's (sweeps.refresh, below)
             if run.backend == SLURM:  # Slurm knows its jobs; their pids are the nodes'
                 updated = self._reconcile_slurm(run) if run.status in ACTIVE else None
                 changed += [updated] if updated is not None else []
@@ -295,6 +323,7 @@ class JobManager:
             elif returncode is not None and run.exit_code is None:
                 self.store.update_if(run.id, (run.status,), expect={"pid": run.pid}, exit_code=returncode)
         self.start_next()
+        sweeps.refresh_all(self.store)
         return changed
 
     def _reconcile_slurm(self, run: Run) -> Run | None:
@@ -374,6 +403,8 @@ class JobManager:
         until the process is gone and the record final; otherwise a thread of this process escalates."""
         run = self.store.get(run_id)
         grace = self.grace_s if grace_s is None else float(grace_s)
+        if run.kind == SWEEP:
+            return sweeps.cancel(self, run, wait, grace)
         if run.backend == SLURM:
             return self._cancel_slurm(run, wait, grace)
         if run.status == QUEUED:
@@ -455,21 +486,26 @@ class JobManager:
                 self.reconcile()
             time.sleep(0.05)
 
-    def resume(self, run_id: str) -> Run:
+    def resume(self, run_id: str, start: bool = True) -> Run:
         """Queue a failed or cancelled run again; it continues from its last checkpoint (or starts over
         when it has none, which the log and notes say)."""
         from explorer.training.checkpointing import latest_checkpoint
 
         run = self.store.get(run_id)
+        if run.kind == SWEEP:
+            return sweeps.resume(self, run, start)
         if run.status not in RESUMABLE:
             raise JobError(f"run {run.id} is {run.status}; only a failed or cancelled run can be resumed")
-        inspect_data(run.data, run.config.get("train_split", "train"))  # the data must still be there
-        try:
-            folder = latest_checkpoint(Path(run.out_dir))
-        except Exception as error:  # noqa: BLE001 - a broken pointer is reported, not a crash
-            raise JobError(f"run {run.id} cannot resume: {error}") from error
-        note = (f"resumed from {folder.name}" if folder is not None else
-                "resumed with no checkpoint on disk: it starts over from step 0")
+        if run.kind == EVAL:  # nothing to check here: a child that still cannot load or read fails again, saying why
+            note = "resumed: the embedding cache keeps what was embedded"
+        else:
+            inspect_data(run.data, run.config.get("train_split", "train"))  # the data must still be there
+            try:
+                folder = latest_checkpoint(Path(run.out_dir))
+            except Exception as error:  # noqa: BLE001 - a broken pointer is reported, not a crash
+                raise JobError(f"run {run.id} cannot resume: {error}") from error
+            note = (f"resumed from {folder.name}" if folder is not None else
+                    "resumed with no checkpoint on disk: it starts over from step 0")
         updated = self.store.update_if(run.id, RESUMABLE, status=QUEUED, queued_at=time.time(), finished=None,
                                        exit_code=None, error=None, cancel_requested=False, pid=None, pgid=None,
                                        start_ticks=None, evaluation=None, slurm_job_id=None,
@@ -477,10 +513,9 @@ class JobManager:
         if updated is None:
             raise JobError(f"run {run.id} changed while being resumed; look again")
         _append_log(run.log_path, note)
-        if run.backend == SLURM:
-            return self._submit_slurm(updated)
-        self.start_next()
-        return self.store.get(run.id)
+        if run.parent:
+            sweeps.refresh(self.store, run.parent)
+        return self.launch_new(updated, start)
 
     def delete(self, run_id: str, keep_checkpoint: bool = True) -> dict:
         """Forget a finished run. ``keep_checkpoint``: its weights, manifests, logs of metrics and its zoo
@@ -489,6 +524,10 @@ class JobManager:
         from explorer.jobs.publish import unpublish
 
         run = self.store.get(run_id)
+        if run.kind == SWEEP:
+            report = sweeps.delete(self, run)
+            shutil.rmtree(run.out_dir, ignore_errors=True)
+            return {**report, "removed": [*report["removed"], run.out_dir]}
         if run.status in ACTIVE:
             raise JobError(f"run {run.id} is {run.status}; cancel it before deleting it")
         out = Path(run.out_dir)

@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path
 
-from explorer.jobs.records import QUEUED, RUNNING, SLURM, Run
+from explorer.jobs.records import QUEUED, RUNNING, SLURM, SWEEP, Run
 from explorer.jobs.run_store import RunStore
 
 MAX_RUNNING = "max_running"
@@ -90,7 +90,8 @@ def claim_runs(store: RunStore) -> list[Run]:
         used = {d for run in running for d in run.devices}
         free = [g for g in pool if g not in used]
         slots = limit - len(running)
-        for run in sorted((run for run in tx.runs((QUEUED,)) if run.backend != SLURM), key=_queue_order):
+        waiting = (run for run in tx.runs((QUEUED,)) if run.backend != SLURM and run.kind != SWEEP)
+        for run in sorted(waiting, key=_queue_order):  # a sweep has no process: its children queue
             if slots <= 0 or run.gpus > len(free):
                 break
             devices, free = free[:run.gpus], free[run.gpus:]
@@ -108,7 +109,8 @@ def _queue_order(run: Run) -> tuple:
 
 def queue_position(store: RunStore, run_id: str) -> int | None:
     """1 for the next queued run to start, None when the run is not queued."""
-    queued = [run.id for run in sorted(store.list((QUEUED,)), key=_queue_order) if run.backend != SLURM]
+    queued = [run.id for run in sorted(store.list((QUEUED,)), key=_queue_order)
+              if run.backend != SLURM and run.kind != SWEEP]
     return queued.index(run_id) + 1 if run_id in queued else None
 
 

@@ -34,6 +34,11 @@ EXIT_CANCELLED = 143  # 128 + SIGTERM: stopped on request, after saving a checkp
 LOCAL, SLURM = "local", "slurm"  # where a run's processes run (``Run.backend``)
 BACKENDS = (LOCAL, SLURM)
 
+# What a record is (``Run.kind``): a training run, one evaluation (a model on a dataset, a child of a
+# sweep), or a sweep (a record with no process of its own: its status is its children's, ``sweeps``).
+TRAIN, EVAL, SWEEP = "train", "eval", "sweep"
+KINDS = (TRAIN, EVAL, SWEEP)
+
 
 class JobError(ExplorerError):
     """A job cannot be submitted, found, cancelled, resumed or deleted (the message says why)."""
@@ -83,6 +88,8 @@ class Run:
     start_ticks: int | None = None  # the process's start time (/proc), so a reused pid is not mistaken for it
     launcher_pid: int | None = None  # the process that claimed it from the queue
     claimed: float | None = None
+    kind: str = TRAIN  # TRAIN, EVAL (method: the task, init: the model, data: the dataset) or SWEEP
+    parent: str | None = None  # the sweep an EVAL record belongs to
 
     @property
     def active(self) -> bool:
@@ -132,10 +139,28 @@ class Run:
         return {"id": self.id, "name": self.name, "status": self.status, "pid": self.pid,
                 "checkpoint": self.checkpoint, "output_checkpoint": self.checkpoint, "zoo_name": self.zoo_name,
                 "progress": {"step": self.step, "total": self.total_steps}, "error": self.error,
-                "processes": self.processes, "backend": self.backend, "slurm_job_id": self.slurm_job_id}
+                "processes": self.processes, "backend": self.backend, "slurm_job_id": self.slurm_job_id,
+                "kind": self.kind, "parent": self.parent}
 
 
 FIELDS = tuple(f.name for f in fields(Run))
+
+
+def typed_settings(options, types: dict, what: str) -> dict:
+    """``options`` (a mapping) with each value converted by its type in ``types`` (a list type: each item an
+    int); empty values left out. ``JobError`` for an unknown key or a value that does not convert; ``what``
+    names the settings in the message ("Slurm setting", "evaluation option")."""
+    values = {}
+    for key, value in dict(options or {}).items():
+        if key not in types:
+            raise JobError(f"unknown {what} {key!r}; known: {', '.join(types)}")
+        if value is None or value == "":
+            continue
+        try:
+            values[key] = [int(item) for item in value] if types[key] is list else types[key](value)
+        except (TypeError, ValueError) as error:
+            raise JobError(f"{what} {key} must be a {types[key].__name__}, got {value!r}") from error
+    return values
 
 
 def signal_name(number: int) -> str:
@@ -146,5 +171,5 @@ def signal_name(number: int) -> str:
 
 
 __all__ = ["ACTIVE", "BACKENDS", "CANCELLED", "DONE", "EXIT_CANCELLED", "EXIT_DISK_FULL", "EXIT_DONE", "EXIT_FAILED",
-           "FAILED", "FIELDS", "FINAL", "JobError", "LOCAL", "QUEUED", "RESUMABLE", "RUNNING", "Run", "SLURM",
-           "STATUSES", "signal_name"]
+           "EVAL", "FAILED", "FIELDS", "FINAL", "JobError", "KINDS", "LOCAL", "QUEUED", "RESUMABLE", "RUNNING", "Run", "SLURM",
+           "STATUSES", "SWEEP", "TRAIN", "signal_name", "typed_settings"]

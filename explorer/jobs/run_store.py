@@ -15,6 +15,10 @@ restart: nothing about a run lives only in a process's memory.
 
 Settings shared by every process (the queue's limit, the GPU pool) are a key/value table beside
 the runs (``get_setting`` / ``set_setting``).
+
+Evaluation results are a third table, ``results``: one row per (evaluation record, metric) with the
+model, dataset, task and sweep it belongs to (``RESULT_COLUMNS``), so that a comparison of any runs is
+one query (``put_results`` / ``results``), and it goes with the records (a deleted run takes its rows).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
 JSON_FIELDS = frozenset({"config", "config_sources", "devices", "command", "evaluation", "notes", "slurm"})
 NULLABLE_JSON = frozenset({"evaluation", "slurm"})
-DEFAULTED = frozenset({"processes", "backend"})  # NULL in a store written before they existed: the default
+DEFAULTED = frozenset({"processes", "backend", "kind"})  # NULL in a store written before they existed: the default
 BOOL_FIELDS = frozenset({"cancel_requested"})
+RESULT_COLUMNS = ("run_id", "sweep", "model", "dataset", "task", "metric", "value")
 _COLUMNS = ", ".join(f"{name} {'TEXT PRIMARY KEY' if name == 'id' else ''}".strip() for name in FIELDS)
 
 
@@ -50,6 +55,8 @@ class RunStore:
                 raise JobError(f"{self.path} was written by a newer explorer (schema {version}); upgrade explorer.")
             conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({_COLUMNS})")
             conn.execute("CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT)")
+            conn.execute("CREATE TABLE IF NOT EXISTS results (run_id TEXT, sweep TEXT, model TEXT, dataset TEXT, "
+                         "task TEXT, metric TEXT, value REAL, PRIMARY KEY (run_id, metric))")
             known = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
             for name in FIELDS:  # a store written before a field existed gains its column
                 if name not in known:
@@ -155,6 +162,31 @@ class RunStore:
     def delete(self, run_id: str) -> None:
         with self._connect() as conn:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+
+    # ---- evaluation results -------------------------------------------------------------------
+
+    def put_results(self, run_id: str, rows: Iterable[dict]) -> int:
+        """Replace the result rows of ``run_id`` (dicts with ``RESULT_COLUMNS`` but ``run_id``); their count."""
+        values = [(run_id, *(row.get(name) for name in RESULT_COLUMNS[1:])) for row in rows]
+        with self._connect() as conn:
+            conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+            conn.executemany(f"INSERT INTO results ({', '.join(RESULT_COLUMNS)}) VALUES "
+                             f"({', '.join('?' for _ in RESULT_COLUMNS)})", values)
+        return len(values)
+
+    def results(self, run_ids: Iterable[str] | None = None) -> list[dict]:
+        """Result rows of these runs (an evaluation's own, or every child's of a sweep); all when None."""
+        query = f"SELECT {', '.join(RESULT_COLUMNS)} FROM results"
+        params: tuple = ()
+        if run_ids is not None:
+            params = tuple(run_ids)
+            marks = ", ".join("?" for _ in params) or "NULL"
+            query += f" WHERE run_id IN ({marks}) OR sweep IN ({marks})"
+            params = params + params
+        with self._read() as conn:
+            rows = conn.execute(query + " ORDER BY rowid", params).fetchall()
+        return [dict(zip(RESULT_COLUMNS, row)) for row in rows]
 
     # ---- settings -----------------------------------------------------------------------------
 
@@ -249,4 +281,4 @@ def _like_prefix(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-__all__ = ["DB_FILE", "RunStore", "Transaction"]
+__all__ = ["DB_FILE", "RESULT_COLUMNS", "RunStore", "Transaction"]

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from explorer.jobs.records import JobError, Run
+from explorer.jobs.records import JobError, Run, typed_settings
 
 SLURM_DIR = "slurm"
 JOB_FILE = "job.pkl"
@@ -62,16 +62,7 @@ def check_options(options: Mapping[str, Any] | None, gpus: int) -> dict:
     if not available():
         raise JobError("Slurm runs need submitit, which is not installed: pip install 'explorer[slurm]' "
                        "(or pip install submitit)")
-    values: dict[str, Any] = {}
-    for key, value in dict(options or {}).items():
-        if key not in OPTIONS:
-            raise JobError(f"unknown Slurm setting {key!r}; known: {', '.join(OPTIONS)}")
-        if value is None or value == "":
-            continue
-        try:
-            values[key] = OPTIONS[key](value)
-        except (TypeError, ValueError) as error:
-            raise JobError(f"Slurm setting {key} must be a {OPTIONS[key].__name__}, got {value!r}") from error
+    values: dict[str, Any] = typed_settings(options, OPTIONS, "Slurm setting")
     if values.get("nodes", 1) != 1:
         raise JobError(f"a Slurm run takes one node (nodes=1); {values['nodes']} nodes (torchrun across nodes) "
                        "is not supported yet")

@@ -44,8 +44,8 @@ import time
 import traceback
 from pathlib import Path
 
-from explorer.jobs.records import (CANCELLED, DONE, EXIT_CANCELLED, EXIT_DISK_FULL, EXIT_DONE, EXIT_FAILED, FAILED,
-                                   QUEUED, RUNNING, SLURM, JobError)
+from explorer.jobs.records import (CANCELLED, DONE, EVAL, EXIT_CANCELLED, EXIT_DISK_FULL, EXIT_DONE, EXIT_FAILED,
+                                   FAILED, QUEUED, RUNNING, SLURM, JobError)
 
 WATCHDOG_MARGIN_S = 5.0
 PROGRESS_EVERY_S = 1.0
@@ -143,6 +143,10 @@ def run_job(run_id: str, root: str | Path, zoo_root: str | Path | None = None, s
         code = job.run()
     finally:
         stop.disarm()
+        if rank == 0 and run.parent:  # the sweep's status follows its children's
+            from explorer.jobs.sweeps import refresh
+
+            refresh(store, run.parent)
         if start_next and rank == 0:
             try:
                 JobManager(root=root, subreaper=False).start_next()
@@ -189,6 +193,10 @@ class _Job:
         ranks = f", rank 0 of {self.world} processes" if self.world > 1 else ""
         self.say(f"run {run.id} ({run.name}): {run.method} on {run.data}, pid {os.getpid()}{ranks}")
         try:
+            if run.kind == EVAL:  # one evaluation of a sweep (eval_child)
+                from explorer.jobs.eval_child import run_child
+
+                return run_child(self)
             return self.train_and_publish()
         except Cancelled:
             return self.finish(CANCELLED, EXIT_CANCELLED, error=None)

@@ -111,6 +111,7 @@ class EmbeddingStore:
         self._index_stamp: tuple | None = None  # the index file as last read or written here
         self._usable: tuple | None = None  # (index it was made from, failures then, the usable set)
         self._shards = BoundedCache(f"embedding shards ({name})", max_bytes=256 * MB)
+        self._part: tuple[int, int] | None = None  # (rank, world) inside update_part
 
     # ---- what is there ---------------------------------------------------------------------------
 
@@ -181,11 +182,43 @@ class EmbeddingStore:
                 self._embed_captions(index, progress, should_stop)
         return self.status()
 
+    def update_part(self, rank: int, world: int, progress: Progress | None = None,
+                    should_stop: Callable[[], bool] | None = None) -> StoreStatus:
+        """This process's share of ``update`` when ``world`` processes fill one cache together (torchrun).
+
+        The set is cut in the batches ``update`` encodes (``IMAGE_BATCH`` pictures, ``CAPTION_BATCH``
+        captions, in the set's order) and rank r takes batches r, r + world, ...: on an empty cache every
+        picture is encoded in the same batch as by one process, so the vectors are the same. Encoding runs
+        without the lock; each shard is then written under it and appended to the index as it is on disk
+        then (``_write_shard``), so the ranks' shards end up in one index. The caller waits for every
+        rank (a barrier) before reading: the cache is complete only once all have written."""
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not one of {world} processes")
+        should_stop = should_stop or (lambda: False)
+        with self._locked():
+            self._index = None
+            index = self._read_index(fresh_if_stale=True)
+            self._remove_orphans(index)
+            if not index["images"] and not index["captions"] and not index["failed"]:
+                self._write_index(index)  # the key on disk first: a rank that reads it later finds it current
+        self._part = (rank, world)
+        try:
+            self._embed_images(index, progress, should_stop)
+            if not should_stop():
+                self._embed_captions(index, progress, should_stop)
+        finally:
+            self._part = None
+        return self.status()
+
+    def _mine(self, position: int, batch: int) -> bool:
+        """Whether item ``position`` of the set is this process's to embed (always, outside ``update_part``)."""
+        return self._part is None or (position // batch) % self._part[1] == self._part[0]
+
     def _embed_images(self, index: dict, progress: Progress | None, should_stop) -> None:
         known = self._image_locations(index)
         failed = self._failures(index)
-        todo = [(i, self._item(p)) for i, p in enumerate(self.dataset.images)
-                if tuple(self._item(p)) not in known and tuple(self._item(p)) not in failed]
+        todo = [(i, self._item(p)) for i, p in enumerate(self.dataset.images) if self._mine(i, IMAGE_BATCH)
+                and tuple(self._item(p)) not in known and tuple(self._item(p)) not in failed]
         done, total = len(self.dataset.images) - len(todo), len(self.dataset.images)
         if progress:
             progress(done, total, "images")
@@ -211,17 +244,20 @@ class EmbeddingStore:
                 progress(done, total, "images")
         if pending:
             self._write_image_shard(index, pending)
-        elif index["failed"]:
+        elif index["failed"] and self._part is None:
             self._write_index(index)
+        elif index["failed"]:
+            self._write_shared(index, None, {})
 
     def _embed_captions(self, index: dict, progress: Progress | None, should_stop) -> None:
         known = set(self._caption_locations(index))
         todo, seen = [], set()
         for caption in self.dataset.captions:
             digest = _text_hash(caption)
-            if digest not in known and digest not in seen:
+            if digest not in seen:
                 seen.add(digest)
-                todo.append((digest, caption))
+                if digest not in known and self._mine(len(seen) - 1, CAPTION_BATCH):
+                    todo.append((digest, caption))
         total = len({_text_hash(c) for c in self.dataset.captions})  # as ``status`` counts them
         done = total - len(todo)
         for start in range(0, len(todo), SHARD_CAPTIONS):
@@ -246,11 +282,30 @@ class EmbeddingStore:
         self._write_shard(index, "images", tensors, metadata, [item for items, _ in pending for item in items])
 
     def _write_shard(self, index: dict, kind: str, tensors: dict, metadata: dict, items: list) -> None:
+        if self._part is not None:
+            self._write_shared(index, kind, {"tensors": tensors, "metadata": metadata, "items": items})
+            return
         name = f"{kind}-{len(index[kind]):06d}.safetensors"
         with atomic_path(self.folder / name) as temporary:
             save_file(tensors, str(temporary), metadata=metadata)
         index[kind].append({"file": name, "items": items})
         self._write_index(index)
+
+    def _write_shared(self, index: dict, kind: str | None, shard: dict) -> None:
+        """``update_part``'s write: under the lock, the shard (if any) is appended to the index as another
+        rank may have left it, with this rank's unreadable pictures; ``index`` (this rank's view) keeps
+        only its own additions, which is all it needs to know what is left to do."""
+        with self._locked():
+            disk = self._read_index()
+            if kind is not None:
+                name = f"{kind}-{len(disk[kind]):06d}.safetensors"
+                with atomic_path(self.folder / name) as temporary:
+                    save_file(shard["tensors"], str(temporary), metadata=shard["metadata"])
+                disk[kind].append({"file": name, "items": shard["items"]})
+                if index is not disk:  # the same object while no other rank has written since
+                    index[kind].append({"file": name, "items": shard["items"]})
+            disk["failed"] += [entry for entry in index["failed"] if entry not in disk["failed"]]
+            self._write_index(disk)
 
     # ---- reading ---------------------------------------------------------------------------------
 

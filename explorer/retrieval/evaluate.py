@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from explorer.core.errors import ExplorerError
 from explorer.core.files import write_text_atomic
 from explorer.data.retrieval_sets.base import skipped_by_reason
 from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, recall_from_ranks, rsum
@@ -91,6 +92,26 @@ def evaluate_retrieval(model, store: EmbeddingStore, ks: Sequence[int] = DEFAULT
             "i2t": [{"image": int(i), "captions": [int(c) for c in np.flatnonzero(owner == i)],
                      "rank": int(r) + 1, "top": i2t_top[n]} for n, (i, r) in enumerate(zip(queries_of, i2t))]}
     return entry
+
+
+def first_images(dataset, n: int):
+    """The first ``n`` pictures of ``dataset`` with their captions (``explorer eval`` takes the first scenes)."""
+    if n < 1:
+        raise ExplorerError(f"--limit must be at least 1, not {n}")
+    return dataset.keep_images(range(min(n, len(dataset.images))),
+                               note=f"only the first {n} of {len(dataset.images)} pictures (--limit)")
+
+
+def read_evaluation_set(path: str | Path, split: str | None = None, layout: str | None = None,
+                        limit: int | None = None):
+    """The dataset ``explorer eval-retrieval`` and an evaluation job measure: read in its layout, cut to
+    the first ``limit`` pictures; a missing path is said as such."""
+    from explorer.data.retrieval_sets import read_retrieval_set
+
+    if not Path(path).exists():
+        raise ExplorerError(f"no dataset at {path}: the path does not exist")
+    dataset = read_retrieval_set(Path(path), split=split, layout=layout)
+    return dataset if limit is None else first_images(dataset, limit)
 
 
 def dataset_record(dataset) -> dict:

@@ -13,7 +13,7 @@ import gradio as gr
 
 from explorer.jobs import JobManager, method_defaults
 from explorer.jobs.records import JobError
-from explorer.ui import grounding_tab
+from explorer.ui import compare_tab, grounding_tab
 from explorer.ui.access import PICKLE_ADVICE, Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, as_list
@@ -260,6 +260,7 @@ def build(jobs: JobManager, zoo: Zoo, access: Access, grounding: Inputs | None =
                 log = gr.Textbox(show_label=False, lines=12, max_lines=12, autoscroll=True, elem_id="jobs-log")
             with gr.Accordion("Record", open=True):
                 details = gr.Markdown(PICK_A_RUN, elem_id="jobs-details")
+    compare_load = compare_tab.build(jobs, zoo, access)  # evaluation sweeps and the Compare board
     seen, stamp, pending = gr.State({}), gr.State(""), gr.State(None)
     timer = gr.Timer(POLL_SECONDS)
 
@@ -300,5 +301,5 @@ def build(jobs: JobManager, zoo: Zoo, access: Access, grounding: Inputs | None =
     on_load = [dict(fn=lambda current, known: snapshot(jobs, current, known), inputs=[selected, seen],
                     outputs=watched),
                dict(fn=lambda current: gr.update(choices=view.device_choices(jobs), value=current), inputs=devices,
-                    outputs=devices)]
+                    outputs=devices), *compare_load]
     return init, changes, on_load
