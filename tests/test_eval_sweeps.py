@@ -142,15 +142,37 @@ def test_a_cancelled_sweep_resumes_without_redoing_finished_children(jobs, world
     assert jobs.list() == [] and jobs.store.results([sweep.id]) == [] and report["id"] == sweep.id
 
 
-def test_grounding_fails_its_child_with_a_reason_when_this_build_lacks_it(jobs, worlds):
-    sweep = jobs.submit_eval(["demo-longclip"], [worlds[0]], task="both", options=SPLIT, start=False)
+def test_a_grounding_child_scores_what_eval_grounding_scores(jobs, tmp_path):
+    from grounding_fixtures import write_dci
+
+    data = write_dci(tmp_path / "dci")
+    kinds = ["generic", "gradcam"]
+    sweep = jobs.submit_eval(["demo-longclip"], [data], task="grounding", options={"kinds": kinds}, start=False)
     run_queued(jobs)
-    kids = {kid.method: kid for kid in children(jobs.store, sweep.id)}
-    assert set(kids) == {"retrieval", "grounding"} and kids["retrieval"].status == "done"
+    (kid,) = children(jobs.store, sweep.id)
+    assert kid.status == "done", kid.error
+    rows = {row["metric"]: row["value"] for row in jobs.store.results([sweep.id])}
+    out = tmp_path / "fg.json"
+    assert main(["--checkpoints", str(ZOO), "eval-grounding", "--model", "demo-longclip", "--data", str(data),
+                 "--kind", *kinds[:1], "--kind", kinds[1], "--out", str(out), "--no-progress"]) == 0
+    foreground = {entry["name"]: entry["kinds"] for entry in json.loads(out.read_text())["models"]}
+    for kind in kinds:
+        for metric in ("miou", "pointing", "auroc", "n_units"):
+            assert rows[f"{kind}/{metric}"] == pytest.approx(foreground["demo-longclip"][kind][metric], abs=1e-12)
+    assert rows["centre-box/pointing"] == foreground["centre-box"]["baseline"]["pointing"]  # the floor, beside it
+    assert rows["generic/n_units"] > 0
+    # Without the library (a build that lacks it), the child fails and says so; the sweep goes on.
+    from explorer.jobs import eval_tasks
+
+    original = eval_tasks.GROUNDING_MODULE
+    eval_tasks.GROUNDING_MODULE = "explorer.evaluation.no_such_module"
     try:
-        import explorer.evaluation.real_grounding  # noqa: F401 - a build with issue 22's library
-    except ImportError:
-        assert kids["grounding"].status == "failed" and NOT_AVAILABLE in kids["grounding"].error
+        again = jobs.submit_eval(["demo-longclip"], [data], task="grounding", start=False)
+        run_queued(jobs)
+        (failed,) = children(jobs.store, again.id)
+        assert failed.status == "failed" and NOT_AVAILABLE in failed.error
+    finally:
+        eval_tasks.GROUNDING_MODULE = original
 
 
 def test_what_a_sweep_refuses_is_said_before_anything_is_recorded(jobs, worlds, capsys):

@@ -57,6 +57,9 @@ def add_commands(commands) -> None:
     sweep.add_argument("--k", type=int, nargs="+", dest="ks", help="the Ks of R@K (default 1 5 10 25 50)")
     sweep.add_argument("--shortlist", type=int, help="candidates re-ranked per query on large datasets")
     sweep.add_argument("--no-queries", action="store_true", help="leave per-query records out of results.json")
+    sweep.add_argument("--kind", action="extend", nargs="+", dest="kinds", metavar="K",
+                       help="grounding: the map kinds to score (default: every kind each model offers)")
+    sweep.add_argument("--units", choices=("sentence", "phrase"), help="grounding: the unit (default: the layout's)")
     sweep.add_argument("--allow-pickle", action="store_true")
     for flag in ("--name", "--gpus", "--processes", "--slurm", "--partition", "--time", "--no-start", "--json"):
         sweep._add_action(next(a for a in submit._actions if flag in a.option_strings))  # the same as submit's
@@ -139,7 +142,8 @@ def _run_submit_eval(args) -> int:
     from explorer.jobs.sweeps import children
 
     options = {"split": args.split, "layout": args.layout, "limit": args.limit, "ks": args.ks,
-               "shortlist": args.shortlist, "queries": not args.no_queries, "allow_pickle": args.allow_pickle}
+               "shortlist": args.shortlist, "queries": not args.no_queries, "allow_pickle": args.allow_pickle,
+               "kinds": args.kinds, "units": args.units}
     jobs = _manager(args)
     sweep = jobs.submit_eval(args.models, args.datasets, task=args.task, name=args.name, gpus=args.gpus,
                              processes=args.processes, backend="slurm" if args.slurm else "local",

@@ -165,13 +165,24 @@ def grounding(job: EvalJob) -> EvalOutcome | None:
         raise JobError(f"{NOT_AVAILABLE} ({GROUNDING_MODULE} cannot be imported: {error})") from error
     if job.rank != 0:  # one process scores; nothing to share
         return None
-    grounding_set = readers.read_grounding_set(job.data, **_given(job.options, "split", "layout"))
+    grounding_set = readers.read_grounding_set(job.data, **_given(job.options, "split", "layout", "units", "limit"))
+    model = load_model(job)
     job.scoring()
-    result = library.evaluate_grounding({job.model_label: load_model(job)}, grounding_set,
-                                        kinds=job.options.get("kinds"), limit=job.options.get("limit"),
-                                        work_file=str(Path(job.out_dir) / "grounding-work.json"), progress=False)
-    per_model = (result.get("models") or {}).get(job.model_label, result)
-    return EvalOutcome(document=result, metrics=numeric_metrics(per_model))
+    result = library.evaluate_grounding({job.model_label: model}, grounding_set, kinds=job.options.get("kinds"),
+                                        work_file=str(Path(job.out_dir) / "grounding-work.jsonl"), progress=False)
+    return EvalOutcome(document=result, metrics=grounding_metrics(result, job.model_label))
+
+
+def grounding_metrics(result: dict, name: str) -> dict[str, float]:
+    """The results-table rows of one model's grounding result: "<kind>/<miou|pointing|auroc|n_units>", and the
+    same for the run's baselines as "<baseline>/<metric>" (they score the same units: the floor to compare)."""
+    metrics = {}
+    for entry in result["models"]:
+        if entry["name"] == name:
+            metrics.update(numeric_metrics(entry["kinds"]))
+        elif entry["method"] == "baseline":
+            metrics.update(numeric_metrics({entry["name"]: next(iter(entry["kinds"].values()))}))
+    return metrics
 
 
 def _given(options: dict, *names: str) -> dict:

@@ -146,10 +146,24 @@ class Run:
 FIELDS = tuple(f.name for f in fields(Run))
 
 
+def int_list(value) -> list[int]:
+    """A list of whole numbers (``typed_settings``' converter for e.g. the Ks of R@K)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError("a list, not a string")
+    return [int(item) for item in value]
+
+
+def name_list(value) -> list[str]:
+    """A list of non-empty names (``typed_settings``' converter for e.g. map kinds)."""
+    if isinstance(value, (str, bytes)) or not all(isinstance(item, str) and item for item in value):
+        raise TypeError("a list of names")
+    return list(value)
+
+
 def typed_settings(options, types: dict, what: str) -> dict:
-    """``options`` (a mapping) with each value converted by its type in ``types`` (a list type: each item an
-    int); empty values left out. ``JobError`` for an unknown key or a value that does not convert; ``what``
-    names the settings in the message ("Slurm setting", "evaluation option")."""
+    """``options`` (a mapping) with each value converted by its type (or converter) in ``types``; empty values
+    left out. ``JobError`` for an unknown key or a value that does not convert; ``what`` names the settings
+    in the message ("Slurm setting", "evaluation option")."""
     values = {}
     for key, value in dict(options or {}).items():
         if key not in types:
@@ -157,7 +171,7 @@ def typed_settings(options, types: dict, what: str) -> dict:
         if value is None or value == "":
             continue
         try:
-            values[key] = [int(item) for item in value] if types[key] is list else types[key](value)
+            values[key] = types[key](value)
         except (TypeError, ValueError) as error:
             raise JobError(f"{what} {key} must be a {types[key].__name__}, got {value!r}") from error
     return values
@@ -172,4 +186,5 @@ def signal_name(number: int) -> str:
 
 __all__ = ["ACTIVE", "BACKENDS", "CANCELLED", "DONE", "EXIT_CANCELLED", "EXIT_DISK_FULL", "EXIT_DONE", "EXIT_FAILED",
            "EVAL", "FAILED", "FIELDS", "FINAL", "JobError", "KINDS", "LOCAL", "QUEUED", "RESUMABLE", "RUNNING", "Run", "SLURM",
-           "STATUSES", "SWEEP", "TRAIN", "signal_name", "typed_settings"]
+           "STATUSES", "SWEEP", "TRAIN", "int_list", "name_list", "signal_name",
+           "typed_settings"]

@@ -24,11 +24,11 @@ from typing import Sequence
 
 from explorer.jobs.eval_tasks import RETRIEVAL, model_label
 from explorer.jobs.records import (ACTIVE, CANCELLED, DONE, EVAL, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING,
-                                   SWEEP, JobError, Run, typed_settings)
+                                   SWEEP, JobError, Run, int_list, name_list, typed_settings)
 
 # the options of a sweep passed to each child (EvalJob.options), with their types
-OPTIONS = {"split": str, "layout": str, "limit": int, "ks": list, "shortlist": int, "queries": bool,
-           "allow_pickle": bool}
+OPTIONS = {"split": str, "layout": str, "limit": int, "ks": int_list, "shortlist": int, "queries": bool,
+           "allow_pickle": bool, "kinds": name_list, "units": str}
 
 
 def check_options(options: dict | None) -> dict:
