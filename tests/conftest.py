@@ -4,11 +4,22 @@ that defines a fixture of the same name uses its own."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (the README's command runs a worker per core) each worker computes on one thread:
+    two workers each spinning torch's default pool of one thread per core would fight over the cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"  # the processes a test starts inherit it
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

@@ -331,3 +331,12 @@ def test_a_child_cancelled_while_embedding_resumes_from_its_cache(jobs, tmp_path
     index = json.loads((caches()[0].parent / "index.json").read_text())
     assert sum(len(shard["items"]) for shard in index["images"]) == 560  # none embedded twice
     assert "resumed: the embedding cache keeps what was embedded" in jobs.logs(kid.id, tail=None)
+
+
+def test_grounding_shares_print_in_percent_and_counts_as_they_are():
+    frame = rt.results_frame([{"model": "m", "dataset": "d", "task": "grounding", "metric": metric, "value": value,
+                               "run_id": "r", "sweep": "s"}
+                              for metric, value in [("gradcam/miou", 0.25), ("gradcam/n_units", 40.0),
+                                                    ("t2i_R@1", 0.5)]])
+    assert dict(zip(frame["metric"], frame["value"])) == {"gradcam/miou": 25.0, "gradcam/n_units": 40.0,
+                                                          "t2i_R@1": 50.0}

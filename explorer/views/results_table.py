@@ -8,9 +8,10 @@ pandas does the pivoting, the number formatting and the CSV and LaTeX writing (`
 booktabs rules and ``highlight_max``/``highlight_min`` for the bold); Markdown is written here because
 pandas needs the optional ``tabulate`` package for it.
 
-Units as papers print them: Recall@K in percent (the store keeps fractions, as ``evaluate_retrieval``
-gives them), RSUM (already a sum of percentages) and ranks as they are. "Best" is the largest value of
-a column, the smallest for a rank (``lower_is_better``).
+Units as papers print them: Recall@K and grounding's mIoU, pointing and AUROC in percent (the store keeps
+fractions, as ``evaluate_retrieval`` and ``evaluate_grounding`` give them), RSUM (already a sum of
+percentages) and ranks as they are. "Best" is the largest value of a column, the smallest for a rank
+(``lower_is_better``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
     return frame.drop_duplicates(["model", "dataset", "metric"], keep="last")[LONG_COLUMNS].reset_index(drop=True)
 
 
+GROUNDING_FRACTIONS = ("/miou", "/pointing", "/auroc")  # a grounding child's "<kind>/<metric>" shares
+
+
 def display_value(metric: str, value: float) -> float:
-    return 100.0 * float(value) if "R@" in metric else float(value)
+    percent = "R@" in metric or metric.endswith(GROUNDING_FRACTIONS)
+    return 100.0 * float(value) if percent else float(value)
 
 
 def lower_is_better(metric: str) -> bool:
