@@ -18,4 +18,5 @@ python -m pip install -q -c constraints.txt torch
 python -m pip install -q -c constraints.txt -e ".[test]"
 
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
-python -m pytest "$@"
+# One pytest-xdist worker per core (each computes on one thread: tests/conftest.py); `-n 0` runs serially.
+python -m pytest -n auto "$@"
