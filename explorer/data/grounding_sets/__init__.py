@@ -10,32 +10,18 @@ scored. ``detect`` says what each layout looks for when a folder matches none. N
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import GroundingPicture, GroundingSet, GroundingUnit
+from explorer.data.layouts import Layouts
 
 LAYOUTS = ("dci", "png", "flickr30k_entities", "iiw")
 
 
-def layout_module(name: str):
-    if name not in LAYOUTS:
-        raise DatasetError(f"unknown grounding layout {name!r}; known: {', '.join(LAYOUTS)}")
-    return importlib.import_module(f"explorer.data.grounding_sets.{name}")
-
-
-def detect(root: str | os.PathLike) -> str:
-    """The first layout whose files ``root`` holds; a ``DatasetError`` naming what each layout looks for."""
-    root = Path(root)
-    if not root.is_dir():
-        raise DatasetError(f"no grounding dataset at {root}: it is not a folder")
-    for name in LAYOUTS:
-        if layout_module(name).matches(root):
-            return name
-    tried = "; ".join(f"{name}: {layout_module(name).EXPECTS}" for name in LAYOUTS)
-    raise DatasetError(f"{root} matches no grounding layout. Looked for: {tried}")
+REGISTRY = Layouts(__name__, LAYOUTS, "grounding", folders_only=True)
+layout_module, detect = REGISTRY.module, REGISTRY.detect
 
 
 def read_grounding_set(root: str | os.PathLike, split: str | None = None, units: str | None = None,

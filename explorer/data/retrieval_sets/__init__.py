@@ -12,33 +12,18 @@ that is not UTF-8. Retrieval (``explorer.retrieval``, a layer above) embeds and 
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
-from explorer.data.errors import DatasetError
+from explorer.data.layouts import Layouts
 from explorer.data.retrieval_sets.base import RetrievalSet
 
 # The order layouts are tried in: specific file names first, the plain folder last.
 LAYOUTS = ("docci", "urban1k", "dci", "sharegpt4v", "karpathy", "goal_json", "synthetic", "manifest", "folder")
 
 
-def layout_module(name: str):
-    if name not in LAYOUTS:
-        raise DatasetError(f"unknown dataset layout {name!r}; known: {', '.join(LAYOUTS)}")
-    return importlib.import_module(f"explorer.data.retrieval_sets.{name}")
-
-
-def detect(root: str | os.PathLike) -> str:
-    """The first layout whose files ``root`` holds; a ``DatasetError`` listing every layout tried."""
-    root = Path(root)
-    if not root.exists():
-        raise DatasetError(f"no dataset at {root}: the path does not exist")
-    for name in LAYOUTS:
-        if layout_module(name).matches(root):
-            return name
-    tried = "; ".join(f"{name}: {layout_module(name).EXPECTS}" for name in LAYOUTS)
-    raise DatasetError(f"{root} matches no dataset layout. Tried: {tried}")
+REGISTRY = Layouts(__name__, LAYOUTS, "dataset")
+layout_module, detect = REGISTRY.module, REGISTRY.detect
 
 
 def read_retrieval_set(root: str | os.PathLike, split: str | None = None, layout: str | None = None) -> RetrievalSet:

@@ -1,0 +1,40 @@
+"""Dataset layouts as a registry: one module per layout in a package, tried in a fixed order.
+
+Each layout module has ``EXPECTS`` (what it looks for, said when nothing matches) and ``matches(root)``
+(cheap: file names only). The retrieval sets and the grounding sets are two such registries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from explorer.data.errors import DatasetError
+
+
+class Layouts:
+    def __init__(self, package: str, names: tuple[str, ...], what: str, folders_only: bool = False):
+        self.package, self.names, self.what = package, names, what  # what: "dataset", "grounding"
+        self.folders_only = folders_only  # False: a layout may be a single index file
+
+    def module(self, name: str):
+        if name not in self.names:
+            raise DatasetError(f"unknown {self.what} layout {name!r}; known: {', '.join(self.names)}")
+        return importlib.import_module(f"{self.package}.{name}")
+
+    def detect(self, root: str | os.PathLike) -> str:
+        """The first layout whose files ``root`` holds; a ``DatasetError`` listing what every layout looks for."""
+        root = Path(root)
+        if self.folders_only and not root.is_dir():
+            raise DatasetError(f"no {self.what} dataset at {root}: it is not a folder")
+        if not root.exists():
+            raise DatasetError(f"no dataset at {root}: the path does not exist")
+        for name in self.names:
+            if self.module(name).matches(root):
+                return name
+        tried = "; ".join(f"{name}: {self.module(name).EXPECTS}" for name in self.names)
+        raise DatasetError(f"{root} matches no {self.what} layout. Tried: {tried}")
+
+
+__all__ = ["Layouts"]
