@@ -23,14 +23,19 @@ import sys
 from pathlib import Path
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from explorer.core.runtime import prepare_process
 prepare_process()
 import torch, explorer
 from explorer.models.methods import discover_methods
 discover_methods()
 kind, path = sys.argv[1], sys.argv[2]
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def high_water_kb():
+    # VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec)
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM:'):
+            return int(line.split()[1])
+base = high_water_kb()
 start = time.perf_counter()
 if kind == "torch":
     if path.endswith(".safetensors"):
@@ -41,7 +46,7 @@ if kind == "torch":
 else:
     loaded = explorer.load(path, device="cpu")
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = high_water_kb()
 print(json.dumps({"seconds": seconds, "peak_gb": peak / 1e6, "base_gb": base / 1e6}))
 """
 
