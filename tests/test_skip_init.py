@@ -48,3 +48,15 @@ def test_another_thread_still_initialises_while_one_skips():
         thread.join(20)
     assert torch.count_nonzero(results["skipped"]) == 0
     assert torch.count_nonzero(results["built"]) == 8
+
+
+def test_a_strict_load_takes_the_files_tensors_and_copies_only_to_convert():
+    from explorer.models.io.checkpoints import KeyReport, strict_load
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    file = {key: torch.randn_like(value) for key, value in model.state_dict().items()}
+    file["0.weight"] = file["0.weight"].half()  # as a fp16 release stores it: converted, so a copy
+    strict_load(model, file, KeyReport(source="test", format="test"))
+    assert model[0].bias.data_ptr() == file["0.bias"].data_ptr()  # no second copy of what already fits
+    assert model[0].weight.dtype == torch.float32 and torch.equal(model[0].weight, file["0.weight"].float())
+    assert isinstance(model[0].weight, nn.Parameter) and model[0].weight.requires_grad  # still trainable
