@@ -13,7 +13,10 @@ import pytest
 import torch
 from PIL import Image
 
+from explorer.core.runtime import prepare_libraries
 from explorer.models.preprocess import IMAGENET_MEAN, IMAGENET_STD, OPENAI_MEAN, OPENAI_STD, Preprocess
+
+prepare_libraries()  # the references below import torchvision, open_clip and transformers directly
 
 SIZES = [(640, 427), (427, 640), (100, 70), (81, 130), (257, 199), (199, 257), (40, 300), (30, 20), (64, 64),
          (65, 64)]

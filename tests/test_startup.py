@@ -1,5 +1,5 @@
-"""The page serves before the heavy libraries and the zoo's checks: they come on page load, or when a
-feature first needs them (issue 24)."""
+"""The page serves before the heavy libraries (torch among them) and the zoo's checks: they come on page
+load, or when a feature first needs them (issue 24)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from explorer.ui import grounding_tab
 from explorer.ui.access import Access
 from explorer.zoo import Zoo
 
-HEAVY = ("open_clip", "transformers", "diffusers", "faiss", "torchvision", "skimage.filters",
+HEAVY = ("torch", "open_clip", "transformers", "diffusers", "faiss", "torchvision", "skimage.filters",
          "explorer.models.nn.backbone", "explorer.models.methods.clip")
 
 BUILD_THE_PAGE = f"""

@@ -234,3 +234,10 @@ def test_a_public_page_does_not_stop_shared_indexing(indexer):
     note = tab.stop_indexing(Access(public=True), indexer, [("demo-caft", "some-task")])
     assert "public demo" in note
 
+
+
+def test_the_page_exports_every_k_that_eval_retrieval_measures():
+    # The view keeps its own copy (it is imported before torch); the CLI's list is the reference.
+    from explorer.retrieval.evaluate import DEFAULT_KS
+
+    assert view.EXPORT_KS == DEFAULT_KS

@@ -23,6 +23,8 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 
 import numpy as np
 
+from explorer.core.tensors import torch_if_imported
+
 V = TypeVar("V")
 MB = 1 << 20
 GB = 1 << 30
@@ -222,7 +224,7 @@ def _nbytes(value: Any, seen: set[int]) -> int:
         return int(base.nbytes) if isinstance(base, np.ndarray) else int(value.nbytes)
     if isinstance(value, (str, bytes, bytearray)):
         return sys.getsizeof(value)
-    torch = sys.modules.get("torch")
+    torch = torch_if_imported()
     if torch is not None:
         if isinstance(value, torch.Tensor):
             storage = value.untyped_storage()

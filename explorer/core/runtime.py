@@ -2,21 +2,21 @@
 
 ``prepare_process`` runs first thing at the app's and the CLI's start-up: no outbound
 connection (Gradio analytics and Hugging Face telemetry off, the hub offline: explorer never
-fetches weights) and torchvision made importable. ``prepare_libraries`` is the part a library
-user needs too; ``explorer.models`` runs it when it is first imported, because open_clip,
-timm and transformers cannot be imported without it on CPU-only machines (see ``compat``).
+fetches weights). It imports nothing heavy: the page is built before torch is imported.
+``prepare_libraries`` makes torchvision importable; ``explorer.models``, ``explorer.generation``
+and the detectors run it when they are first imported, because open_clip, timm and
+transformers cannot be imported without it on CPU-only machines (see ``compat``).
 Both are idempotent and respect values the user has set.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import threading
 import time
 from pathlib import Path
-
-from explorer.core import compat
 
 OFFLINE_ENVIRONMENT = {
     "GRADIO_ANALYTICS_ENABLED": "False",
@@ -25,14 +25,26 @@ OFFLINE_ENVIRONMENT = {
 }
 
 
+_PREPARING = threading.Lock()  # the app's warm-up thread and a request may both be first
+
+
 def prepare_libraries() -> None:
-    compat.ensure_torchvision_importable()
+    with _PREPARING:
+        from explorer.core import compat  # imports torch
+
+        compat.ensure_torchvision_importable()
+
+
+def prepared_import(name: str):
+    """``importlib.import_module(name)`` once torchvision is importable: for open_clip, timm, transformers,
+    diffusers and torchmetrics' image metrics, which import torchvision."""
+    prepare_libraries()
+    return importlib.import_module(name)
 
 
 def prepare_process() -> None:
     for name, value in OFFLINE_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
-    prepare_libraries()
 
 
 def resident_gb(pid: int | str = "self") -> float | None:

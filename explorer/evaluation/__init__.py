@@ -14,9 +14,13 @@ The benchmark over a zoo (``explorer eval``) is in the modules, imported by name
 
 from __future__ import annotations
 
-from explorer.evaluation.retrieval_metrics import DEFAULT_KS, RetrievalRecall, recall_at_k
-from explorer.grounding.metrics import (RegionAccuracy, box_iou, flism_region_accuracy, hard_negative_accuracy,
-                                        mask_iou, mean_iou, pointing_game, pointing_hits)
+from explorer.core.lazy import lazy_exports
 
-__all__ = ["DEFAULT_KS", "RegionAccuracy", "RetrievalRecall", "box_iou", "flism_region_accuracy",
-           "hard_negative_accuracy", "mask_iou", "mean_iou", "pointing_game", "pointing_hits", "recall_at_k"]
+# Imported on first use: the recall module computes with torch, and the page is built (it imports
+# ``grounding_eval``) before torch is imported.
+_MODULES = {".retrieval_metrics": ("DEFAULT_KS", "RetrievalRecall", "recall_at_k"),
+            "..grounding.metrics": ("RegionAccuracy", "box_iou", "flism_region_accuracy", "hard_negative_accuracy",
+                                    "mask_iou", "mean_iou", "pointing_game", "pointing_hits")}
+_EXPORTS = {name: module.removeprefix(".") for module, names in _MODULES.items() for name in names}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -30,6 +30,7 @@ GROUNDING_KEYS = ("miou_generic", "pointing_generic", "miou_native", "pointing_n
 METRIC_KEYS = (*RETRIEVAL_KEYS, "hard_negative_acc", *(f"hard_negative_acc/{a}" for a in ATTRIBUTES),
                *GROUNDING_KEYS, "flism_acc")
 BASELINES = ("centre-box", "uniform", "chance")
+DEFAULT_LIMIT = 300  # scenes for retrieval and hard negatives (``explorer eval --limit``)
 
 
 def write_results(results: dict, path) -> Path:

@@ -51,11 +51,10 @@ from explorer.evaluation.baselines import baselines
 from explorer.evaluation.grounding_eval import (NATIVE_PREFERENCE, flism_metrics, grounding_metrics, native_kind,
                                                 object_sentences)
 from explorer.evaluation.progress import progress as progress_bar
-from explorer.evaluation.results import ATTRIBUTES, FORMAT, METRIC_KEYS, VERSION, finite_or_none
+from explorer.evaluation.results import ATTRIBUTES, DEFAULT_LIMIT, FORMAT, METRIC_KEYS, VERSION, finite_or_none
 from explorer.evaluation.retrieval_metrics import recall_at_k
 from explorer.grounding.metrics import hard_negative_accuracy
 
-DEFAULT_LIMIT = 300  # scenes for retrieval and hard negatives
 DEFAULT_GROUNDING_LIMIT = 100  # the first scenes, for grounding and FLISM
 DEFAULT_CAPTION_CHUNK = 64  # captions scored against all images at once
 DEFAULT_IMAGE_BATCH = 32  # images encoded at once

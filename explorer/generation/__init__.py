@@ -18,14 +18,12 @@ Modules, one concept each (lowest first):
     tiny_sdxl        a tiny SDXL in the official layout, built in code (tests, the CPU benchmark)
 
 transformers and diffusers need torchvision's op schemas declared first on CPU-only machines
-(``explorer.core.runtime``): that happens here, once.
+(``explorer.core.runtime.prepare_libraries``): each module that imports them does that first. The
+names below are imported on first use, so importing the package imports no torch.
 """
 
-from explorer.core.runtime import prepare_libraries
+from explorer.core.lazy import lazy_exports
 
-prepare_libraries()
-
-from explorer.generation.generate import GenerationResult, Generator  # noqa: E402
-from explorer.generation.settings import GenerationSettings  # noqa: E402
-
-__all__ = ["GenerationResult", "GenerationSettings", "Generator"]
+_EXPORTS = {"GenerationResult": "generate", "Generator": "generate", "GenerationSettings": "settings"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
+from explorer.core.runtime import prepared_import
 from explorer.models.io.hf_clip_layout import openai_to_hf
 from explorer.models.text_tower import TextTower
 from explorer.models.tokenizer import EOT_ID, SOT_ID, bpe_tables
@@ -21,9 +22,17 @@ from explorer.models.tokenizer import EOT_ID, SOT_ID, bpe_tables
 CLASSIC_PREFIX = "text_model."
 HF_SPECIALS = ("<|startoftext|>", "<|endoftext|>")  # CLIP's special tokens as transformers spells them
 
+if TYPE_CHECKING:
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+
+def _transformers():
+    """transformers (imported on first use: seconds), once torchvision is importable."""
+    return prepared_import("transformers")
+
 
 def text_config(tower: TextTower) -> CLIPTextConfig:
-    return CLIPTextConfig(
+    return _transformers().CLIPTextConfig(
         vocab_size=tower.vocab_size, hidden_size=tower.width, intermediate_size=tower.mlp_width,
         projection_dim=tower.projection_dim, num_hidden_layers=tower.layers, num_attention_heads=tower.heads,
         max_position_embeddings=tower.context_length, hidden_act=tower.activation, layer_norm_eps=1e-5,
@@ -42,7 +51,7 @@ def hf_text_tensors(tower: TextTower, with_projection: bool = False) -> dict[str
 def to_clip_text_model(tower: TextTower) -> CLIPTextModel:
     """The tower as a ``CLIPTextModel`` (eval mode), sharing the tower's storage."""
     with torch.device("meta"):
-        model = CLIPTextModel(text_config(tower))
+        model = _transformers().CLIPTextModel(text_config(tower))
     load_into(model, hf_text_tensors(tower))
     return model.eval()
 
@@ -93,9 +102,11 @@ def position_key(encoder: torch.nn.Module) -> str:
 
 def stretched_copy(encoder: CLIPTextModelWithProjection, table: torch.Tensor) -> CLIPTextModelWithProjection:
     """``encoder`` with its position table replaced by ``table``; every other tensor is shared, not copied."""
-    config = CLIPTextConfig.from_dict({**encoder.config.to_dict(), "max_position_embeddings": table.shape[0]})
+    transformers = _transformers()
+    config = transformers.CLIPTextConfig.from_dict({**encoder.config.to_dict(),
+                                                    "max_position_embeddings": table.shape[0]})
     with torch.device("meta"):
-        stretched = CLIPTextModelWithProjection(config)
+        stretched = transformers.CLIPTextModelWithProjection(config)
     tensors = dict(encoder.state_dict())
     key = position_key(encoder)
     tensors[key] = table.to(tensors[key].dtype)

@@ -24,14 +24,11 @@ from dataclasses import dataclass
 import torch
 
 from explorer.generation.sdxl_source import SdxlError
+from explorer.generation.settings import LAYERS  # noqa: F401 (re-exported)
 from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT, stretch_positions
 from explorer.models.text_tower import TextTower
 from explorer.models.tokenizer import CLIP_TOKENS, tokenize
 
-LAYERS = {
-    "last": "last layer after the final LayerNorm, no projection (Long-CLIP's and FineLIP's SDXL code)",
-    "penultimate": "penultimate layer without the final LayerNorm (stock SDXL's choice, ComfyUI's)",
-}
 STOCK_READS = f"stock SDXL: CLIP-L + bigG, penultimate layer, cut at {SHORT_CONTEXT} tokens"
 
 

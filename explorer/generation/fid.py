@@ -19,6 +19,7 @@ import torch
 
 from explorer.core.errors import ExplorerError
 from explorer.core.images import load_image
+from explorer.core.runtime import prepared_import
 from explorer.models.io.checkpoints import read_checkpoint
 
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -50,7 +51,7 @@ def frechet_inception_distance(generated: list, reference: list, inception_weigh
     if len(generated) < 2 or len(reference) < 2:
         raise ExplorerError("FID needs at least 2 generated and 2 reference pictures")
     try:
-        from torchmetrics.image.fid import FrechetInceptionDistance
+        FrechetInceptionDistance = prepared_import("torchmetrics.image.fid").FrechetInceptionDistance
     except ImportError as error:
         raise ExplorerError("FID needs the optional extra: pip install 'explorer[fid]' (torchmetrics, "
                             "torch-fidelity)") from error

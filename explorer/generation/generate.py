@@ -9,27 +9,28 @@
 Every column uses the same pipeline object, scheduler, steps, size, guidance and, per row, the
 same seed (a CPU generator, so a seed draws the same noise on any device): only the text
 conditioning differs. Progress is reported per denoising step; a stop request ends the run
-between steps.
+between steps. torch and the conditioning are imported on the first run: the page makes its
+Generator before torch is imported.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
 from PIL import Image
 
 from explorer.core.background import TaskStopped
 from explorer.core.cache import BoundedCache
-from explorer.generation.conditioning import Conditioning, LongTextConditioner, stock_conditioning
 from explorer.generation.sdxl_source import SdxlCache, SdxlError, check_source
-from explorer.generation.settings import GenerationSettings
-from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT
+from explorer.generation.settings import CUT_MARK, GenerationSettings  # noqa: F401 (CUT_MARK re-exported)
+from explorer.models.contexts import LONG_CONTEXT, SHORT_CONTEXT
 from explorer.models.tokenizer import CLIP_TOKENS
 
-CUT_MARK = " ‖ "  # where stock SDXL stops reading, shown inside the prompt
+if TYPE_CHECKING:
+    from explorer.generation.conditioning import Conditioning, LongTextConditioner
+
 
 
 @dataclass
@@ -82,6 +83,8 @@ class Generator:
                              before_load=self._conditioners.clear)
 
     def conditioner(self, name: str, pipe) -> LongTextConditioner:
+        from explorer.generation.conditioning import LongTextConditioner
+
         def build() -> LongTextConditioner:
             model = self.load_model(name)
             return LongTextConditioner(model.text_tower(), pipe, name=model.name)
@@ -89,6 +92,8 @@ class Generator:
         return self._conditioners.get((name, id(pipe)), build)
 
     def conditioning(self, column: str, pipe, settings: GenerationSettings) -> Conditioning:
+        from explorer.generation.conditioning import stock_conditioning
+
         options = settings.options()
         device = options.resolved_device()
         if column == "stock":
@@ -152,6 +157,8 @@ def denoise(pipe, conditioning: Conditioning, settings: GenerationSettings, seed
     first ``refiner_start`` of the schedule and the refiner (reading bigG's part) the rest. ``refiner_negative``:
     the column's encoding of "" (its ``prompt_embeds``), the refiner's negative when the base's was zeros
     (``Generator.refiner_negatives``)."""
+    import torch
+
     done = [0]
 
     def step_end(pipeline, step: int, timestep, tensors: dict) -> dict:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from explorer.core.errors import ExplorerError
 from explorer.core.files import read_json
 from explorer.core.paths import SDXL_ENV
+from explorer.core.runtime import prepare_libraries
 
 WEIGHT_FILES = ("*.safetensors", "*.bin")
 # component -> whether it holds weights (configs alone for tokenizers and the scheduler)
@@ -44,11 +46,15 @@ class SdxlOptions:
     vae_tiling: bool = False
 
     def resolved_device(self) -> torch.device:
+        import torch  # on first use: the page reads these options before torch is imported
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
 
     def dtype(self) -> torch.dtype:
+        import torch
+
         on_gpu = self.resolved_device().type == "cuda"
         return torch.float16 if self.precision == "fp16" and on_gpu else torch.float32
 
@@ -134,6 +140,7 @@ def check_refiner(path: str | Path) -> Path:
 
 
 def load_refiner(path: Path, base, options: SdxlOptions):
+    prepare_libraries()  # transformers' image code imports torchvision
     from diffusers import StableDiffusionXLImg2ImgPipeline
 
     try:
@@ -153,6 +160,7 @@ def load_refiner(path: Path, base, options: SdxlOptions):
 
 def load_pipeline(source: SdxlSource, options: SdxlOptions):
     """The stock ``StableDiffusionXLPipeline``, with the GPU options applied."""
+    prepare_libraries()  # transformers' image code imports torchvision
     from diffusers import StableDiffusionXLPipeline
 
     quiet_libraries()
@@ -185,6 +193,7 @@ def load_pipeline(source: SdxlSource, options: SdxlOptions):
 def quiet_libraries() -> None:
     """diffusers' and transformers' load bars and truncation warnings off: the page and the CLI say
     what matters themselves (the stock cut is marked in the prompt, progress is per step)."""
+    prepare_libraries()  # transformers' image code imports torchvision
     import diffusers
     import transformers
 

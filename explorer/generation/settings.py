@@ -11,10 +11,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from explorer.core.errors import CaptionError, ExplorerError
-from explorer.generation.conditioning import LAYERS
 from explorer.generation.sdxl_source import SdxlOptions
 
 MAX_STEPS = 200
+# The long tower's layer that conditions SDXL (bigG reads the same one).
+LAYERS = {
+    "last": "last layer after the final LayerNorm, no projection (Long-CLIP's and FineLIP's SDXL code)",
+    "penultimate": "penultimate layer without the final LayerNorm (stock SDXL's choice, ComfyUI's)",
+}
+CUT_MARK = " ‖ "  # where stock SDXL stops reading, shown inside the saved stock prompt
 SIZES = (64, 2048)  # smallest and largest side; SDXL base is trained at 1024
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from explorer.core.runtime import prepare_libraries
 from explorer.generation.clip_text_model import write_clip_tokenizer
 from explorer.models.nn.positional import SHORT_CONTEXT
 from explorer.models.tokenizer import EOT_ID, SOT_ID
@@ -23,6 +24,7 @@ TIME_EMBED = 8  # addition_time_embed_dim; SDXL feeds 6 size/crop numbers throug
 
 def _denoiser_parts(cross_attention: int, pooled_inputs: int):
     """(UNet, VAE, scheduler) at SDXL's arrangement, tiny: ``pooled_inputs`` = pooled width + time numbers."""
+    prepare_libraries()  # diffusers and transformers import torchvision
     from diffusers import AutoencoderKL, EulerDiscreteScheduler, UNet2DConditionModel
 
     unet = UNet2DConditionModel(
@@ -42,6 +44,7 @@ def _denoiser_parts(cross_attention: int, pooled_inputs: int):
 def build_tiny_sdxl(folder: Path, long_width: int = 64, bigg_width: int = 32, projection: int = 32,
                     seed: int = 0) -> Path:
     """Write a tiny SDXL base folder whose ``text_encoder`` is ``long_width`` wide; returns ``folder``."""
+    prepare_libraries()  # diffusers and transformers import torchvision
     from diffusers import StableDiffusionXLPipeline
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
@@ -77,6 +80,7 @@ def _remove_tree(path: Path) -> None:
 
 def build_tiny_refiner(folder: Path, bigg_width: int = 32, projection: int = 32, seed: int = 1) -> Path:
     """A tiny SDXL refiner folder (UNet reading bigG's features and an aesthetic score), as the base's."""
+    prepare_libraries()  # diffusers and transformers import torchvision
     from diffusers import StableDiffusionXLImg2ImgPipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from explorer.core.errors import CaptionError
 from explorer.core.sentences import has_words, split_pieces, split_sentences  # noqa: F401 (re-exported)
+from explorer.models.contexts import LONG_CONTEXT, SHORT_CONTEXT
 from explorer.models.tokenizer import CLIP_TOKENS, TokenCounter
 
-CONTEXTS = (77, 248)
+CONTEXTS = (SHORT_CONTEXT, LONG_CONTEXT)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ Edge cases, decided here once:
 from __future__ import annotations
 
 import numpy as np
-import torch
+
+from explorer.core.tensors import is_tensor
 
 
 def otsu_mask(values, nbins: int = 256) -> tuple[np.ndarray, float]:
@@ -59,7 +60,7 @@ def otsu_masks(maps, nbins: int = 256) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _as_array(values) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    if is_tensor(values):
         values = values.detach().float().cpu().numpy()
     array = np.asarray(values, dtype=np.float64)
     if array.ndim < 1 or array.size == 0:

@@ -35,7 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
+
+from explorer.core.tensors import is_tensor
 
 
 def mask_iou(predicted, truth) -> float:
@@ -212,13 +213,13 @@ def flism_region_accuracy(predicted_regions, sentence_boxes, region_boxes) -> Re
 
 
 def _as_float(values) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    if is_tensor(values):
         values = values.detach().double().cpu().numpy()  # float64 directly: exact for every float dtype
     return np.asarray(values, dtype=np.float64)
 
 
 def _as_bool(values) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    if is_tensor(values):
         values = values.detach().cpu().numpy()
     array = np.asarray(values)
     if array.dtype != bool:

@@ -24,17 +24,21 @@ Decisions made here once:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
-import torch
+
+from explorer.core.tensors import is_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_COMPONENTS = 3  # one per colour channel
 _PERCENTILES = (1.0, 99.0)
 _FLAT = 1e-10  # an axis whose spread is below this fraction of the features' magnitude has none
 _SKEW_NEGLIGIBLE = 1e-6  # |third moment| / std**3 below this: the skewness cannot decide the sign
 
-Features = np.ndarray | torch.Tensor
+Features = Union[np.ndarray, "torch.Tensor"]
 
 
 @dataclass(eq=False)  # arrays: equality would be ambiguous
@@ -112,7 +116,7 @@ def pca_maps(features: Sequence[Features], grids: Sequence[tuple[int, int]], joi
 
 
 def _as_matrix(features: Features) -> np.ndarray:
-    if isinstance(features, torch.Tensor):
+    if is_tensor(features):
         features = features.detach().float().cpu().numpy()
     rows = np.asarray(features, dtype=np.float64)
     if rows.ndim != 2:

@@ -9,14 +9,17 @@ once per (model, image, sentences, map kind), and the cache keeps the last few r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
 from explorer.core.cache import GB, BoundedCache
 from explorer.core.images import downscale_note, image_digest, load_image
 from explorer.grounding.budget import CaptionAnalysis, analyse_caption
-from explorer.models.methods.base import GENERIC_MAP
-from explorer.models.model import Model, SentenceMaps
+from explorer.models.map_kinds import GENERIC_MAP
+
+if TYPE_CHECKING:  # named in annotations only: the page builds a MapCache before torch is imported
+    from explorer.models.model import Model, SentenceMaps
 
 WORKING_SIDE = 768  # maps are computed at most this large: enough to see, cheap to upsample
 

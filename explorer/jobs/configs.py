@@ -131,7 +131,7 @@ def method_defaults(method: str) -> MethodDefaults:
 
 
 def _base_defaults() -> tuple[dict, dict]:
-    from explorer.training.loop import TrainConfig
+    from explorer.training.config import TrainConfig
 
     base = TrainConfig()
     values = {key: getattr(base, key) for key in TRAIN_TYPES}
@@ -167,7 +167,7 @@ def resolve_config(method: str, overrides: Mapping[str, Any] | None = None,
 
 def check(values: Mapping[str, Any]) -> None:
     """Raise ``JobError`` for settings the loop would refuse (it builds a ``TrainConfig`` from them)."""
-    from explorer.training.loop import TrainConfig
+    from explorer.training.config import TrainConfig
 
     if values.get("size") not in SIZES:
         raise JobError(f"size must be one of {', '.join(SIZES)}, not {values.get('size')!r}")

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-import torch
+if TYPE_CHECKING:  # named in annotations only: the zoo reads architectures before torch is imported
+    import torch
 
 HEAD_WIDTH = 64
 

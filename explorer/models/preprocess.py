@@ -46,6 +46,9 @@ FITS = ("crop", "squash")
 def _torchvision():
     """torchvision's functional transforms and its bicubic mode. Imported on the first picture (~1.5 s),
     not when the page starts."""
+    from explorer.core.runtime import prepare_libraries
+
+    prepare_libraries()
     import torchvision.transforms.functional as TF
     from torchvision.transforms import InterpolationMode
 

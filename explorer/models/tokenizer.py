@@ -12,14 +12,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # counting tokens (the page's budget) needs no torch; ``tokenize`` imports it
+    import torch
 
 
 @lru_cache(maxsize=1)
 def _bpe():
     # Reading the BPE merges takes ~0.3 s: do it once per process. open_clip (with torchvision, ~3 s)
     # is imported here, on the first caption, not when the page starts.
+    from explorer.core.runtime import prepare_libraries
+
+    prepare_libraries()
     from open_clip.tokenizer import SimpleTokenizer
 
     return SimpleTokenizer()
@@ -110,6 +115,8 @@ def count_tokens(text: str) -> int:
 
 
 def tokenize(texts: list[str], context_length: int) -> TokenBatch:
+    import torch
+
     bpe = _bpe()
     ids = torch.zeros(len(texts), context_length, dtype=torch.long)
     n_tokens, n_cut = [], []

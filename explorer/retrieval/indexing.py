@@ -13,9 +13,12 @@ every finished shard.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from explorer.core.background import BackgroundWorker, Task
-from explorer.retrieval.embedding_store import EmbeddingStore, StoreStatus
+
+if TYPE_CHECKING:  # the page builds its Indexer before torch is imported
+    from explorer.retrieval.embedding_store import EmbeddingStore, StoreStatus
 
 
 @dataclass

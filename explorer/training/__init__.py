@@ -17,7 +17,7 @@ from __future__ import annotations
 from explorer.core.lazy import lazy_exports
 
 _EXPORTS = {
-    "train": "loop", "TrainConfig": "loop", "TrainResult": "loop", "TrainingError": "loop",
+    "train": "loop", "TrainConfig": "config", "TrainResult": "loop", "TrainingError": "loop",
     "as_batch_source": "loop",
     "WarmupCosine": "schedule", "build_scheduler": "schedule",
     "build_adamw": "optimizer", "optimizer_groups": "optimizer", "no_decay_names": "optimizer",

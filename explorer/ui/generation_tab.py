@@ -12,8 +12,8 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.core.background import BackgroundWorker
-from explorer.generation import GenerationSettings, Generator
-from explorer.generation.conditioning import LAYERS
+from explorer.generation.generate import Generator
+from explorer.generation.settings import LAYERS, GenerationSettings
 from explorer.models.methods import imported_method
 from explorer.ui.access import PUBLIC_GENERATIONS, PUBLIC_SEEDS, Access
 from explorer.ui.messages import explain

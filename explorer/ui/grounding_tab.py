@@ -12,9 +12,8 @@ import gradio as gr
 from explorer.core.errors import ExplorerError
 from explorer.grounding.budget import CONTEXTS, CaptionAnalysis, analyse_caption
 from explorer.grounding.sentence_maps import MapCache, describe_picture
-from explorer.models.explainers import BEST_EXPLAINER, DESCRIPTIONS
+from explorer.models.map_kinds import BEST_EXPLAINER, DESCRIPTIONS, GENERIC_MAP
 from explorer.models.methods import discover_methods, get_method, imported_method
-from explorer.models.methods.base import GENERIC_MAP
 from explorer.ui import grounding_dataset_panel, maps_tab, pca_tab, regions_tab
 from explorer.ui.access import Access
 from explorer.ui.examples import example_images

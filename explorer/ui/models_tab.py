@@ -8,11 +8,10 @@ from pathlib import Path
 import gradio as gr
 
 from explorer.core.errors import UnsafeCheckpointError
-from explorer.models.io.checkpoints import stored_config
-from explorer.models.io.loading import check
 from explorer.ui.access import PICKLE_ADVICE, Access
 from explorer.ui.messages import explain
 from explorer.zoo import Zoo
+from explorer.zoo.zoo import check
 
 COLUMNS = ["name", "method", "score", "architecture", "context", "weights", "source", "status"]
 # Every column readable at 1280 px: the long free-text ones wrap, the status is never pushed off-screen.
@@ -37,6 +36,7 @@ def zoo_table(zoo: Zoo, public: bool = False) -> list[list]:
 
 def score_of(manifest) -> str:
     """What the model's scores are (its manifest's options can change it: FineLIP's mode, FLAIR's score)."""
+    from explorer.models.io.checkpoints import stored_config
     from explorer.models.methods import get_method
 
     try:
@@ -48,8 +48,8 @@ def score_of(manifest) -> str:
 
 def methods_table() -> list[list]:
     """Every registered method: its name, the maps it draws, and what it is (first docstring line)."""
+    from explorer.models.map_kinds import GENERIC_MAP
     from explorer.models.methods import METHODS, discover_methods
-    from explorer.models.methods.base import GENERIC_MAP
 
     discover_methods()
     rows = []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer.grounding.detectors import detector_setting
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
@@ -61,6 +60,8 @@ def find_regions(access: Access, load, cache: MapCache, *values):
     """The "Find regions" button: (view, settings, picture, heat map, status, table). A detector folder
     typed in the page must lie under an allowed root (a public page takes none: the owner's
     ``$EXPLORER_DETECTOR``, else segments)."""
+    from explorer.grounding.detectors import detector_setting  # torch: imported by the first request
+
     common, detector = values[:6], values[6]
     try:
         typed = detector.strip() if isinstance(detector, str) else ""

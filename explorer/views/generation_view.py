@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageDraw, ImageFont
 
-from explorer.generation.generate import CUT_MARK
+from explorer.generation.settings import CUT_MARK
 from explorer.grounding.budget import analyse_caption
-from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT
+from explorer.models.contexts import LONG_CONTEXT, SHORT_CONTEXT
 
 LABEL_HEIGHT = 22
 GAP = 4
@@ -123,7 +123,6 @@ def long_text_models(manifests, method=None) -> list[tuple[str, str]]:
     a CLIP text tower): the rest would only be refused. ``method``: name -> class (``get_method``), or
     None for a method not imported yet (then the context alone decides, and the method's name labels it)."""
     from explorer.models.methods import get_method
-    from explorer.models.methods.base import Method
 
     method = method or get_method
     choices = []
@@ -132,11 +131,17 @@ def long_text_models(manifests, method=None) -> list[tuple[str, str]]:
             cls = method(manifest.method)
         except Exception:  # noqa: BLE001 - an unknown method is simply not offered here
             continue
-        has_tower = cls is None or cls.text_tower is not Method.text_tower
+        has_tower = cls is None or _overrides_text_tower(cls)
         if manifest.context_length == LONG_CONTEXT and has_tower:
             label = f"{manifest.name} · {cls.title if cls else manifest.method}"
             choices.append((label if manifest.trained else f"{label} · UNTRAINED (random weights)", manifest.name))
     return choices
+
+
+def _overrides_text_tower(cls) -> bool:
+    from explorer.models.methods.base import Method  # imported already: ``cls``'s module imports it
+
+    return cls.text_tower is not Method.text_tower
 
 
 def parse_seeds(text) -> list[int]:

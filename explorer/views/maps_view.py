@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 from PIL import Image
@@ -20,14 +20,15 @@ from explorer.core.cache import MB, BoundedCache
 from explorer.evaluation.grounding_eval import native_kind
 from explorer.grounding.masks import otsu_masks
 from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
-from explorer.models.explainers import BEST_EXPLAINER
-from explorer.models.methods.base import GENERIC_MAP
-from explorer.models.model import Model
+from explorer.models.map_kinds import BEST_EXPLAINER, GENERIC_MAP
 from explorer.views.panels import (Colorbar, PanelGrid, fit_size, map_panels, outline, picture_panel, resize_maps,
                                    resize_masks)
 from explorer.views.settings import NATIVE, ViewSettings
 
-Loader = Callable[[str], Model]
+if TYPE_CHECKING:  # the page is built before torch is imported
+    from explorer.models.model import Model
+
+Loader = Callable[[str], "Model"]
 
 
 def default_kind(model: Model) -> str:

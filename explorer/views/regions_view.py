@@ -9,17 +9,19 @@ per (model, picture, sentences, detector), so re-drawing never re-runs a model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from explorer.grounding.budget import caption_sentences
-from explorer.grounding.detectors import load_detector
-from explorer.grounding.flism import FlismResult, flism
 from explorer.grounding.sentence_maps import MapCache, working_picture
 from explorer.views.maps_view import Loader
 from explorer.views.panels import Panel, PanelGrid, ui_font
 from explorer.views.settings import ViewSettings
+
+if TYPE_CHECKING:  # the page is built before torch is imported; computing the view imports FLISM
+    from explorer.grounding.flism import FlismResult
 
 SOURCE_COLOURS = {"detector": (255, 127, 14), "quadrant": (31, 119, 180), "centre": (44, 160, 44)}
 SOURCE_COLOUR_NAMES = {"detector": "orange", "quadrant": "blue", "centre": "green"}
@@ -64,6 +66,9 @@ def region_label(index: int, region) -> str:
 
 
 def compute_regions(load: Loader, settings: ViewSettings, cache: MapCache | None = None) -> RegionsView:
+    from explorer.grounding.detectors import load_detector
+    from explorer.grounding.flism import flism
+
     if not settings.models:
         raise ValueError("Pick at least one model.")
     sentences = caption_sentences(settings.caption)  # only the split: no model's token count is shown here

@@ -11,6 +11,8 @@ top k per model, the Recall table, its export, and the queries each model got mo
 Picture numbers count in the dataset's own order (what the query gallery shows). Hits count in the
 model's usable set (``EmbeddingStore.usable_set``: the dataset less the pictures it could not read),
 which is the dataset itself unless a picture was unreadable; ``ModelSearch`` keeps that set.
+The embedding, search and scoring modules (torch) are imported by the first request that needs them:
+the page is built before torch is imported.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from PIL import Image
 
@@ -34,15 +36,15 @@ from explorer.data import read_dataset
 from explorer.data.errors import DatasetError
 from explorer.data.retrieval_sets import RetrievalSet, detect, read_retrieval_set
 from explorer.data.store import ensure_dataset
-from explorer.evaluation.runner import DEFAULT_LIMIT
+from explorer.evaluation.results import DEFAULT_LIMIT
 from explorer.grounding.truth import save_scene_truth, truth_path
-from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import (DEFAULT_KS, evaluate_retrieval, results_document, results_rows, worst_queries,
-                                         write_results_csv)
-from explorer.retrieval.indexing import Indexer
-from explorer.retrieval.search import Searcher, SearchResult
 from explorer.training.demo_zoo import DEMO_SEED, IMAGE_SIZE
 from explorer.views.settings import MAX_MODELS
+
+if TYPE_CHECKING:
+    from explorer.retrieval.embedding_store import EmbeddingStore
+    from explorer.retrieval.indexing import Indexer
+    from explorer.retrieval.search import SearchResult
 
 log = logging.getLogger("explorer.views")
 
@@ -53,7 +55,8 @@ SYNTHETIC = "synthetic"  # the picker's value for it
 SYNTHETIC_SCENES, SYNTHETIC_SPLIT = DEFAULT_LIMIT, "test"
 DEFAULT_SPLIT = "default"  # the picker's value for "the layout's own default split"
 KS = (1, 5, 10)  # the Recall@K the table shows (the long-caption papers report these)
-EXPORT_KS = DEFAULT_KS  # what is measured and exported: every K of `explorer eval-retrieval` (1 ... 50)
+EXPORT_KS = (1, 5, 10, 25, 50)  # what is measured and exported: every K of `explorer eval-retrieval` (a test
+                                 # keeps it equal to explorer.retrieval.evaluate.DEFAULT_KS)
 THUMB_SIDE = 192  # pixels on the long side of a gallery picture
 QUERY_PICTURES = 60  # dataset pictures offered in the query gallery (any other by its number)
 CAPTION_CHARS = 110  # a caption in a table cell: the rest is in the exported JSON
@@ -189,6 +192,8 @@ def store_for(model, dataset: RetrievalSet) -> EmbeddingStore:
     name, place = getattr(model, "name", ""), (str(dataset.root), dataset.split)
     # The store holds the model and the dataset, so their ids name them for as long as the entry lives.
     key = (name, id(model), place, id(dataset))
+    from explorer.retrieval.embedding_store import EmbeddingStore
+
     STORES.discard(lambda k: k[0] == name and k[2] == place and k != key)
     return STORES.get(key, lambda: EmbeddingStore(model, dataset))
 
@@ -301,6 +306,8 @@ def search(load: Callable, names: Sequence[str], dataset: RetrievalSet, query, k
     if isinstance(query, int):
         query = _picture_number(dataset, query)
     k = max(1, int(k or 10))
+    from explorer.retrieval.search import Searcher
+
     found = []
     for name in names:
         try:
@@ -377,6 +384,8 @@ _EVALUATIONS: "weakref.WeakKeyDictionary[EmbeddingStore, dict]" = weakref.WeakKe
 def evaluate_model(model, store: EmbeddingStore, ks: Sequence[int] = KS) -> tuple[dict, RetrievalSet]:
     """``evaluate_retrieval``'s entry and the usable set it counted in; kept with the store until its
     cache changes, so evaluating again (another model added) only runs the new model."""
+    from explorer.retrieval.evaluate import evaluate_retrieval
+
     stamp = store.index_stamp()
     known = _EVALUATIONS.setdefault(store, {})
     if tuple(ks) not in known or known[tuple(ks)][0] != stamp:
@@ -399,6 +408,8 @@ class Evaluation:
 
     def document(self) -> dict:
         """The results file: the same keys as the CLI's (format, version, dataset, ks, models)."""
+        from explorer.retrieval.evaluate import results_document
+
         return results_document(next(iter(self.usable.values()), self.dataset), self.ks, self.entries)
 
 
@@ -426,6 +437,8 @@ def recall_columns(ks: Sequence[int] = KS) -> list[str]:
 
 def recall_rows(evaluation: Evaluation) -> list[dict]:
     """``results_rows``: one flat row per model, the entry's values as they are (the CSV)."""
+    from explorer.retrieval.evaluate import results_rows
+
     return results_rows(evaluation.document(), evaluation.ks) if evaluation.entries else []
 
 
@@ -454,6 +467,8 @@ def export_results(evaluation: Evaluation, folder: Path) -> tuple[Path, Path]:
     each written atomically into ``folder``."""
     if not evaluation.entries:
         raise ExplorerError("there are no results to export: evaluate an indexed model first")
+    from explorer.retrieval.evaluate import write_results_csv
+
     document, folder = evaluation.document(), paths.ensure(Path(folder))
     csv_file = write_results_csv(document, folder / "recall.csv", evaluation.ks)
     json_file = write_text_atomic(folder / "results.json", json.dumps(document, indent=2))
@@ -481,6 +496,8 @@ WORST_COLUMNS = ["rank", "query", "right answer", "the model's first pick"]
 def model_worst_queries(evaluation: Evaluation, model: str, direction: str = "t2i", n: int = 20) -> list[WorstQuery]:
     """``worst_queries`` of ``model``'s entry (the ``n`` queries whose right answer ranked lowest, largest
     rank first), each with its picture, caption and the model's first pick read from its usable set."""
+    from explorer.retrieval.evaluate import worst_queries
+
     entry, usable = evaluation.entries.get(model), evaluation.usable.get(model)
     if entry is None:
         raise ExplorerError(f"{model} has no results: evaluate it first")

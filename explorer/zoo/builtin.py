@@ -7,8 +7,6 @@ nothing, and the app labels it *untrained*.
 
 from __future__ import annotations
 
-import torch
-
 from explorer.models.architecture import ClipArchitecture
 
 BUILTIN_PREFIX = "builtin:"
@@ -22,6 +20,8 @@ TINY_ARCH = ClipArchitecture(
 
 def tiny_clip(seed: int = 0):
     """A ``LongClipMethod`` with TINY_ARCH. The method (open_clip, ~3 s) is imported when one is built."""
+    import torch
+
     from explorer.models.methods.clip import LongClipMethod
 
     generator_state = torch.random.get_rng_state()

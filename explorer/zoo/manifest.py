@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from explorer.core.errors import ManifestError
 from explorer.core.files import write_text_atomic
-from explorer.models.io.loading import load_method
-from explorer.models.model import Model
 from explorer.zoo.builtin import BUILTIN_PREFIX, BUILTINS
+
+if TYPE_CHECKING:
+    from explorer.models.model import Model
 
 REQUIRED = ("name", "method", "weights")
 
@@ -97,6 +99,10 @@ class Manifest:
 
 
 def load_manifest(manifest: Manifest, device: str = "auto", precision: str = "fp32") -> Model:
+    # torch, the loaders and the method modules are imported on the first load, not with the zoo
+    from explorer.models.io.loading import load_method
+    from explorer.models.model import Model
+
     if manifest.is_builtin:
         key = manifest.weights[len(BUILTIN_PREFIX):]
         if key not in BUILTINS:

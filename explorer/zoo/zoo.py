@@ -1,5 +1,6 @@
 """The zoo folder: every manifest under ``checkpoints/`` (read once, re-read when it changes),
-whether each loads, adding a checkpoint, and the cache of loaded models."""
+whether each loads, adding a checkpoint, and the cache of loaded models. Reading the folder imports
+no torch (the page is built from it first); checking or loading a weights file imports the loaders."""
 
 from __future__ import annotations
 
@@ -8,15 +9,25 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from explorer.core import paths
 from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import CheckpointError, ExplorerError, ManifestError
 from explorer.core.files import atomic_path
-from explorer.models.io.loading import check
-from explorer.models.model import Model
 from explorer.zoo.builtin import BUILTIN_PREFIX, BUILTINS
 from explorer.zoo.manifest import Manifest, load_manifest
+
+if TYPE_CHECKING:
+    from explorer.models.io.loading import CheckResult
+    from explorer.models.model import Model
+
+
+def check(weights: str | Path, allow_pickle: bool = False) -> CheckResult:
+    """``explorer.models.io.loading.check``, whose module (torch, the method registry) loads on first use."""
+    from explorer.models.io.loading import check as check_file
+
+    return check_file(weights, allow_pickle=allow_pickle)
 
 
 class ModelCache(BoundedCache):

@@ -1,20 +1,24 @@
 """The method registry: one module (or package) per method, each registered by name.
 
 Adding a method is one new module here (a class with the ``Method`` surface, decorated with
-``@register``) plus a manifest in checkpoints/: modules are discovered, not listed.
+``@register``) plus a manifest in checkpoints/: modules are discovered, not listed. The registry
+itself imports no torch: the page asks it (``imported_method``) before the method modules load.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Mapping
-
-import torch
+from typing import TYPE_CHECKING, Mapping
 
 from explorer.core.errors import CheckpointError
-from explorer.models.io.checkpoints import RawCheckpoint
-from explorer.models.methods.base import GENERIC_MAP, Method
+from explorer.models.map_kinds import GENERIC_MAP
+
+if TYPE_CHECKING:
+    import torch
+
+    from explorer.models.io.checkpoints import RawCheckpoint
+    from explorer.models.methods.base import Method
 
 METHODS: dict[str, type[Method]] = {}
 
@@ -72,5 +76,5 @@ def keys_with_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> bool:
     return any(key.startswith(prefix) for key in tensors)
 
 
-__all__ = ["GENERIC_MAP", "METHODS", "Method", "detect_format", "discover_methods", "get_method", "imported_method",
+__all__ = ["GENERIC_MAP", "METHODS", "detect_format", "discover_methods", "get_method", "imported_method",
            "register"]

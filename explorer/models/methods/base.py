@@ -24,11 +24,10 @@ import torch.nn.functional as F
 from explorer.models.batch import TrainingBatch  # noqa: F401  (named in annotations)
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
+from explorer.models.map_kinds import GENERIC_MAP  # noqa: F401  (re-exported: methods name it from here)
 from explorer.models.preprocess import Preprocess
 from explorer.models.text_tower import TextTower  # noqa: F401  (named in annotations)
 from explorer.models.tokenizer import CLIP_TOKENS, TokenBatch, TokenCounter, tokenize
-
-GENERIC_MAP = "generic"
 
 
 class Method:

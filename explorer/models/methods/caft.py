@@ -120,7 +120,6 @@ from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from open_clip.transformer import LayerNorm, QuickGELU, Transformer
 from torch import nn
 
 from explorer.core.errors import CaptionError
@@ -135,6 +134,7 @@ from explorer.models.methods.clip import ClipFamily, example_architecture
 from explorer.models.nn.attention_pool import ATTENTION_MAP, DEFAULT_POOL_HEADS, AttentionPoolMaps, TextConditionedPool
 from explorer.models.nn.distributed import gather_with_grad
 from explorer.models.nn.losses import diagonal_positives, sigmoid_loss, sigmoid_pairs
+from explorer.models.nn.open_clip_parts import LayerNorm, QuickGELU, Transformer
 
 DEFAULT_STAGES = ((64, 2), (32, 2), (16, 2))  # (tokens, ViT blocks) per grouping stage: 196 -> 64 -> 32 -> 16
 DEFAULT_ALPHA = 0.3  # CAFT++

@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 
 import torch
-from open_clip.transformer import LayerNorm, QuickGELU, Transformer, VisionTransformer
 from torch import nn
 
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.nn.open_clip_parts import LayerNorm, QuickGELU, Transformer, VisionTransformer
 from explorer.models.nn.positional import stretch_positions
 from explorer.models.text_tower import TextTower, text_keys
 

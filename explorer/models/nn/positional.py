@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import torch
 
-KEEP_ROWS = 20
-STRETCH = 4
-SHORT_CONTEXT = 77
-LONG_CONTEXT = STRETCH * SHORT_CONTEXT - (STRETCH - 1) * KEEP_ROWS  # 248
+from explorer.models.contexts import KEEP_ROWS, LONG_CONTEXT, SHORT_CONTEXT, STRETCH  # noqa: F401 (re-exported)
 
 
 def stretch_positions(table: torch.Tensor, keep: int = KEEP_ROWS, ratio: int = STRETCH) -> torch.Tensor:
