@@ -38,11 +38,13 @@ def test_building_the_page_imports_no_heavy_library(tmp_path):
 def test_the_page_load_fills_in_what_the_page_was_built_without(tmp_path):
     zoo = Zoo()
     with gr.Blocks():
-        inputs, load = grounding_tab.build(zoo, grounding_tab.MapCache(), Access.for_app(zoo.root))
-    assert load["outputs"][:3] == [inputs.models, inputs.kind, load["outputs"][2]]
+        inputs, loads = grounding_tab.build(zoo, grounding_tab.MapCache(), Access.for_app(zoo.root))
+    budget_load, models_load = loads
+    assert budget_load["inputs"] == inputs.caption and models_load["outputs"][:2] == [inputs.models, inputs.kind]
     names = zoo.default_names(2)
     caption = "A red square. A blue circle on the left."
-    models, kinds, note, spans, summary, rows = load["fn"](names, "gradcam", caption)
+    models, kinds, note = models_load["fn"](names, "gradcam")
+    spans, summary, rows = budget_load["fn"](caption)
     assert models["value"] == names
     labels = dict((name, label) for label, name in models["choices"])
     assert all(" · maps: generic" in labels[name] for name in names)  # the method's title and its maps

@@ -64,7 +64,7 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
             gr.Markdown(access.describe(), elem_id="public-banner")
         with gr.Tabs(elem_id="main-tabs") as tabs:  # ids: other tabs switch to one (``gr.Tabs(selected=id)``)
             with gr.Tab("Grounding", id="grounding"):
-                grounding, grounding_load = grounding_tab.build(zoo, cache, access)
+                grounding, grounding_loads = grounding_tab.build(zoo, cache, access)
             with gr.Tab("Retrieval", id="retrieval"):
                 retrieval_models, retrieval_load = retrieval_tab.build(zoo, indexer, access, grounding, tabs)
             with gr.Tab("Generation", id="generation"):
@@ -95,7 +95,7 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
                 event.then(**refresh)
         # On every page load: the lists as the zoo is now, and what the page was built without (the method
         # modules, the tokenizer, the zoo's checks: seconds the first time, so the page serves before them).
-        page_loads = [grounding_load, retrieval_refresh, generation_load, *jobs_refresh, zoo_listing,
+        page_loads = [*grounding_loads, retrieval_refresh, generation_load, *jobs_refresh, zoo_listing,
                       *retrieval_load, *jobs_load]
         for handler in page_loads:
             app.load(**handler)

@@ -145,11 +145,11 @@ def models_summary(zoo: Zoo, names) -> str:
     return "\n".join(f"- **{name}**: {model_summary(zoo, name)}" for name in names)
 
 
-def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
+def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]]:
     """The tab; returns its inputs (the app refreshes their model list when the zoo changes, and other
-    tabs fill them: the Retrieval tab opens a query here) and the handler to run on every page load."""
+    tabs fill them: the Retrieval tab opens a query here) and the handlers to run on every page load."""
     # Built without the tokenizer and the method modules (open_clip, torchvision: seconds), so the page
-    # serves at once; ``page_load`` fills in the model labels, map kinds and the caption's budget.
+    # serves at once; the page-load handlers fill in the caption's budget, the model labels and map kinds.
     choices = model_choices(zoo)
     defaults = zoo.default_names(2)
     examples = example_images()
@@ -217,15 +217,16 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> Inputs:
     kind.change(kind_note, inputs=kind, outputs=kind_line, show_progress="hidden")
     image.change(describe, inputs=image, outputs=[preview, picture_note])
 
-    def page_load(chosen, current_kind, text):
+    def models_load(chosen, current_kind):
         models_update = refresh_models(zoo, chosen)
-        return models_update, *on_models(models_update["value"], current_kind), *safe_budget(text)
+        return models_update, *on_models(models_update["value"], current_kind)
 
-    # On every page load: the zoo as it is now, and what the page was built without (the first call
-    # imports the method modules and the tokenizer, unless the app's warm-up has already).
-    load = dict(fn=page_load, inputs=[models, kind, caption],
-                outputs=[models, kind, model_note, budget_view, budget_note, table])
-    return inputs, load
+    # On every page load: the caption's budget, and the zoo as it is now with what each model offers. The
+    # page was built without the tokenizer and the method modules: the first load imports them (unless the
+    # app's warm-up has), the budget in its own event so that it does not wait for every method module.
+    loads = [dict(fn=safe_budget, inputs=caption, outputs=[budget_view, budget_note, table]),
+             dict(fn=models_load, inputs=[models, kind], outputs=[models, kind, model_note])]
+    return inputs, loads
 
 
 def safe_budget(text):
