@@ -85,23 +85,31 @@ def losses_and_gradients(method, batch) -> tuple[dict, dict]:
     return {k: v.detach().double() for k, v in terms.items()}, grads
 
 
-def _loss_worker(rank: int, port: int, keys: list[str], out: str) -> None:
+def _ranks_worker(rank: int, port: int, keys: list[str], folder: str) -> None:
+    """One of the 2 processes both module fixtures read: the losses of every case, then the DDP runs. One
+    spawn for both: starting a process imports torch and every method (most of a fixture's time)."""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
         torch.set_num_threads(1)
-        checks = helper_checks(rank)
-        results = {}
-        for key in keys:
-            method, batch = build_case(key)
-            terms, grads = losses_and_gradients(method, shard_batch(batch, rank, WORLD))
-            for tensor in [*terms.values(), *grads.values()]:  # DDP's average over ranks
-                dist.all_reduce(tensor)
-                tensor /= WORLD
-            results[key] = (terms, grads)
-        if rank == 0:
-            torch.save({"results": results, "checks": checks}, out)
+        _losses(rank, keys, str(Path(folder) / "losses.pt"))
+        dist.barrier()
+        _train(rank, str(Path(folder) / "ddp-runs"))
     finally:
         dist.destroy_process_group()
+
+
+def _losses(rank: int, keys: list[str], out: str) -> None:
+    checks = helper_checks(rank)
+    results = {}
+    for key in keys:
+        method, batch = build_case(key)
+        terms, grads = losses_and_gradients(method, shard_batch(batch, rank, WORLD))
+        for tensor in [*terms.values(), *grads.values()]:  # DDP's average over ranks
+            dist.all_reduce(tensor)
+            tensor /= WORLD
+        results[key] = (terms, grads)
+    if rank == 0:
+        torch.save({"results": results, "checks": checks}, out)
 
 
 def helper_checks(rank: int) -> dict:
@@ -123,10 +131,17 @@ def helper_checks(rank: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("two-ranks") / "results.pt"
-    mp.spawn(_loss_worker, args=(free_port(), list(CASES), str(out)), nprocs=WORLD, join=True)
-    return torch.load(out, weights_only=False)
+def spawned(tmp_path_factory) -> Path:
+    """The folder the 2 processes of ``_ranks_worker`` wrote (the losses, then the DDP runs)."""
+    folder = tmp_path_factory.mktemp("two-ranks")
+    (folder / "ddp-runs").mkdir()
+    mp.spawn(_ranks_worker, args=(free_port(), list(CASES), str(folder)), nprocs=WORLD, join=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def two_ranks(spawned):
+    return torch.load(spawned / "losses.pt", weights_only=False)
 
 
 # ---- one process: the helpers are identities -------------------------------------------------
@@ -198,42 +213,37 @@ def weights(method) -> dict:
     return {k: v.detach().clone() for k, v in method.state_dict().items()}
 
 
-def _train_worker(rank: int, port: int, folder: str) -> None:
+def _train(rank: int, folder: str) -> None:
+    """The loop under DDP (in ``_ranks_worker``'s process group): a whole run, a stopped one, its resume."""
     from explorer.training.loop import TrainConfig, train
     from explorer.training.samples import BatchList
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        folder = Path(folder)
-        out = {}
-        method = tiny_clip()
-        result = train(method, BatchList(global_batches()), TrainConfig(**LOOP), folder / "ddp", progress=False)
-        out["run"] = {"losses": [row["loss"] for row in result.history], "samples": result.history[-1]["samples"],
-                      "weights": weights(method), "rank": result.rank, "world": result.world_size}
-        asked = []
+    folder = Path(folder)
+    out = {}
+    method = tiny_clip()
+    result = train(method, BatchList(global_batches()), TrainConfig(**LOOP), folder / "ddp", progress=False)
+    out["run"] = {"losses": [row["loss"] for row in result.history], "samples": result.history[-1]["samples"],
+                  "weights": weights(method), "rank": result.rank, "world": result.world_size}
+    asked = []
 
-        def should_stop():  # rank 1 alone asks, before the third step
-            asked.append(1)
-            return rank == 1 and len(asked) >= 3
+    def should_stop():  # rank 1 alone asks, before the third step
+        asked.append(1)
+        return rank == 1 and len(asked) >= 3
 
-        method = tiny_clip()
-        result = train(method, BatchList(global_batches()), TrainConfig(**LOOP), folder / "stopped", progress=False,
-                       should_stop=should_stop)
-        out["stopped"] = {"steps": result.steps, "stopped": result.stopped}
-        method = tiny_clip()
-        result = train(method, BatchList(global_batches()), TrainConfig(**LOOP), folder / "stopped", progress=False,
-                       resume=True)
-        out["resumed"] = {"steps": result.steps, "weights": weights(method)}
-        torch.save(out, folder / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    method = tiny_clip()
+    result = train(method, BatchList(global_batches()), TrainConfig(**LOOP), folder / "stopped", progress=False,
+                   should_stop=should_stop)
+    out["stopped"] = {"steps": result.steps, "stopped": result.stopped}
+    method = tiny_clip()
+    result = train(method, BatchList(global_batches()), TrainConfig(**LOOP), folder / "stopped", progress=False,
+                   resume=True)
+    out["resumed"] = {"steps": result.steps, "weights": weights(method)}
+    torch.save(out, folder / f"rank{rank}.pt")
 
 
 @pytest.fixture(scope="module")
-def ddp_runs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ddp-runs")
-    mp.spawn(_train_worker, args=(free_port(), str(folder)), nprocs=WORLD, join=True)
+def ddp_runs(spawned):
+    folder = spawned / "ddp-runs"
     return folder, [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

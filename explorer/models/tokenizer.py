@@ -105,6 +105,16 @@ class ClipTokenCounter(TokenCounter):
     def count(self, text: str) -> int:
         return len(_bpe().encode(text)) + self.specials  # one call: the same sum, less Python per word
 
+    def word_tokens(self, word: str) -> int:
+        return _clip_word_tokens(word)
+
+
+@lru_cache(maxsize=2**16)
+def _clip_word_tokens(word: str) -> int:
+    """A word's CLIP tokens, remembered: captions repeat their words, and each encode cleans the word with
+    ftfy first (a retrieval set's truncation report walked 46,000 words of 560 captions in 8 s)."""
+    return len(_bpe().encode(word))
+
 
 CLIP_TOKENS = ClipTokenCounter()
 

@@ -244,8 +244,10 @@ def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, op
 
 
 def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int = DEMO_SCENES, scale: float = 1.0,
-               only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print) -> list[Path]:
-    """Train the demo zoo; returns the weight files written."""
+               only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print,
+               min_steps: int = 10) -> list[Path]:
+    """Train the demo zoo; returns the weight files written. A run trains ``scale`` times its steps, and at
+    least ``min_steps`` (a test of the recipe's plumbing asks for fewer)."""
     from explorer.data import read_dataset
     from explorer.models.model import Model
     from explorer.training.loop import TrainConfig, train
@@ -261,7 +263,7 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     for run in RUNS:
         if only and run.name not in only:
             continue
-        steps = max(10, int(run.steps * scale))
+        steps = max(min_steps, int(run.steps * scale))
         if "mean_violation_steps" in run.extra:  # the warm-up keeps its share of a scaled run
             warmup = int(run.extra["mean_violation_steps"] * scale)
             run = replace(run, extra={**run.extra, "mean_violation_steps": warmup})
