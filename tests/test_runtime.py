@@ -36,3 +36,24 @@ def test_the_app_takes_its_zoo_folder_after_the_command_too():
     assert _parser().parse_args(["app", "--checkpoints", "zoo-a"]).checkpoints == "zoo-a"  # python app.py --checkpoints
     assert _parser().parse_args(["--checkpoints", "zoo-b", "app"]).checkpoints == "zoo-b"
     assert _parser().parse_args(["app"]).checkpoints is None
+
+
+def test_the_served_queue_summarises_its_events_every_hundredth_event_not_after_each(monkeypatch):
+    """Gradio rebuilds a pandas summary of up to 10,000 past events after every event unless told otherwise
+    (25-36 ms a slider change); the app's queue does it every ``ANALYTICS_EVERY`` events."""
+    import gradio as gr
+
+    from explorer.ui.access import Access
+    from explorer.ui.app import ANALYTICS_EVERY, serve
+
+    monkeypatch.delenv("GRADIO_ANALYTICS_CACHE_FREQUENCY", raising=False)
+    with gr.Blocks() as app:
+        gr.Textbox()
+    queue = serve(app, Access(roots=()))._queue
+    records = [{"function": "f", "status": "success", "process_time": 0.1}]
+    queue.events_recorded = ANALYTICS_EVERY  # the first summary is due
+    first = queue.compute_analytics_summary(records)
+    queue.events_recorded += ANALYTICS_EVERY - 1
+    assert queue.compute_analytics_summary(records * 2) is first  # not rebuilt yet
+    queue.events_recorded += 1
+    assert queue.compute_analytics_summary(records * 2)["functions"]["f"]["total_requests"] == 2

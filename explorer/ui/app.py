@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import threading
 
 import gradio as gr
@@ -102,6 +103,11 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
     return app
 
 
+# Gradio's queue rebuilds a pandas summary of its last 10,000 events after every event by default (its
+# monitoring page's statistics): 25-36 ms of the server's time per slider change. Every 100th event is enough.
+ANALYTICS_EVERY = 100
+
+
 def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
     """The app's queue: two requests at a time; on a public page no request skips it (the REST routes
     are closed), it holds at most ``QUEUE_SIZE`` and each visitor session at most ``access.session_cap``."""
@@ -110,6 +116,8 @@ def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
         cap_sessions(app, access.session_cap)
     else:
         app.queue(default_concurrency_limit=2)
+    if "GRADIO_ANALYTICS_CACHE_FREQUENCY" not in os.environ:  # the owner's own setting wins
+        app._queue.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_EVERY  # (sic: Gradio's spelling)
     return app
 
 
