@@ -169,3 +169,17 @@ def test_budget_count_matches_on_punctuated_text():
             cut = fit.cut_at_char
             assert cut > 0 and not text[cut].isspace() and text[cut - 1].isspace()
             assert count_tokens(text[:cut]) <= limit < count_tokens(text[:text.find(" ", cut)])
+
+
+def test_word_counts_are_remembered_for_short_words_only():
+    """Captions repeat their words, so their counts are cached; a long run of characters (a visitor can type
+    one) is counted the same but not kept, so the cache stays a few MB at most."""
+    from explorer.models.tokenizer import CACHED_WORD_CHARS, CLIP_TOKENS, TokenCounter, _clip_word_tokens
+
+    long_word = "x" * (CACHED_WORD_CHARS + 1)
+    CLIP_TOKENS.count("warm")
+    before = _clip_word_tokens.cache_info().currsize
+    assert CLIP_TOKENS.word_tokens(long_word) == TokenCounter().word_tokens(long_word)
+    assert _clip_word_tokens.cache_info().currsize == before
+    CLIP_TOKENS.word_tokens("qzxv-never-counted-before")
+    assert _clip_word_tokens.cache_info().currsize == before + 1

@@ -19,7 +19,7 @@ import pytest
 from explorer.data import write_dataset
 from explorer.data.retrieval_sets import read_retrieval_set
 from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import evaluate_retrieval
+from explorer.retrieval.evaluate import DEFAULT_KS, evaluate_retrieval
 from explorer.retrieval.indexing import Indexer
 from explorer.ui import retrieval_tab as tab
 from explorer.ui import view_controls
@@ -156,6 +156,7 @@ def test_recall_table_export_worst_queries_and_grounding(zoo, indexer, world, in
     assert float(rows[1]["t2i_R@1"]) == evaluation.entries[MODELS[1]]["t2i_R@1"]
     document = json.loads(json_file.read_text())
     assert document["format"] == "explorer-retrieval" and list(document["models"]) == MODELS
+    assert document["ks"] == list(DEFAULT_KS)  # the page exports every K that eval-retrieval measures
     assert document["dataset"]["images"] == SCENES and len(document["models"][MODELS[0]]["queries"]["t2i"]) == SCENES
     # worst queries: largest rank first; a row opens its picture and caption in the Grounding tab
     for direction in ("t2i", "i2t"):
@@ -234,10 +235,3 @@ def test_a_public_page_does_not_stop_shared_indexing(indexer):
     note = tab.stop_indexing(Access(public=True), indexer, [("demo-caft", "some-task")])
     assert "public demo" in note
 
-
-
-def test_the_page_exports_every_k_that_eval_retrieval_measures():
-    # The view keeps its own copy (it is imported before torch); the CLI's list is the reference.
-    from explorer.retrieval.evaluate import DEFAULT_KS
-
-    assert view.EXPORT_KS == DEFAULT_KS

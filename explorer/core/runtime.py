@@ -3,9 +3,9 @@
 ``prepare_process`` runs first thing at the app's and the CLI's start-up: no outbound
 connection (Gradio analytics and Hugging Face telemetry off, the hub offline: explorer never
 fetches weights). It imports nothing heavy: the page is built before torch is imported.
-``prepare_libraries`` makes torchvision importable; ``explorer.models``, ``explorer.generation``
-and the detectors run it when they are first imported, because open_clip, timm and
-transformers cannot be imported without it on CPU-only machines (see ``compat``).
+``prepare_libraries`` makes torchvision importable; every module that imports open_clip, timm,
+transformers, diffusers or torchvision runs it first (or imports through ``prepared_import``),
+because they cannot be imported without it on CPU-only machines (see ``compat``).
 Both are idempotent and respect values the user has set.
 """
 

@@ -26,13 +26,8 @@ if TYPE_CHECKING:
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
 
-def _transformers():
-    """transformers (imported on first use: seconds), once torchvision is importable."""
-    return prepared_import("transformers")
-
-
 def text_config(tower: TextTower) -> CLIPTextConfig:
-    return _transformers().CLIPTextConfig(
+    return prepared_import("transformers").CLIPTextConfig(
         vocab_size=tower.vocab_size, hidden_size=tower.width, intermediate_size=tower.mlp_width,
         projection_dim=tower.projection_dim, num_hidden_layers=tower.layers, num_attention_heads=tower.heads,
         max_position_embeddings=tower.context_length, hidden_act=tower.activation, layer_norm_eps=1e-5,
@@ -51,7 +46,7 @@ def hf_text_tensors(tower: TextTower, with_projection: bool = False) -> dict[str
 def to_clip_text_model(tower: TextTower) -> CLIPTextModel:
     """The tower as a ``CLIPTextModel`` (eval mode), sharing the tower's storage."""
     with torch.device("meta"):
-        model = _transformers().CLIPTextModel(text_config(tower))
+        model = prepared_import("transformers").CLIPTextModel(text_config(tower))
     load_into(model, hf_text_tensors(tower))
     return model.eval()
 
@@ -102,7 +97,7 @@ def position_key(encoder: torch.nn.Module) -> str:
 
 def stretched_copy(encoder: CLIPTextModelWithProjection, table: torch.Tensor) -> CLIPTextModelWithProjection:
     """``encoder`` with its position table replaced by ``table``; every other tensor is shared, not copied."""
-    transformers = _transformers()
+    transformers = prepared_import("transformers")
     config = transformers.CLIPTextConfig.from_dict({**encoder.config.to_dict(),
                                                     "max_position_embeddings": table.shape[0]})
     with torch.device("meta"):

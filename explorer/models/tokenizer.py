@@ -106,7 +106,12 @@ class ClipTokenCounter(TokenCounter):
         return len(_bpe().encode(text)) + self.specials  # one call: the same sum, less Python per word
 
     def word_tokens(self, word: str) -> int:
+        if len(word) > CACHED_WORD_CHARS:  # a run of characters a visitor typed is counted, not kept
+            return super().word_tokens(word)
         return _clip_word_tokens(word)
+
+
+CACHED_WORD_CHARS = 64  # 2**16 remembered words of at most 64 characters: a few MB at most
 
 
 @lru_cache(maxsize=2**16)

@@ -55,8 +55,6 @@ SYNTHETIC = "synthetic"  # the picker's value for it
 SYNTHETIC_SCENES, SYNTHETIC_SPLIT = DEFAULT_LIMIT, "test"
 DEFAULT_SPLIT = "default"  # the picker's value for "the layout's own default split"
 KS = (1, 5, 10)  # the Recall@K the table shows (the long-caption papers report these)
-EXPORT_KS = (1, 5, 10, 25, 50)  # what is measured and exported: every K of `explorer eval-retrieval` (a test
-                                 # keeps it equal to explorer.retrieval.evaluate.DEFAULT_KS)
 THUMB_SIDE = 192  # pixels on the long side of a gallery picture
 QUERY_PICTURES = 60  # dataset pictures offered in the query gallery (any other by its number)
 CAPTION_CHARS = 110  # a caption in a table cell: the rest is in the exported JSON
@@ -414,11 +412,14 @@ class Evaluation:
 
 
 def evaluate_models(load: Callable, names: Sequence[str], dataset: RetrievalSet, indexer: Indexer | None = None,
-                    ks: Sequence[int] = EXPORT_KS) -> Iterable[tuple[str, Evaluation]]:
+                    ks: Sequence[int] | None = None) -> Iterable[tuple[str, Evaluation]]:
     """Evaluate each model in turn, yielding (model just done, the evaluation so far): the page fills the
-    table as it goes. A model that is not indexed (or fails) is recorded in ``errors``, not waited for."""
+    table as it goes. A model that is not indexed (or fails) is recorded in ``errors``, not waited for.
+    ``ks``: what is measured and exported; by default every K of `explorer eval-retrieval` (1 ... 50)."""
+    from explorer.retrieval.evaluate import DEFAULT_KS
+
     _check_models(names)
-    evaluation = Evaluation(dataset, tuple(sorted(set(ks))))
+    evaluation = Evaluation(dataset, tuple(sorted(set(ks or DEFAULT_KS))))
     for name in names:
         try:
             store = ready_store(load(name), dataset, indexer)
