@@ -55,6 +55,14 @@ def rss_gb(pid: int) -> float:
     return float("nan") if found is None else found
 
 
+def page_session(port: int) -> dict:
+    """The cookie the page gives a browser that opens it: an upload belongs to a page session."""
+    import httpx
+
+    reply = httpx.get(f"http://127.0.0.1:{port}/", timeout=60)
+    return {"Cookie": "; ".join(f"{name}={value}" for name, value in reply.cookies.items())}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -158,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"soak: {args.sessions} sessions, up to {args.rounds} rounds / {args.seconds:g} s, pictures "
               f"{args.side} px, app pid {app.pid} on 127.0.0.1:{port}; RSS at start {rss_gb(app.pid):.2f} GB")
         clients = [Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=str(home / "downloads"),
-                          analytics_enabled=False) for _ in range(args.sessions)]
+                          analytics_enabled=False, headers=page_session(port)) for _ in range(args.sessions)]
         deadline = started + args.seconds
         for round_index in range(args.rounds):
             if time.time() > deadline and round_index > 0:

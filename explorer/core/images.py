@@ -1,10 +1,14 @@
 """Reading user images safely: any mode in, RGB out, and never a memory blow-up.
 
-A 20000 x 20000 PNG would take 1.2 GB to decode, so the pixel count is
-checked from the header before anything is decoded: one rule for every
-format (PNG, JPEG, WebP, TIFF...), a picture past ``MAX_DECODE_PIXELS`` is
-refused with a message that says how to downscale it. A picture within the
-limit but longer than ``MAX_SIDE`` is downscaled, with a note. Every
+A 20000 x 20000 PNG would take 1.2 GB to decode, so the header is read before
+anything is decoded: one rule for every format (PNG, JPEG, WebP, TIFF...), a
+picture past ``MAX_DECODE_PIXELS`` pixels or ``MAX_DECODE_BYTES`` as decoded
+(16- and 32-bit pictures take two and four bytes a pixel) is refused with a
+message that says how to downscale it. A picture is decoded straight to the
+size asked for: JPEG through its reduced decode (``draft``), any other format
+shrunk in its own mode before it is converted to 8-bit RGB, so a read holds at
+most one full-size copy; and at most ``DECODE_SLOTS`` reads decode at once in
+the whole process (``decode_slot``), whatever the number of requests. Every
 conversion made on the way is reported in ``notes`` so the UI can say what
 happened to the picture.
 
@@ -20,6 +24,7 @@ import io
 import math
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,10 +34,29 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from explorer.core.errors import ImageError
 
 MAX_DECODE_PIXELS = 64_000_000  # never decode more than this (about 256 MB as RGBA)
+MAX_DECODE_BYTES = 256 * 1024 * 1024  # ...nor more bytes than this as decoded (Pillow keeps RGB as 4 bytes a pixel)
+DECODE_SLOTS = 2  # full-size decodes at once in the whole process; more requests wait for a slot
 MAX_SIDE = 4096  # images are worked on at most this large; maps do not need more
 MIN_SIDE = 8  # a picture to draw maps on has at least this many pixels on each side...
 MAX_ASPECT = 20  # ...and is at most this many times longer than wide (768 px long: at least 38 px wide)
 _open_lock = threading.Lock()  # PIL's bomb limit is process-global; change it under a lock
+_slots = threading.BoundedSemaphore(DECODE_SLOTS)
+_slots_lock = threading.Lock()
+
+
+def set_decode_slots(n: int) -> None:
+    """How many pictures may be decoded at once in this process (the app sets it from its budget)."""
+    global _slots
+    with _slots_lock:
+        _slots = threading.BoundedSemaphore(max(1, int(n)))
+
+
+@contextmanager
+def decode_slot():
+    """Hold one of the process's decode slots: a full-size decode and what is made from it happen inside."""
+    slots = _slots
+    with slots:
+        yield
 
 
 @dataclass
@@ -45,7 +69,8 @@ class LoadedImage:
 
 
 def load_image(source, max_side: int | None = None, require_shape: bool = False) -> LoadedImage:
-    """Open a path, bytes, numpy array or PIL image as an RGB picture, or raise ``ImageError``.
+    """Open a path, bytes, numpy array or PIL image as an RGB picture at most ``max_side`` on its long
+    side (default ``MAX_SIDE``), or raise ``ImageError``.
 
     ``require_shape``: also refuse a picture too small or too thin to draw maps on (``check_shape``),
     from its header, before decoding it.
@@ -61,13 +86,66 @@ def load_image(source, max_side: int | None = None, require_shape: bool = False)
     original_size = image.size
     if require_shape:
         check_shape(original_size, label)
-    image = decode_image(image, label, notes)
-    image = _to_rgb(image, notes)
-    full_size = image.size
-    if max(image.size) > max_side:
-        image.thumbnail((max_side, max_side), Image.LANCZOS)
+    check_header(image, label, notes)
+    # A JPEG may be decoded small (``draft``): its size as shown comes from the header and EXIF. Any other
+    # format is decoded whole, and reading a PNG's EXIF would decode it here, outside a slot.
+    full_size = _upright_size(image) if image.format == "JPEG" else None
+    with decode_slot():
+        image = decode_image(image, label, notes, max_side=max_side)
+        full_size = full_size or image.size
+        image = _shrink(image, max_side, notes)
+        image = _to_rgb(image, notes)
+    if max(full_size) > max_side:
         notes.append(downscale_note(full_size, image.size))
     return LoadedImage(image=image, notes=notes, original_size=original_size, full_size=full_size, label=label)
+
+
+def check_header(image: Image.Image, label: str, notes: list[str]) -> None:
+    """Refuse, from the header alone, a picture whose decode would pass the pixel or byte limit; note an
+    animation (only its first frame is read)."""
+    width, height = image.size
+    if width < 1 or height < 1:
+        raise ImageError(f"{_subject(label)} has no pixels ({width}x{height}).")
+    pixels, per_pixel = width * height, _bytes_per_pixel(image.mode)
+    if pixels > MAX_DECODE_PIXELS or pixels * per_pixel > MAX_DECODE_BYTES:
+        depth = f" at {8 * per_pixel} bits a pixel" if per_pixel > 1 and pixels <= MAX_DECODE_PIXELS else ""
+        raise ImageError(
+            f"{_subject(label)} is {width}x{height} px ({_megapixels(pixels)} megapixels{depth}); pictures of "
+            f"every format are read up to {_megapixels(MAX_DECODE_PIXELS)} megapixels and "
+            f"{MAX_DECODE_BYTES // 2**20} MB decoded. Downscale it first (e.g. to {MAX_SIDE} px on the long side, "
+            "8 bits a channel) and load it again.")
+    if getattr(image, "is_animated", False):
+        notes.append("an animation: its first frame is read")
+
+
+def _bytes_per_pixel(mode: str) -> int:
+    """Bytes a pixel takes once Pillow has decoded it (every multi-band 8-bit mode is stored in 4)."""
+    if mode in ("1", "L", "P"):
+        return 1
+    if mode.startswith("I;16"):
+        return 2
+    return 4
+
+
+def _upright_size(image: Image.Image) -> tuple[int, int]:
+    """A JPEG's size as shown (EXIF orientations 5-8 swap width and height), from its header."""
+    try:
+        orientation = image.getexif().get(0x0112, 1)
+    except (OSError, ValueError, TypeError, SyntaxError):
+        orientation = 1
+    return image.size[::-1] if orientation in (5, 6, 7, 8) else image.size
+
+
+def _shrink(image: Image.Image, max_side: int, notes: list[str]) -> Image.Image:
+    """At most ``max_side`` on the long side, shrunk in the picture's own mode where Pillow can (16- and
+    32-bit pictures are then converted small, not full size)."""
+    if max(image.size) <= max_side:
+        return image
+    scale = max_side / max(image.size)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    if image.mode in ("1", "P", "PA"):  # Pillow resamples these by nearest neighbour only: through RGB first
+        image = _to_rgb(image, notes)
+    return image.resize(size, Image.LANCZOS, reducing_gap=3.0)
 
 
 def downscale_note(before: tuple[int, int], after: tuple[int, int]) -> str:
@@ -116,25 +194,23 @@ def open_image(source) -> tuple[Image.Image, str]:
     return image, label
 
 
-def decode_image(image: Image.Image, label: str, notes: list[str]) -> Image.Image:
-    """Decode an opened image within the pixel limit, EXIF-rotated; past the limit, refuse it (any format)."""
-    width, height = image.size
-    if width < 1 or height < 1:
-        raise ImageError(f"{_subject(label)} has no pixels ({width}x{height}).")
-    if width * height > MAX_DECODE_PIXELS:
-        raise ImageError(
-            f"{_subject(label)} is {width}x{height} px ({_megapixels(width * height)} megapixels); pictures of "
-            f"every format are read up to {_megapixels(MAX_DECODE_PIXELS)} megapixels. Downscale it first "
-            f"(e.g. to {MAX_SIDE} px on the long side) and load it again.")
+def decode_image(image: Image.Image, label: str, notes: list[str], max_side: int | None = None) -> Image.Image:
+    """Decode an opened image within the limits, EXIF-rotated; past them, refuse it (any format).
+    ``max_side``: a JPEG is decoded at the smallest of its reduced scales still at least that large."""
+    check_header(image, label, [])
+    if max_side is not None and image.format == "JPEG" and max(image.size) > max_side:
+        scale = max_side / max(image.size)
+        image.draft(image.mode if image.mode in ("RGB", "L") else None,
+                    (math.ceil(image.width * scale), math.ceil(image.height * scale)))
     try:
         image.load()
     except (OSError, SyntaxError, ValueError) as error:
         raise ImageError(f"{_subject(label)} is damaged or truncated and cannot be decoded ({error}).") from error
     try:
-        image = ImageOps.exif_transpose(image)
+        return ImageOps.exif_transpose(image)
     except (OSError, ValueError, TypeError):
         notes.append("EXIF orientation could not be read; shown as stored")
-    return image
+        return image
 
 
 def _subject(label: str) -> str:

@@ -8,9 +8,22 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
+
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+
+
+def check_split(split: str | None) -> str | None:
+    """``split`` if it is a plain name (letters, digits, ``_``, ``-``): a layout may build a file name from
+    it, so a path never gets that far. Each layout then checks it is one of its own splits."""
+    if split in (None, ""):
+        return None
+    if not isinstance(split, str) or not _SPLIT_NAME.fullmatch(split):
+        raise DatasetError(f"a split is a plain name such as train, val or test, not {str(split)[:40]!r}")
+    return split
 
 
 class Layouts:

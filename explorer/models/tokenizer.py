@@ -5,6 +5,12 @@ ids and overwrite the last kept one with EOT, so the pooled token is
 always an EOT. Every call reports how many tokens were dropped, and
 ``budget`` says at which character of the text the cut falls, so the UI
 can show it.
+
+BPE's cost grows with the square of a word's length (a 20,000-letter word
+took 5.8 s to count), so a run of more than ``LONG_RUN`` characters without
+a space is read in pieces of ``LONG_RUN``: no real word is that long, and a
+visitor's text cannot hold a core for minutes. open_clip's per-word BPE
+cache is bounded (``BPE_CACHE_WORDS``).
 """
 
 from __future__ import annotations
@@ -27,7 +33,40 @@ def _bpe():
     prepare_libraries()
     from open_clip.tokenizer import SimpleTokenizer
 
-    return SimpleTokenizer()
+    tokenizer = SimpleTokenizer()
+    tokenizer.cache = BoundedCache(tokenizer.cache, BPE_CACHE_WORDS)  # open_clip's grows with every new word
+    return tokenizer
+
+
+LONG_RUN = 32  # characters without a space read as one BPE word; longer runs are read in pieces this long
+BPE_CACHE_WORDS = 2**16
+_LONG_RUN = re.compile(r"\S{%d,}" % (LONG_RUN + 1))
+
+
+class BoundedCache(dict):
+    """open_clip's word -> BPE cache with at most ``limit`` words: past it, the words it learned are
+    forgotten (the special tokens it was built with stay)."""
+
+    def __init__(self, initial: dict, limit: int):
+        super().__init__(initial)
+        self.kept, self.limit = dict(initial), limit
+
+    def __setitem__(self, key, value):
+        if len(self) >= self.limit:
+            self.clear()
+            self.update(self.kept)
+        super().__setitem__(key, value)
+
+
+def _pieces(text: str) -> str:
+    """``text`` with every run of more than ``LONG_RUN`` non-space characters split into pieces of it."""
+    return _LONG_RUN.sub(lambda m: " ".join(m.group()[i:i + LONG_RUN] for i in range(0, len(m.group()), LONG_RUN)),
+                         text)
+
+
+def encode(text: str) -> list[int]:
+    """CLIP's BPE ids of ``text`` (no special tokens), long runs in pieces (see the module's note)."""
+    return _bpe().encode(_pieces(text))
 
 
 def bpe_tables() -> tuple[dict[str, int], list[tuple[str, str]]]:
@@ -84,7 +123,7 @@ class TokenCounter:
     specials = SPECIAL_TOKENS  # start-of-text and end-of-text
 
     def word_tokens(self, word: str) -> int:
-        return len(_bpe().encode(word))
+        return len(encode(word))
 
     def count(self, text: str) -> int:
         """Tokens the whole text takes, special tokens included."""
@@ -103,7 +142,7 @@ class TokenCounter:
 
 class ClipTokenCounter(TokenCounter):
     def count(self, text: str) -> int:
-        return len(_bpe().encode(text)) + self.specials  # one call: the same sum, less Python per word
+        return len(encode(text)) + self.specials  # one call: the same sum, less Python per word
 
     def word_tokens(self, word: str) -> int:
         if len(word) > CACHED_WORD_CHARS:  # a run of characters a visitor typed is counted, not kept
@@ -118,7 +157,7 @@ CACHED_WORD_CHARS = 64  # 2**16 remembered words of at most 64 characters: a few
 def _clip_word_tokens(word: str) -> int:
     """A word's CLIP tokens, remembered: captions repeat their words, and each encode cleans the word with
     ftfy first (a retrieval set's truncation report walked 46,000 words of 560 captions in 8 s)."""
-    return len(_bpe().encode(word))
+    return len(encode(word))
 
 
 CLIP_TOKENS = ClipTokenCounter()
@@ -126,17 +165,16 @@ CLIP_TOKENS = ClipTokenCounter()
 
 def count_tokens(text: str) -> int:
     """Tokens the text takes in a CLIP context, SOT and EOT included."""
-    return len(_bpe().encode(text)) + SPECIAL_TOKENS
+    return len(encode(text)) + SPECIAL_TOKENS
 
 
 def tokenize(texts: list[str], context_length: int) -> TokenBatch:
     import torch
 
-    bpe = _bpe()
     ids = torch.zeros(len(texts), context_length, dtype=torch.long)
     n_tokens, n_cut = [], []
     for row, text in enumerate(texts):
-        tokens = [SOT_ID, *bpe.encode(text), EOT_ID]
+        tokens = [SOT_ID, *encode(text), EOT_ID]
         n_tokens.append(len(tokens))
         n_cut.append(max(0, len(tokens) - context_length))
         if len(tokens) > context_length:

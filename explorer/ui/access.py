@@ -25,6 +25,7 @@ from typing import Iterable
 
 from explorer.core import paths
 from explorer.core.errors import ExplorerError
+from explorer.ui.budget import Budget
 
 ROOTS_ENV = "EXPLORER_ALLOWED_ROOTS"
 SESSION_CAP = 12  # requests one visitor session may have queued or running at once (public mode; a page
@@ -63,11 +64,16 @@ class Access:
     session_cap: int = SESSION_CAP
     sdxl: Path | None = None  # the SDXL the owner set at start (a public page has no field for it)
     sdxl_config: Path | None = None  # its configs folder, for a single-file SDXL
+    budget: Budget | None = None  # what a visitor may spend (None: the mode's own, ``Budget.for_mode``)
+
+    def __post_init__(self):
+        if self.budget is None:
+            object.__setattr__(self, "budget", Budget.for_mode(self.public))
 
     @classmethod
     def for_app(cls, zoo_root: str | Path, allow_roots: Iterable[str | Path] = (), public: bool = False,
                 sdxl: str | Path | None = None, sdxl_config: str | Path | None = None,
-                session_cap: int = SESSION_CAP) -> "Access":
+                session_cap: int = SESSION_CAP, caption_chars: int | None = None) -> "Access":
         """The zoo folder, ``$EXPLORER_HOME``, ``allow_roots`` and ``$EXPLORER_ALLOWED_ROOTS``, resolved."""
         found: list[Path] = []
         for root in [zoo_root, paths.home(), *allow_roots, *env_roots()]:
@@ -78,6 +84,7 @@ class Access:
                 found.append(resolved)
         chosen = sdxl if sdxl is not None else paths.sdxl_default()
         return cls(roots=tuple(found), public=public, session_cap=session_cap,
+                   budget=Budget.for_mode(public, caption_chars),
                    sdxl=Path(chosen).expanduser() if chosen else None,
                    sdxl_config=Path(sdxl_config).expanduser() if sdxl_config else None)
 

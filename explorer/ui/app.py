@@ -9,13 +9,17 @@ import os
 import threading
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
 from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
-from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
+from explorer.core.images import set_decode_slots
+from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, request_rules, retrieval_tab
 from explorer.ui.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
+from explorer.ui.budget import HEAVY
+from explorer.ui.page_guard import PageGuard
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -30,6 +34,10 @@ def page_options(access: Access | None = None) -> dict:
                               font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
     options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],
                "css": PAGE_CSS}
+    if access is not None:
+        # In front of Gradio's routes: sessions, uploads, request bodies, links (``explorer.ui.page_guard``).
+        options["app_kwargs"] = {"middleware": [Middleware(PageGuard, budget=access.budget, public=access.public)]}
+        options["show_error"] = not access.public  # a public page shows our messages, not Gradio's texts
     if access is not None and access.public:
         options["max_file_size"] = PUBLIC_UPLOAD_BYTES
     return options
@@ -113,22 +121,26 @@ def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
     are closed), it holds at most ``QUEUE_SIZE`` and each visitor session at most ``access.session_cap``."""
     if access.public:
         app.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE, api_open=False)
-        cap_sessions(app, access.session_cap)
+        cap_sessions(app, access.session_cap, access.budget.heavy_per_session)
     else:
         app.queue(default_concurrency_limit=2)
+    request_rules.install(app, access.budget, access.public)  # texts in the budget, heavy events grouped, no fetches
+    set_decode_slots(access.budget.decodes_at_once)
     if "GRADIO_ANALYTICS_CACHE_FREQUENCY" not in os.environ:  # the owner's own setting wins
         app._queue.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_EVERY  # (sic: Gradio's spelling)
     return app
 
 
-def cap_sessions(app: gr.Blocks, cap: int) -> None:
+def cap_sessions(app: gr.Blocks, cap: int, heavy_cap: int | None = None) -> None:
     """Refuse a request (HTTP 503, said in one line) that names no session, or whose session already has
-    ``cap`` requests queued or running. Gradio's queue keeps each event in ``event_ids_to_events`` from join
-    to end; its ``push`` is the one door every queued request goes through. Count and push happen under one
-    lock, so a burst cannot slip past the count."""
+    ``cap`` requests queued or running, or ``heavy_cap`` of the heavy ones (``budget.HEAVY``: a visitor who
+    sends ten big pictures at once waits for two, and the others' Draws are not queued behind all ten).
+    Gradio's queue keeps each event in ``event_ids_to_events`` from join to end; its ``push`` is the one door
+    every queued request goes through. Count and push happen under one lock, so a burst cannot slip past."""
     queue = app._queue
     push = queue.push
     door = asyncio.Lock()
+    heavy = HEAVY["concurrency_id"]
 
     async def capped_push(body, request, username):
         session = body.session_hash
@@ -136,10 +148,17 @@ def cap_sessions(app: gr.Blocks, cap: int) -> None:
             if not session:
                 message = "a request must name its session on this page"
             else:
-                held = sum(1 for event in list(queue.event_ids_to_events.values()) if event.session_hash == session)
-                if held < cap:
+                held = [event for event in list(queue.event_ids_to_events.values()) if event.session_hash == session]
+                fn = app.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
+                held_heavy = sum(event.concurrency_id == heavy for event in held)
+                if len(held) >= cap:
+                    message = (f"this page already has {len(held)} requests waiting or running (at most {cap}): "
+                               "wait for them")
+                elif heavy_cap is not None and fn is not None and fn.concurrency_id == heavy and held_heavy >= heavy_cap:
+                    message = (f"this page already has {held_heavy} pictures, maps or searches waiting or running "
+                               f"(at most {heavy_cap}): wait for them")
+                else:
                     return await push(body=body, request=request, username=username)
-                message = f"this page already has {held} requests waiting or running (at most {cap}): wait for them"
         log.warning("refused: %s", message)
         return False, message, "queue_full"
 
@@ -169,7 +188,7 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
     access = access or Access.for_app(zoo.root, public=share or not is_loopback(host))
     app = serve(build_app(zoo, access=access), access)
     app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=True,
-               show_error=True, **page_options(access))
+               **page_options(access))
     if announce is not None:
         announce(app.share_url or app.local_url)
     warm_up()

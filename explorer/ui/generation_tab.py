@@ -79,7 +79,7 @@ def generate(access: Access, worker, generator, sdxl, sdxl_config, prompt, negat
             precision=precision, cpu_offload=bool(cpu_offload), attention_slicing=bool(attention_slicing),
             vae_tiling=bool(vae_tiling))
         scorer = None if score_with in (None, "", NO_SCORE) else score_with
-        task = view.submit_generation(worker, generator, settings, scorer, export_dir())
+        task = view.submit_generation(worker, generator, settings, scorer, lambda: export_dir(access.budget))
     except Exception as error:  # noqa: BLE001
         return None, explain(error), gr.Timer(active=False)
     return task.key, status_line(task), gr.Timer(active=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from explorer.core import paths
+from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, export_root
@@ -27,10 +28,10 @@ def dataset_folder(access: Access, choice, folder) -> Path:
     typed = folder.strip() if isinstance(folder, str) else ""
     if typed:
         return access.path(typed, "dataset folder")
-    offered = {value for _, value in view.dataset_choices()}
-    if not choice or str(choice) not in offered:
+    offered = view.offered_folder(str(choice)) if choice else None
+    if offered is None:
         raise access.refuse(f"{str(choice)[:200]!r} is not one of the grounding datasets this page offers")
-    return Path(str(choice))
+    return offered
 
 
 def open_picture(access: Access, choice, folder, split, units, number):
@@ -95,9 +96,9 @@ def build(access: Access, inputs: Inputs) -> None:
             worst_button = gr.Button("Worst units for this model", elem_id="grounding-set-worst")
             worst = gr.Dataframe(headers=WORST_COLUMNS, interactive=False, elem_id="grounding-set-worst-table")
     open_button.click(lambda *v: open_picture(access, *v), inputs=[choice, folder, split, units, number],
-                      outputs=[inputs.image, inputs.caption, preview, note])
+                      outputs=[inputs.image, inputs.caption, preview, note], **HEAVY)
     worst_button.click(lambda *v: show_worst(access, *v), inputs=[results, model, kind],
                        outputs=[worst, folder, split, units, note])
     worst.select(pick_row, inputs=worst, outputs=number).then(
         lambda *v: open_picture(access, *v), inputs=[choice, folder, split, units, number],
-        outputs=[inputs.image, inputs.caption, preview, note])
+        outputs=[inputs.image, inputs.caption, preview, note], **HEAVY)

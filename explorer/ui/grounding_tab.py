@@ -15,6 +15,7 @@ from explorer.grounding.sentence_maps import MapCache, describe_picture
 from explorer.models.map_kinds import BEST_EXPLAINER, DESCRIPTIONS, GENERIC_MAP
 from explorer.models.methods import discover_methods, get_method, imported_method
 from explorer.ui import grounding_dataset_panel, maps_tab, pca_tab, regions_tab
+from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.examples import example_images
 from explorer.ui.messages import explain
@@ -168,7 +169,8 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
             preview = gr.Image(value=picture, label="Image", interactive=False, elem_id="grounding-preview",
                                height=260)
             picture_note = gr.Markdown(picture_text, elem_id="image-note")
-            caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption", value=first_caption)
+            caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption", value=first_caption,
+                                 info=access.budget.describe())
             budget_view = gr.HighlightedText(value=[], label="Token budget", elem_id="token-budget",
                                              show_legend=True, combine_adjacent=True)
             budget_note = gr.Markdown("Counting tokens…", elem_id="token-summary")
@@ -200,7 +202,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
         with gr.Column(scale=2):
             with gr.Tabs():
                 with gr.Tab("Sentence maps", id="maps"):
-                    maps_tab.build(inputs, zoo, cache)
+                    maps_tab.build(inputs, zoo, cache, access)
                 with gr.Tab("FLISM regions", id="regions"):
                     regions_tab.build(inputs, zoo, cache, access)
                 with gr.Tab("PCA maps", id="pca"):
@@ -215,7 +217,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table])
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
     kind.change(kind_note, inputs=kind, outputs=kind_line, show_progress="hidden")
-    image.change(describe, inputs=image, outputs=[preview, picture_note])
+    image.change(describe, inputs=image, outputs=[preview, picture_note], **HEAVY)
 
     def models_load(chosen, current_kind):
         models_update = refresh_models(zoo, chosen)

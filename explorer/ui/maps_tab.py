@@ -12,6 +12,7 @@ import gradio as gr
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.examples import truth_dir
 from explorer.ui.messages import explain
+from explorer.ui.budget import HEAVY
 from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, loading_first
 from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps, render_maps
 from explorer.views.panels import compose
@@ -57,12 +58,12 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
     return "\n".join(lines)
 
 
-def draw(load, cache: MapCache, *values):
+def draw(load, cache: MapCache, *values, budget=None):
     """The "Draw maps" button: (view, settings, picture, status, scores, page slider). A failure leaves
     only its message (the stored result is cleared, so nothing stale is exported)."""
     common, display = values[:6], values[6:]
     try:
-        settings = ViewSettings(**base_settings("maps", *common), **display_settings(*display))
+        settings = ViewSettings(**base_settings("maps", *common, budget=budget), **display_settings(*display))
         view = compute_maps(load, settings, cache, truth_dir=truth_dir())  # the examples' scene truth
         settings.page = min(settings.page, view.pages(settings.per_page) - 1)
         picture = compose(render_maps(view, settings, PREVIEW_SIDE))
@@ -92,7 +93,7 @@ def rerender(view: MapsView | None, settings: ViewSettings | None, *display):
     return updated, picture, status_text(view, updated), score_rows(view, updated), page_slider(view, updated)
 
 
-def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
+def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     with gr.Row():
         cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map", elem_id="maps-cmap")
         opacity = gr.Slider(0.0, 1.0, value=0.55, step=0.05, label="Opacity", elem_id="maps-opacity")
@@ -114,16 +115,18 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
     scores = gr.Dataframe(headers=SCORE_COLUMNS, interactive=False, wrap=True, elem_id="maps-scores",
                           max_height=320, column_widths=SCORE_WIDTHS)
     view_state, settings_state = gr.State(None), gr.State(None)
-    export_row("maps", view_state, settings_state, zoo)
+    export_row("maps", view_state, settings_state, zoo, access)
 
     display = [cmap, opacity, mask, otsu, threshold, scale, page, per_page]
-    run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values), status_at=3, n_outputs=6),
+    budget = access.budget if access is not None else None
+    run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values, budget=budget), status_at=3,
+                            n_outputs=6),
               inputs=inputs.components() + display,
-              outputs=[view_state, settings_state, picture, status, scores, page], api_name="draw_maps")
+              outputs=[view_state, settings_state, picture, status, scores, page], api_name="draw_maps", **HEAVY)
     for control in display:
         # A slider re-renders on "input" (a drag, or a number typed in its box and Enter) with only
         # the latest value kept while one is running; other controls on "change".
         event = control.input if isinstance(control, gr.Slider) else control.change
         event(rerender, inputs=[view_state, settings_state, *display],
               outputs=[settings_state, picture, status, scores, page], api_name=f"rerender_maps_{control.elem_id}",
-              trigger_mode="always_last")
+              trigger_mode="always_last", **HEAVY)

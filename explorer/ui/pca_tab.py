@@ -9,6 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, loading_first
@@ -31,11 +32,11 @@ def status_text(view: PcaView, settings: ViewSettings) -> str:
     return "\n".join(lines)
 
 
-def draw(load, cache: MapCache, *values):
+def draw(load, cache: MapCache, *values, budget=None):
     common, extra, source, fit = values[:6], values[6], values[7], values[8]
     try:
         extra = [str(p) for p in (extra or [])][:MAX_EXTRA_IMAGES]
-        settings = ViewSettings(**base_settings("pca", *common), images=extra, pca_source=source, pca_fit=fit)
+        settings = ViewSettings(**base_settings("pca", *common, budget=budget), images=extra, pca_source=source, pca_fit=fit)
         view = compute_pca(load, settings, cache)
         picture = compose(render_pca(view, settings, PREVIEW_SIDE))
     except Exception as error:  # noqa: BLE001
@@ -69,9 +70,10 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
                 elem_id="pca-grid-label")
     picture = gr.Image(interactive=False, elem_id="pca-grid", format="png", show_label=False)
     view_state, settings_state = gr.State(None), gr.State(None)
-    export_row("pca", view_state, settings_state, zoo)
-    run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values), status_at=3, n_outputs=4),
+    export_row("pca", view_state, settings_state, zoo, access)
+    run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values, budget=access.budget), status_at=3,
+                            n_outputs=4),
               inputs=inputs.components() + [extra, source, fit],
-              outputs=[view_state, settings_state, picture, status], api_name="draw_pca")
+              outputs=[view_state, settings_state, picture, status], api_name="draw_pca", **HEAVY)
     fit.change(refit, inputs=[view_state, settings_state, fit], outputs=[settings_state, picture, status],
                api_name="refit_pca")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
+from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, base_settings, export_row, loading_first
@@ -66,7 +67,7 @@ def find_regions(access: Access, load, cache: MapCache, *values):
     try:
         typed = detector.strip() if isinstance(detector, str) else ""
         folder = str(access.path(typed, "detector folder")) if typed else ""
-        settings = ViewSettings(**base_settings("regions", *common), detector=detector_setting(folder))
+        settings = ViewSettings(**base_settings("regions", *common, budget=access.budget), detector=detector_setting(folder))
         view = compute_regions(load, settings, cache)
         picture = compose(render_regions(view, settings, REGIONS_PREVIEW_SIDE))
         plot = similarity_plot([similarity_matrix(view, i) for i in range(len(view.names))])
@@ -93,11 +94,12 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
                          max_height=320, label="Best region per sentence", column_widths=MATCH_WIDTHS)
     plot = gr.Plot(label="Sentence x region similarity", elem_id="regions-plot")
     view_state, settings_state = gr.State(None), gr.State(None)
-    export_row("regions", view_state, settings_state, zoo)
+    export_row("regions", view_state, settings_state, zoo, access)
 
     def run_view(load, *values):
         found = find_regions(access, load, cache, *values)
         return (*found, key_rows(found[0]))
 
     run.click(loading_first(zoo, run_view, status_at=4, n_outputs=7), inputs=inputs.components() + [detector],
-              outputs=[view_state, settings_state, picture, plot, status, table, key], api_name="find_regions")
+              outputs=[view_state, settings_state, picture, plot, status, table, key], api_name="find_regions",
+              **HEAVY)

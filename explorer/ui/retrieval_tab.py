@@ -14,6 +14,7 @@ from explorer.core import paths
 from explorer.core.errors import ExplorerError
 from explorer.models.methods import discover_methods, imported_method
 from explorer.retrieval.indexing import Indexer
+from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, as_list, export_dir, export_root
@@ -210,7 +211,7 @@ def evaluate(access: Access, load, indexer: Indexer, choice, folder, split, name
             models = list(evaluation.entries)
             downloads = [hidden, hidden]
             if models:
-                exports = exports or export_dir()
+                exports = exports or export_dir(access.budget)
                 files = view.export_results(evaluation, exports)
                 downloads = [gr.DownloadButton(value=str(f), visible=True) for f in files]
             yield (f"{number} of {len(as_list(names))} model(s) done on {dataset.summary()}.\n{note}",
@@ -323,12 +324,12 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
     dataset_events = [dataset.change, split.change, folder.submit, folder.blur]
     for event in dataset_events:
         event(lambda *values: show_dataset(access, *values), inputs=where, outputs=[dataset_note, query_gallery],
-              trigger_mode="always_last")
+              trigger_mode="always_last", **HEAVY)
     for event in [*dataset_events, models.change]:
         event(lambda *values: index_status(access, load, indexer, *values), inputs=[*where, models], outputs=index_note,
               trigger_mode="always_last")
     index_button.click(lambda *values: start_indexing(access, load, indexer, *values), inputs=[*where, models],
-                       outputs=[tasks, index_note, timer], api_name="retrieval_index")
+                       outputs=[tasks, index_note, timer], api_name="retrieval_index", **HEAVY)
     timer.tick(lambda current: poll(indexer, current), inputs=tasks, outputs=[index_note, timer],
                show_progress="hidden")
     stop_button.click(lambda current: stop_indexing(access, indexer, current), inputs=tasks, outputs=status)
@@ -336,12 +337,12 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
     results = [status, *columns]
     by_text, by_number, by_file = ([*where, models, query, k] for query in (text, number, upload))
     text_button.click(lambda *values: search_text(access, load, indexer, *values), inputs=by_text,
-                      outputs=results, api_name="retrieval_search_text")
-    text.submit(lambda *values: search_text(access, load, indexer, *values), inputs=by_text, outputs=results)
+                      outputs=results, api_name="retrieval_search_text", **HEAVY)
+    text.submit(lambda *values: search_text(access, load, indexer, *values), inputs=by_text, outputs=results, **HEAVY)
     number_button.click(lambda *values: search_number(access, load, indexer, *values), inputs=by_number,
-                        outputs=results, api_name="retrieval_search_picture")
+                        outputs=results, api_name="retrieval_search_picture", **HEAVY)
     file_button.click(lambda *values: search_file(access, load, indexer, *values), inputs=by_file,
-                      outputs=results, api_name="retrieval_search_file")
+                      outputs=results, api_name="retrieval_search_file", **HEAVY)
     caption_button.click(lambda *values: use_caption(access, *values), inputs=[*where, number], outputs=[text, status],
                          api_name="retrieval_use_caption")
 
@@ -349,14 +350,14 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
         return evt.index
 
     query_gallery.select(pick, outputs=number).then(
-        lambda *values: search_number(access, load, indexer, *values), inputs=by_number, outputs=results)
+        lambda *values: search_number(access, load, indexer, *values), inputs=by_number, outputs=results, **HEAVY)
 
     def run_evaluation(*values):  # a generator function, so that Gradio streams each model's row
         yield from evaluate(access, load, indexer, *values)
 
     evaluate_button.click(run_evaluation, inputs=[*where, models],
                           outputs=[recall_note, recall, evaluation, csv_button, json_button, worst_model],
-                          api_name="retrieval_evaluate").then(
+                          api_name="retrieval_evaluate", **HEAVY).then(
         show_worst, inputs=[evaluation, worst_model, direction], outputs=[worst, queries, worst_note])
     for control in (worst_model, direction):
         control.input(show_worst, inputs=[evaluation, worst_model, direction], outputs=[worst, queries, worst_note])

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
 
 from explorer.core import paths
+from explorer.core.disk_quota import prune, remove
+from explorer.ui.budget import HEAVY, Budget
 from explorer.ui.messages import explain
 from explorer.views.settings import MAX_MODELS, ViewSettings
 
@@ -41,8 +45,16 @@ def as_list(models) -> list[str]:
     return [models] if isinstance(models, str) else list(models)
 
 
-def base_settings(view: str, image, caption, models, kind, dense_caption, truth) -> dict:
-    """The shared part of a view's settings, checked: a clear message for what is missing."""
+def base_settings(view: str, image, caption, models, kind, dense_caption, truth, budget: Budget | None = None) -> dict:
+    """The shared part of a view's settings, checked: a clear message for what is missing, and (``budget``)
+    a caption within the page's caps on characters and sentences, counted before any model runs."""
+    if budget is not None:
+        from explorer.core.sentences import split_sentences
+
+        for text, what in ((caption, "caption"), (dense_caption, "dense caption")):
+            if isinstance(text, str):
+                budget.check_text(text, what)
+                budget.check_sentences(len(split_sentences(text)))
     if not image:
         raise ValueError("Pick or upload an image first.")
     models = as_list(models)
@@ -88,32 +100,59 @@ def export_root() -> Path:
     return EXPORT_ROOT if EXPORT_ROOT is not None else paths.exports_dir()
 
 
-def export_dir() -> Path:
-    """A new folder per export, so two exports never overwrite each other."""
+def export_dir(budget: Budget | None = None) -> Path:
+    """A new folder per export, so two exports never overwrite each other; the exports folder is then
+    pruned to ``budget`` (a public page keeps ``export_bytes`` for ``export_seconds``, oldest removed first)."""
     root = paths.ensure(export_root())
-    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=root))
+    folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=root))
+    if budget is not None and (budget.export_bytes is not None or budget.export_seconds is not None):
+        prune(root, budget.export_bytes, budget.export_seconds, keep=(folder,))
+    return folder
+
+
+@contextmanager
+def export_folder(budget: Budget | None = None) -> Iterator[Path]:
+    """``export_dir`` for one export, removed again when the export fails or writes nothing into it; the
+    folder's contents count against the budget from the next export on."""
+    folder = export_dir(budget)
+    try:
+        yield folder
+    except BaseException:
+        remove(folder)
+        raise
+    if folder.is_dir() and not any(folder.iterdir()):
+        remove(folder)
+    elif budget is not None and budget.export_bytes is not None:
+        prune(folder.parent, budget.export_bytes, keep=(folder,))
 
 
 def export_view(view, settings: ViewSettings | None, fmt: str, width: float,
-                zoo_root: str | Path | None = None) -> tuple[list[str] | None, str]:
-    """Write the figure, its settings JSON and copies of its inputs; (files for download, message)."""
+                zoo_root: str | Path | None = None, budget: Budget | None = None,
+                public: bool = False) -> tuple[list[str] | None, str]:
+    """Write the figure, its settings JSON and copies of its inputs; (files for download, message). A public
+    page's message names the files, not the server's folders."""
     from explorer.views.pipeline import bundle_inputs, write_figure
 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."
     try:
-        folder = export_dir()
-        settings = bundle_inputs(view, ViewSettings(**{**vars(settings), "width": float(width)}), folder)
-        figure, settings_file = write_figure(view, settings, folder / f"{settings.view}.{fmt}")
+        with export_folder(budget) as folder:
+            settings = bundle_inputs(view, ViewSettings(**{**vars(settings), "width": float(width)}), folder)
+            figure, settings_file = write_figure(view, settings, folder / f"{settings.view}.{fmt}")
     except Exception as error:  # noqa: BLE001 - the page says what went wrong and keeps serving
         return None, explain(error)
+    if public:
+        return [str(figure), str(settings_file)], (
+            f"Wrote **{figure.name}** ({float(width):g} in wide) and **{settings_file.name}**: download them below. "
+            f"The same figure from a shell: `explorer figure replay {settings_file.name}` in the folder you save "
+            "them to, with the same models.")
     zoo = f" --checkpoints {Path(zoo_root).resolve()}" if zoo_root else ""
     return [str(figure), str(settings_file)], (
         f"Wrote **{figure.name}** ({float(width):g} in wide) with its settings and inputs in `{folder}`. "
         f"The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
 
 
-def export_row(prefix: str, view_state, settings_state, zoo) -> None:
+def export_row(prefix: str, view_state, settings_state, zoo, access=None) -> None:
     """Format, width, button and the files, wired to the view's stored result: the same under every view."""
     with gr.Row():
         fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
@@ -123,5 +162,7 @@ def export_row(prefix: str, view_state, settings_state, zoo) -> None:
     files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
                     elem_id=f"{prefix}-export-files")
     note = gr.Markdown(elem_id=f"{prefix}-export-note")
-    button.click(lambda *values: export_view(*values, zoo_root=zoo.root),
-                 inputs=[view_state, settings_state, fmt, width], outputs=[files, note], api_name=f"export_{prefix}")
+    budget, public = (access.budget, access.public) if access is not None else (None, False)
+    button.click(lambda *values: export_view(*values, zoo_root=zoo.root, budget=budget, public=public),
+                 inputs=[view_state, settings_state, fmt, width], outputs=[files, note], api_name=f"export_{prefix}",
+                 **HEAVY)

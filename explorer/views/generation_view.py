@@ -166,9 +166,12 @@ def sdxl_line(path, config="") -> str:
     return f"SDXL base at `{source.path}`{stock}."
 
 
-def submit_generation(worker, generator, settings, score_with: str | None, out_dir):
+def submit_generation(worker, generator, settings, score_with: str | None, new_folder):
     """Queue one generation on the shared worker; returns its task. Settings are checked first, so a bad
-    request is refused at once, not after the queue."""
+    request is refused at once, not after the queue. ``new_folder()`` makes the folder the result is
+    saved in, once there is a result: a refused or failed generation leaves no folder behind."""
+    import uuid
+
     from explorer.core.background import Task
     from explorer.generation.sdxl_source import check_source
 
@@ -178,9 +181,9 @@ def submit_generation(worker, generator, settings, score_with: str | None, out_d
     def job(task):
         result = generator.run(settings, progress=task.progress, should_stop=task.stop_requested.is_set)
         scorer = generator.load_model(score_with) if score_with else None
-        return save_generation(result, out_dir / "generation.png", scorer)
+        return save_generation(result, new_folder() / "generation.png", scorer)
 
-    return worker.submit(Task(key=str(out_dir), title="generation"), job)
+    return worker.submit(Task(key=f"generation-{uuid.uuid4().hex}", title="generation"), job)
 
 
 @dataclass

@@ -34,15 +34,21 @@ OVERLAY = (255, 60, 60)
 
 
 def dataset_choices() -> list[tuple[str, str]]:
-    """(label, folder) of every folder under ``$EXPLORER_HOME/datasets`` that a grounding layout reads."""
+    """(label, name) of every folder under ``$EXPLORER_HOME/datasets`` that a grounding layout reads (names,
+    not paths: the page never shows the server's folders; ``offered_folder`` maps one back)."""
     root = paths.datasets_dir()
     choices = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         try:
-            choices.append((f"{folder.name} ({detect(folder)})", str(folder)))
+            choices.append((f"{folder.name} ({detect(folder)})", folder.name))
         except DatasetError:
             continue  # not a grounding dataset: not offered
     return choices
+
+
+def offered_folder(name: str) -> Path | None:
+    """The folder of an offered dataset's name, or None when the name is not offered."""
+    return paths.datasets_dir() / name if name in {value for _, value in dataset_choices()} else None
 
 
 def open_set(folder: Path, split: str | None = None, units: str | None = None) -> GroundingSet:

@@ -82,19 +82,26 @@ def ensure_synthetic(root: Path | None = None) -> Path:
                           split_fractions={SYNTHETIC_SPLIT: 1.0}, what="the synthetic dataset")
 
 
+DEMO_BUILD = "demo-build"  # the picker's value for the demo build's world
+
+
+def offered_datasets() -> dict[str, Path]:
+    """value -> folder of the datasets the picker offers besides the synthetic default: the demo-build world
+    when there is one, and every folder under ``$EXPLORER_HOME/datasets`` that a layout reads. Values are
+    names, not paths: the page (and its ``/config``) never shows the server's folders."""
+    candidates = [(DEMO_BUILD, paths.demo_build_dir() / "data")]
+    if datasets_root().is_dir():
+        candidates += sorted((p.name, p) for p in datasets_root().iterdir() if p.is_dir() and not p.name.startswith("."))
+    return {value: folder for value, folder in candidates if folder != synthetic_root() and folder.is_dir()}
+
+
 def dataset_choices() -> list[tuple[str, str]]:
-    """(label, value) for the dataset picker: the synthetic default, the demo-build world when there is
-    one, and every folder under ``$EXPLORER_HOME/datasets`` that a layout reads."""
+    """(label, value) for the dataset picker: the synthetic default, then ``offered_datasets`` a layout reads."""
     choices = [(f"synthetic world: {SYNTHETIC_SCENES} {SYNTHETIC_SPLIT} scenes at {IMAGE_SIZE} px "
                 f"(the demo models' world)", SYNTHETIC)]
-    candidates = [paths.demo_build_dir() / "data"]
-    if datasets_root().is_dir():
-        candidates += sorted(p for p in datasets_root().iterdir() if p.is_dir() and not p.name.startswith("."))
-    for folder in candidates:
-        if folder == synthetic_root() or not folder.is_dir():
-            continue
+    for value, folder in offered_datasets().items():
         try:
-            choices.append((f"{folder.name} ({detect(folder)}) at {folder}", str(folder)))
+            choices.append((f"{folder.name} ({detect(folder)})", value))
         except DatasetError:
             continue  # not a dataset: not offered
     return choices
@@ -110,7 +117,7 @@ def open_dataset(choice: str | None, folder: str | None = "", split: str | None 
     added), else reused: a large index file is not parsed on every click."""
     typed = (folder or "").strip()
     root = Path(typed).expanduser() if typed else ensure_synthetic() if choice in (None, "", SYNTHETIC) \
-        else Path(choice)
+        else offered_datasets().get(str(choice)) or Path(choice)
     if not root.exists():
         raise DatasetError(f"no dataset at {root}: the path does not exist")
     wanted = None if split in (None, "", DEFAULT_SPLIT) else str(split).strip()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import GroundingPicture, GroundingSet, GroundingUnit
-from explorer.data.layouts import Layouts
+from explorer.data.layouts import Layouts, check_split
 
 LAYOUTS = ("dci", "png", "flickr30k_entities", "iiw")
 
@@ -29,6 +29,7 @@ def read_grounding_set(root: str | os.PathLike, split: str | None = None, units:
     """The grounding set at ``root`` (first ``limit`` pictures with units), in ``layout`` or the one detected."""
     if limit is not None and limit < 1:
         raise DatasetError(f"limit must be at least 1, not {limit}")
+    split = check_split(split)
     name = layout or detect(root)
     return layout_module(name).read(Path(root), split, units, limit)
 

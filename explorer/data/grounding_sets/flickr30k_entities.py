@@ -128,6 +128,8 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
         raise DatasetError(f"{root} is not a Flickr30k Entities folder: expected {EXPECTS}")
     units = check_units(units, UNITS, NAME)
     split = split or SPLITS[0]
+    if split not in SPLITS:  # the split names a file: only the layout's own names are read
+        raise DatasetError(f"Flickr30k Entities has splits {', '.join(SPLITS)}, not {str(split)[:40]!r}")
     builder = SetBuilder(limit)
     for picture_id in _ids(root, split):
         if builder.full:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from explorer.data.layouts import Layouts
+from explorer.data.layouts import Layouts, check_split
 from explorer.data.retrieval_sets.base import RetrievalSet
 
 # The order layouts are tried in: specific file names first, the plain folder last.
@@ -28,6 +28,7 @@ layout_module, detect = REGISTRY.module, REGISTRY.detect
 
 def read_retrieval_set(root: str | os.PathLike, split: str | None = None, layout: str | None = None) -> RetrievalSet:
     """The dataset at ``root`` (a folder, or the layout's index file), in ``layout`` or the one detected."""
+    split = check_split(split)
     name = layout or detect(root)
     return layout_module(name).read(Path(root), split)
 

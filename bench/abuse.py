@@ -1,0 +1,270 @@
+"""One abusive visitor against ``python app.py --public``, over HTTP only, and what the server spends.
+
+    python bench/abuse.py [--app-root DIR] [--only pictures,sentences,captions,disk,latency]
+
+The server is a child process on a free loopback port with its own ``$EXPLORER_HOME`` and Gradio
+upload folder; its resident memory is read from ``/proc/PID/status`` (``VmHWM``, the peak, is reset
+through ``/proc/PID/clear_refs`` before each scenario), its disk from those two folders. Printed:
+- pictures: ten requests at once (two each to describe, Draw maps, regions, PCA and retrieval by
+  picture) with a 124 KB PNG that decodes to 7999 x 7999 at 16 bits: the resident peak and each answer;
+- sentences: one Draw of a 1,000-sentence caption: peak, and resident memory after it answers;
+- captions: a 10 MB caption sent to the token-budget and the generation-prompt handlers: seconds;
+- disk: 40 uploads of 24 MB and 40 exports: bytes kept under the upload folder and the exports folder;
+- latency: an ordinary visitor's Draw alone, then while the abusive visitor runs every scenario above.
+``--app-root DIR`` serves another checkout (a git worktree of an older commit) for a before/after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+GB = 1024 ** 3
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    """``python app.py --public`` of ``app_root`` in a child process, with its own folders."""
+
+    def __init__(self, app_root: Path, work: Path):
+        self.port, self.work = free_port(), work
+        self.home, self.uploads = work / "home", work / "gradio"
+        env = {**os.environ, "EXPLORER_HOME": str(self.home), "GRADIO_TEMP_DIR": str(self.uploads),
+               "PYTHONPATH": str(app_root), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+        self.log = open(work / "server.log", "w")
+        self.process = subprocess.Popen([sys.executable, str(app_root / "app.py"), "--public", "--port",
+                                         str(self.port)], env=env, cwd=app_root, stdout=self.log, stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + "/config", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise SystemExit("the app did not start: see " + str(work / "server.log"))
+
+    def status(self, field: str) -> int:
+        """``VmRSS`` or ``VmHWM`` in bytes."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def reset_peak(self) -> None:
+        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+
+    def disk(self, folder: Path) -> int:
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+class Visitor:
+    """A browser's session, spoken over plain HTTP as Gradio's page speaks it."""
+
+    def __init__(self, url: str):
+        self.http = httpx.Client(base_url=url, timeout=600)
+        self.http.get("/")  # as a browser: the page first (it may set the session's cookie)
+        self.session = uuid.uuid4().hex
+        config = self.http.get("/config").json()
+        self.components = {c["id"]: c for c in config["components"]}
+        self.events = {d.get("api_name"): d for d in config["dependencies"]}
+
+    def upload(self, name: str, data: bytes) -> dict | str:
+        reply = self.http.post("/gradio_api/upload", files={"files": (name, data)})
+        if reply.status_code != 200:
+            return reply.text
+        path = reply.json()[0]
+        return {"path": path, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+    def inputs(self, api_name: str, **given) -> list:
+        """The event's inputs: the page's values, with ``given`` by elem_id (``-`` as ``_``)."""
+        values = []
+        for i in self.events[api_name]["inputs"]:
+            props = self.components[i].get("props", {})
+            key = (props.get("elem_id") or "").replace("-", "_")
+            values.append(given[key] if key in given else props.get("value"))
+        return values
+
+    def call(self, api_name: str, **given) -> tuple[float, str]:
+        """(seconds, the reply stream's last message) of one call in this visitor's session."""
+        start = time.perf_counter()
+        body = {"data": self.inputs(api_name, **given), "fn_index": self.events[api_name]["id"],
+                "session_hash": self.session, "event_data": None, "trigger_id": None}
+        joined = self.http.post("/gradio_api/queue/join", json=body)
+        if joined.status_code != 200:
+            return time.perf_counter() - start, f"HTTP {joined.status_code}: {joined.text[:200]}"
+        last = ""
+        with self.http.stream("GET", "/gradio_api/queue/data", params={"session_hash": self.session}) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    message = json.loads(line[5:])
+                    if message.get("event_id") not in (None, joined.json().get("event_id")):
+                        continue
+                    last = line[5:].strip()
+                    if message.get("msg") in ("process_completed", "close_stream", "unexpected_error"):
+                        break
+        return time.perf_counter() - start, last
+
+
+def big_png() -> bytes:
+    """A PNG that decodes to 7999 x 7999 at 16 bits (about 124 KB: a flat picture compresses well)."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((7999, 7999), 30000, dtype=np.uint16)).save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def outcome(reply: str) -> str:
+    """A short word for one answer: ok, refused (with the first words), error."""
+    message = json.loads(reply) if reply.startswith("{") else {}
+    if reply.startswith("HTTP"):
+        return reply[:80]
+    if message.get("msg") != "process_completed":
+        return "error"
+    output = message.get("output", {})
+    if "error" in output and output["error"]:
+        return "error: " + str(output["error"])[:60]
+    text = json.dumps(output.get("data", ""))
+    for marker in ("Cannot do that", "refused", "too large", "megapixels", "at most"):
+        if marker in text:
+            start = text.find(marker)
+            return "refused: " + text[start:start + 70]
+    return "ok"
+
+
+def sample_peak(server: Server, work) -> tuple[int, object]:
+    """(resident peak over ``work()``, its result)."""
+    server.reset_peak()
+    result = work()
+    return server.status("VmHWM"), result
+
+
+def pictures(server: Server) -> dict:
+    visitor = Visitor(server.url)
+    picture = visitor.upload("big.png", big_png())
+    if isinstance(picture, str):
+        return {"upload refused": picture[:100]}
+    calls = [("describe", {"grounding_image": picture}), ("draw_maps", {"grounding_image": picture}),
+             ("find_regions", {"grounding_image": picture}), ("draw_pca", {"grounding_image": picture}),
+             ("retrieval_search_file", {"retrieval_query_image": picture})] * 2
+
+    def run_all():
+        with ThreadPoolExecutor(len(calls)) as pool:
+            return list(pool.map(lambda call: Visitor(server.url).call(call[0], **call[1]), calls))
+
+    before = server.status("VmRSS")
+    peak, replies = sample_peak(server, run_all)
+    return {"resident before": before, "resident peak": peak,
+            "answers": [f"{name}: {outcome(reply)} ({seconds:.1f} s)" for (name, _), (seconds, reply)
+                        in zip(calls, replies)]}
+
+
+def sentences(server: Server) -> dict:
+    visitor = Visitor(server.url)
+    colours, shapes = ["red", "green", "blue", "yellow"], ["circle", "square", "triangle", "cross", "ring"]
+    caption = " ".join(f"A {colours[i % 4]} {shapes[i % 5]} number {i} is near the edge." for i in range(1000))
+    before = server.status("VmRSS")
+    peak, (seconds, reply) = sample_peak(server, lambda: visitor.call("draw_maps", grounding_caption=caption))
+    time.sleep(3)
+    return {"resident before": before, "resident peak": peak, "resident after": server.status("VmRSS"),
+            "answer": f"{outcome(reply)} ({seconds:.1f} s)"}
+
+
+def captions(server: Server) -> dict:
+    visitor = Visitor(server.url)
+    words = ["red", "circle", "left", "large", "dotted", "the", "at", "is"]
+    caption = " ".join(words[i % 8] + ("." if i % 12 == 11 else "") for i in range(1_700_000))[:10_000_000]
+    found = {}
+    for name, field in (("safe_budget", "grounding_caption"), ("on_prompt", "generation_prompt")):
+        seconds, reply = visitor.call(name, **{field: caption})
+        found[name] = f"{seconds:.2f} s, reply {len(reply) / 1e6:.1f} MB, {outcome(reply)}"
+    return found
+
+
+def disk(server: Server) -> dict:
+    visitor = Visitor(server.url)
+    blob = os.urandom(24 * 1024 * 1024)
+    kept = [visitor.upload(f"blob{i}.png", blob) for i in range(40)]
+    refused = sum(isinstance(k, str) for k in kept)
+    visitor.call("draw_maps")
+    exports = [outcome(visitor.call("export_maps", maps_export_format="pdf")[1]) for _ in range(40)]
+    return {"uploads refused": refused, "upload folder bytes": server.disk(server.uploads),
+            "exports ok": exports.count("ok"), "exports folder bytes": server.disk(server.home / "exports"),
+            "export folders": len(list((server.home / "exports").glob("*"))) if (server.home / "exports").exists() else 0}
+
+
+def latency(server: Server, rounds: int = 3) -> dict:
+    ordinary = Visitor(server.url)
+    ordinary.call("draw_maps")  # warm: models loaded, maps cached away from the measurement's caption
+    quiet = [ordinary.call("draw_maps", grounding_caption=f"A red circle number {i}. A blue ring.")[0]
+             for i in range(rounds)]
+    stop = threading.Event()
+
+    def abuse():
+        while not stop.is_set():
+            for scenario in (pictures, captions, sentences):
+                if stop.is_set():
+                    return
+                try:
+                    scenario(server)
+                except Exception:  # noqa: BLE001 - an abusive client does not care
+                    pass
+
+    thread = threading.Thread(target=abuse, daemon=True)
+    thread.start()
+    time.sleep(2)
+    loaded = [ordinary.call("draw_maps", grounding_caption=f"A green square number {i}. A red cross.")[0]
+              for i in range(rounds)]
+    stop.set()
+    return {"quiet Draw s": [round(s, 2) for s in quiet], "Draw under abuse s": [round(s, 2) for s in loaded],
+            "ratio (median)": round(statistics.median(loaded) / statistics.median(quiet), 2)}
+
+
+SCENARIOS = {"pictures": pictures, "sentences": sentences, "captions": captions, "disk": disk, "latency": latency}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--app-root", type=Path, default=ROOT)
+    parser.add_argument("--only", default=",".join(SCENARIOS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="abuse-") as folder:
+        server = Server(args.app_root.resolve(), Path(folder))
+        try:
+            print(f"app: {args.app_root} (pid {server.process.pid}), idle resident "
+                  f"{server.status('VmRSS') / GB:.2f} GB", flush=True)
+            for name in args.only.split(","):
+                result = SCENARIOS[name](server)
+                shown = {k: (f"{v / GB:.2f} GB" if isinstance(v, int) and v > 10**7 else v) for k, v in result.items()}
+                print(name, json.dumps(shown, indent=1), flush=True)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

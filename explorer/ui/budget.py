@@ -1,0 +1,69 @@
+"""What one visitor may spend: the page's resource budget, beside ``Access`` (what a visitor may touch).
+
+Every number a visitor's requests are bounded by lives here, one ``Budget`` per mode, and is applied on
+the server: texts and sentences in the handlers (``explorer.ui.request_rules`` wraps every handler),
+decodes in ``explorer.core.images``, heavy requests by the queue's shared concurrency group ``HEAVY``,
+uploads, request bodies and exports in front of Gradio's routes (``explorer.ui.page_guard``). The
+README's "Sharing the page" table lists the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from explorer.core.errors import ExplorerError
+
+MB = 1024 * 1024
+# Events that decode pictures, run models or render figures share one concurrency group: at most
+# ``Budget.heavy_at_once`` of them run at once across every event and visitor.
+HEAVY = {"concurrency_id": "explorer-heavy"}
+
+
+class BudgetExceeded(ExplorerError):
+    """A request asks for more than the page's budget allows (a caption too long, too many sentences...)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    caption_chars: int  # the longest text any input takes, checked before any tokenizing
+    sentences_per_draw: int  # sentences one Draw (maps, regions, PCA) may have
+    decodes_at_once: int = 2  # full-size picture decodes at once in the whole process
+    heavy_at_once: int = 2  # requests of the HEAVY group running at once, all events and visitors together
+    heavy_per_session: int | None = None  # HEAVY requests one visitor session may have queued or running
+    request_bytes: int = 4 * MB  # a request body other than an upload
+    uploads_per_session: int | None = None  # files one page session may upload
+    upload_bytes_per_session: int | None = None
+    upload_bytes_total: int | None = None  # every session's uploads together; the oldest are removed first
+    upload_seconds: int | None = None  # an upload is removed this long after it arrived
+    export_bytes: int | None = None  # the exports folder; the oldest exports are removed first
+    export_seconds: int | None = None
+
+    @classmethod
+    def for_mode(cls, public: bool, caption_chars: int | None = None) -> "Budget":
+        """The public page's budget or the owner's; ``caption_chars`` overrides the caption cap."""
+        budget = PUBLIC if public else OWNER
+        return replace(budget, caption_chars=caption_chars) if caption_chars else budget
+
+    def check_text(self, text: str, what: str = "caption") -> str:
+        """``text`` if it is within the caption cap, else ``BudgetExceeded`` (its length only is read)."""
+        if len(text) > self.caption_chars:
+            raise BudgetExceeded(f"the {what} is {len(text):,} characters long; this page reads at most "
+                                 f"{self.caption_chars:,}. Shorten it, or split it across several Draws.")
+        return text
+
+    def check_sentences(self, count: int) -> None:
+        if count > self.sentences_per_draw:
+            raise BudgetExceeded(f"the caption has {count:,} sentences; one Draw on this page takes at most "
+                                 f"{self.sentences_per_draw:,}. Draw it in parts.")
+
+    def describe(self) -> str:
+        """One line for the page, beside the caption."""
+        return (f"At most {self.caption_chars:,} characters and {self.sentences_per_draw:,} sentences per Draw "
+                "on this page.")
+
+
+OWNER = Budget(caption_chars=200_000, sentences_per_draw=512, request_bytes=32 * MB)
+PUBLIC = Budget(caption_chars=20_000, sentences_per_draw=64, request_bytes=1 * MB, heavy_per_session=2,
+                uploads_per_session=20,
+                upload_bytes_per_session=200 * MB, upload_bytes_total=1024 * MB, upload_seconds=3600,
+                export_bytes=200 * MB, export_seconds=3600)

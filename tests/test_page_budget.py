@@ -1,0 +1,402 @@
+"""The page's resource budget (``explorer.ui.budget``), applied where a visitor could spend it: picture
+decodes, captions and sentences, heavy requests, uploads, request bodies, exports, links, server paths.
+
+Each test drives the rule the way a remote visitor would reach it (over HTTP against a served page, or
+through the handler a page event calls) and fails when the rule is taken out.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import gradio as gr
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from explorer.core import images
+from explorer.core.errors import ImageError
+from explorer.ui.access import Access
+from explorer.ui.budget import HEAVY, PUBLIC, Budget, BudgetExceeded
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def png_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+# ---- pictures: the header first, one full-size copy, a few decodes at once -----------------------------
+
+
+def test_a_16_bit_picture_is_shrunk_before_it_is_converted(tmp_path, monkeypatch):
+    """The 8-bit conversion (float arithmetic) runs on the working size, never on the full picture."""
+    path = tmp_path / "deep.png"
+    path.write_bytes(png_bytes(np.full((1200, 900), 40000, dtype=np.uint16)))
+    seen = []
+    convert = images._to_rgb
+    monkeypatch.setattr(images, "_to_rgb", lambda image, notes: seen.append(image.size) or convert(image, notes))
+    loaded = images.load_image(path, max_side=300)
+    assert loaded.image.size == (225, 300) and loaded.image.mode == "RGB"
+    assert seen and max(max(size) for size in seen) <= 300
+    assert loaded.full_size == (900, 1200) and "16-bit image converted to 8 bits" in loaded.notes
+    assert abs(int(np.asarray(loaded.image)[0, 0, 0]) - 40000 // 257) <= 1
+
+
+def test_a_large_jpeg_is_decoded_at_a_reduced_scale(tmp_path, monkeypatch):
+    path = tmp_path / "big.jpg"
+    Image.new("RGB", (4000, 3000), (10, 200, 30)).save(path, quality=90)
+    decoded = []
+    load = Image.Image.load
+
+    def recording_load(self):
+        decoded.append(self.size)
+        return load(self)
+
+    monkeypatch.setattr(Image.Image, "load", recording_load)
+    loaded = images.load_image(path, max_side=500)
+    assert loaded.image.size == (500, 375) and loaded.full_size == (4000, 3000)
+    assert decoded and max(w for w, _ in decoded) <= 1000  # DCT-scaled (1/4 or 1/8), never 4000 wide
+
+
+def test_a_deep_picture_past_the_byte_limit_is_refused_from_its_header(tmp_path, monkeypatch):
+    path = tmp_path / "deep.png"
+    path.write_bytes(png_bytes(np.zeros((200, 200), dtype=np.uint16)))
+    monkeypatch.setattr(images, "MAX_DECODE_BYTES", 200 * 200 * 2 - 1)  # 8-bit of that size would fit
+    monkeypatch.setattr(Image.Image, "load", lambda self: pytest.fail("decoded a picture past the limit"))
+    with pytest.raises(ImageError, match="at 16 bits a pixel"):
+        images.load_image(path)
+
+
+def test_at_most_the_slots_decode_at_once_whatever_the_requests(tmp_path, monkeypatch):
+    path = tmp_path / "p.png"
+    path.write_bytes(png_bytes(np.zeros((64, 64, 3), dtype=np.uint8)))
+    images.set_decode_slots(2)
+    running, peak, lock = [0], [0], threading.Lock()
+    load = Image.Image.load
+
+    def slow_load(self):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        try:
+            return load(self)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(Image.Image, "load", slow_load)
+    threads = [threading.Thread(target=images.load_image, args=(path,)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert peak[0] == 2
+
+
+# ---- captions and sentences ------------------------------------------------------------------------
+
+
+def test_caption_and_sentence_caps_are_checked_before_anything_reads_them():
+    from explorer.ui.view_controls import base_settings
+
+    budget = Budget.for_mode(public=True)
+    assert (budget.caption_chars, budget.sentences_per_draw) == (20_000, 64)
+    assert Budget.for_mode(public=False).caption_chars == 200_000
+    assert Budget.for_mode(public=True, caption_chars=500).caption_chars == 500
+    fine = " ".join(f"A red circle number {i}." for i in range(64))
+    base_settings("maps", "x.png", fine, ["m"], "native", "", None, budget=budget)
+    with pytest.raises(BudgetExceeded, match="65 sentences; one Draw on this page takes at most 64"):
+        base_settings("maps", "x.png", fine + " One more.", ["m"], "native", "", None, budget=budget)
+    with pytest.raises(BudgetExceeded, match="20,000"):
+        base_settings("maps", "x.png", "word " * 5000, ["m"], "native", "", None, budget=budget)
+
+
+def test_every_handler_refuses_a_text_past_the_cap_before_it_runs():
+    """The wrapper ``serve`` puts around every handler: the handler never sees the text."""
+    from explorer.ui.app import serve
+
+    seen = []
+    with gr.Blocks() as app:
+        box, out = gr.Textbox(), gr.Textbox()
+        gr.Button().click(lambda text: seen.append(len(text)) or "ok", inputs=box, outputs=out, api_name="echo")
+        gr.Button().click(lambda items: seen.append(len(items)) or "ok", inputs=gr.Dropdown(multiselect=True,
+                                                                                          allow_custom_value=True),
+                          outputs=out)
+    serve(app, Access(public=True))
+    echo, pick = (app.fns[i].fn for i in (0, 1))
+    assert echo("x" * 20_000) == "ok"
+    with pytest.raises(gr.Error, match="25,000 characters long; this page reads at most 20,000"):
+        echo("x" * 25_000)
+    with pytest.raises(gr.Error, match="at most 20,000"):
+        pick(["short", "y" * 25_000])  # inside a list too
+    assert seen == [20_000]
+
+
+def test_long_runs_without_a_space_are_read_in_pieces(monkeypatch):
+    """BPE's cost grows with the square of a word's length: no word longer than LONG_RUN reaches it."""
+    from explorer.models import tokenizer
+
+    bpe = tokenizer._bpe()
+    lengths = []
+    original = bpe.bpe
+    monkeypatch.setattr(bpe, "bpe", lambda token: lengths.append(len(token)) or original(token))
+    run = "abcdefghij" * 500
+    assert tokenizer.CLIP_TOKENS.count(f"A red circle {run}.") > 100
+    assert max(lengths) <= tokenizer.LONG_RUN
+    assert tokenizer.CLIP_TOKENS.count("A photorealistic red circle.") == 8  # real words: as before
+
+
+def test_open_clips_word_cache_is_bounded():
+    from explorer.models.tokenizer import BoundedCache
+
+    cache = BoundedCache({"<start_of_text>": "<start_of_text>"}, limit=3)
+    for word in ("a", "b", "c", "d", "e"):
+        cache[word] = word
+    assert len(cache) <= 3 and cache["<start_of_text>"] == "<start_of_text>" and cache["e"] == "e"
+
+
+# ---- heavy requests: two at once in all, two per visitor ------------------------------------------------
+
+
+def serve_tiny(access: Access, blocks: gr.Blocks):
+    from explorer.ui.app import page_options, serve
+
+    serve(blocks, access)
+    port = free_port()
+    blocks.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                  **page_options(access))
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    client.get("/")  # the page: its session cookie
+    return client
+
+
+def call(client: httpx.Client, fn_index: int, data: list, session: str | None = None) -> str:
+    session = session or uuid.uuid4().hex
+    joined = client.post("/gradio_api/queue/join", json={"data": data, "fn_index": fn_index, "session_hash": session})
+    if joined.status_code != 200:
+        return f"HTTP {joined.status_code} {joined.text}"
+    with client.stream("GET", "/gradio_api/queue/data", params={"session_hash": session}) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:") and '"process_completed"' in line:
+                return line
+    return ""
+
+
+def test_heavy_requests_share_two_slots_across_events_and_two_per_session(tmp_path):
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def work(text):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.4)
+        with lock:
+            running[0] -= 1
+        return text
+
+    with gr.Blocks() as blocks:
+        box = gr.Textbox()
+        for name in ("draw", "regions", "pca"):
+            gr.Button().click(work, inputs=box, outputs=box, api_name=name, **HEAVY)
+    client = serve_tiny(Access(roots=(tmp_path,), public=True), blocks)
+    try:
+        replies = []
+        threads = [threading.Thread(target=lambda i=i: replies.append(call(client, i % 3, ["x"]))) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(replies) == 6 and all("process_completed" in r for r in replies)
+        assert peak[0] == 2  # Gradio's own limit is two per event: six could have run at once
+        one = uuid.uuid4().hex  # one visitor sending four at once: two are taken, the others refused
+        held = [threading.Thread(target=call, args=(client, i % 3, ["x"], one)) for i in range(2)]
+        for thread in held:
+            thread.start()
+        time.sleep(0.15)
+        third = client.post("/gradio_api/queue/join", json={"data": ["x"], "fn_index": 2, "session_hash": one})
+        assert third.status_code != 200 and "at most 2" in third.text
+        for thread in held:
+            thread.join()
+    finally:
+        blocks.close()
+
+
+# ---- uploads, request bodies, links ------------------------------------------------------------------
+
+
+def upload(client: httpx.Client, name: str, data: bytes) -> httpx.Response:
+    return client.post("/gradio_api/upload", files={"files": (name, data)})
+
+
+def test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from gradio.utils import get_upload_folder
+
+    budget = replace(PUBLIC, uploads_per_session=3, upload_bytes_total=3 * 3000)
+    with gr.Blocks() as blocks:
+        gr.File(file_types=["image"])
+    client = serve_tiny(Access(roots=(tmp_path,), public=True, budget=budget), blocks)
+    try:
+        picture = png_bytes(np.random.default_rng(0).integers(0, 255, (30, 30, 3), dtype=np.uint8))
+        assert len(picture) > 2000
+        nameless = httpx.post(f"{client.base_url}/gradio_api/upload", files={"files": ("a.png", picture)})
+        assert nameless.status_code == 403 and "open the page first" in nameless.text
+        fake = upload(client, "notes.png", b"just text, not a picture")
+        assert fake.status_code == 415 and "takes pictures" in fake.text
+        assert not list(Path(get_upload_folder()).rglob("notes.png"))  # removed, not kept
+        kept = [upload(client, f"p{i}.png", picture) for i in range(3)]
+        assert all(reply.status_code == 200 for reply in kept)
+        paths = [Path(reply.json()[0]) for reply in kept]
+        assert all(path.is_file() for path in paths)
+        fourth = upload(client, "p3.png", picture)
+        assert fourth.status_code == 429 and "at most 3" in fourth.text
+        other = httpx.Client(base_url=client.base_url, timeout=30)
+        other.get("/")
+        assert upload(other, "q.png", picture).status_code == 200  # another session; the total passes 3 x 3000
+        assert not paths[0].exists() and paths[2].exists()  # the oldest upload went first
+    finally:
+        blocks.close()
+
+
+def test_the_owners_page_takes_safetensors_but_no_pickle(tmp_path):
+    from safetensors.torch import save
+
+    import torch
+
+    with gr.Blocks() as blocks:
+        gr.File()
+    client = serve_tiny(Access(roots=(tmp_path,)), blocks)
+    try:
+        weights = save({"w": torch.zeros(2)})
+        assert upload(client, "model.safetensors", weights).status_code == 200
+        buffer = io.BytesIO()
+        torch.save({"w": torch.zeros(2)}, buffer)
+        refused = upload(client, "model.pt", buffer.getvalue())
+        assert refused.status_code == 415 and ".safetensors" in refused.text
+    finally:
+        blocks.close()
+
+
+def test_no_link_is_fetched_in_any_mode(tmp_path, monkeypatch):
+    """A file input given as a URL: refused in front of Gradio, and Gradio's own fetch is refused too; no
+    socket ever connects to a non-loopback address."""
+    from gradio import processing_utils
+
+    outbound = []
+    connect = socket.socket.connect
+
+    def watched(self, address):
+        host = address[0] if isinstance(address, tuple) else ""
+        if host and not host.startswith("127.") and host not in ("::1", "localhost"):
+            outbound.append(address)
+            raise ConnectionRefusedError("the test forbids outbound connections")
+        return connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", watched)
+    link = {"path": "http://93.184.216.34/picture.png", "url": "http://93.184.216.34/picture.png",
+            "orig_name": "picture.png", "meta": {"_type": "gradio.FileData"}}
+    for public in (True, False):
+        with gr.Blocks() as blocks:
+            file = gr.File(type="filepath")
+            gr.Button().click(lambda path: str(path), inputs=file, outputs=gr.Textbox(), api_name="read")
+        client = serve_tiny(Access(roots=(tmp_path,), public=public), blocks)
+        try:
+            reply = client.post("/gradio_api/queue/join", json={"data": [link], "fn_index": 0,
+                                                                 "session_hash": uuid.uuid4().hex})
+            assert reply.status_code == 403 and "does not fetch links" in reply.text
+        finally:
+            blocks.close()
+    with pytest.raises(gr.Error, match="does not fetch links"):  # the last line, behind the guard
+        processing_utils.ssrf_protected_download("http://93.184.216.34/picture.png", str(tmp_path))
+    assert outbound == []
+
+
+def test_a_request_body_past_the_budget_is_refused_before_it_is_parsed(tmp_path):
+    with gr.Blocks() as blocks:
+        box = gr.Textbox()
+        gr.Button().click(lambda text: text, inputs=box, outputs=box)
+    client = serve_tiny(Access(roots=(tmp_path,), public=True), blocks)
+    try:
+        reply = client.post("/gradio_api/queue/join", content=b" " * (PUBLIC.request_bytes + 1),
+                            headers={"content-type": "application/json"})
+        assert reply.status_code == 413 and "at most 1,048,576" in reply.text
+        form = client.post("/gradio_api/process_recording", files={"files": ("a.wav", b"RIFF")})
+        assert form.status_code == 403  # multipart anywhere but the upload route
+    finally:
+        blocks.close()
+
+
+# ---- exports and folders ------------------------------------------------------------------------------
+
+
+def test_public_exports_are_capped_and_no_call_leaves_an_empty_folder(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from explorer.ui import view_controls
+
+    monkeypatch.setattr(view_controls, "EXPORT_ROOT", tmp_path / "exports")
+    budget = replace(PUBLIC, export_bytes=2500)
+    for i in range(4):
+        with view_controls.export_folder(budget) as folder:
+            (folder / "figure.png").write_bytes(b"x" * 1000)
+        time.sleep(0.02)
+    kept = sorted((tmp_path / "exports").iterdir())
+    assert len(kept) == 2 and sum(f.stat().st_size for p in kept for f in p.iterdir()) <= 2500
+    with pytest.raises(RuntimeError):
+        with view_controls.export_folder(budget):
+            raise RuntimeError("the figure failed")
+    with view_controls.export_folder(budget):
+        pass  # wrote nothing
+    assert sorted((tmp_path / "exports").iterdir()) == kept
+
+
+def test_generate_without_sdxl_leaves_no_folder(tmp_path, monkeypatch):
+    from explorer.ui import generation_tab, view_controls
+
+    monkeypatch.setattr(view_controls, "EXPORT_ROOT", tmp_path / "exports")
+    access = Access(roots=(tmp_path,))
+    key, status, _ = generation_tab.generate(access, None, None, str(tmp_path / "no-sdxl"), "", "A red circle.", "",
+                                             [], True, "0", 2, 64, 5.0, "penultimate", False, "", "fp32", False,
+                                             False, False)
+    assert key is None and "Cannot do that" in status
+    assert not (tmp_path / "exports").exists() or not any((tmp_path / "exports").iterdir())
+
+
+# ---- no server paths on a public page ---------------------------------------------------------------
+
+
+def test_public_texts_name_files_not_server_folders():
+    from explorer.ui.request_rules import scrub_paths
+
+    assert scrub_paths("no dataset at /root/.cache/explorer/datasets/urban1k: the path does not exist") == \
+        "no dataset at urban1k: the path does not exist"
+    assert scrub_paths(["Wrote `/tmp/a/b/maps.png`.", {"x": "(/srv/x/y.txt)"}]) == ["Wrote `maps.png`.", {"x": "(y.txt)"}]
+    for kept in ("77 / 248 tokens", "km/h and 1/2/3", "http://127.0.0.1:7860/gradio_api/file=/tmp/x/y.png"):
+        assert scrub_paths(kept) == kept
+
+
+def test_a_split_is_a_plain_name_of_the_layouts_own(tmp_path):
+    from explorer.data.errors import DatasetError
+    from explorer.data.grounding_sets import read_grounding_set
+    from explorer.data.retrieval_sets import read_retrieval_set
+
+    for split in ("../../etc/hostname", "/etc/passwd", "a/b", "x" * 40):
+        with pytest.raises(DatasetError, match="a split is a plain name"):
+            read_grounding_set(tmp_path, split=split)
+        with pytest.raises(DatasetError, match="a split is a plain name"):
+            read_retrieval_set(tmp_path, split=split)
