@@ -59,7 +59,8 @@ def methods(tmp_path_factory) -> dict:
     loaded = explorer.load(folder / "longclip-tiny.pt", device="cpu").method
     effective = torch.cat([released["positional_embedding"][:20], released["positional_embedding_res"][20:]])
     assert torch.equal(loaded.positional_embedding.detach(), effective)
-    return {"clip": tiny("clip"), "longclip": loaded, "finelip": tiny("finelip", seed=2), "goal": tiny("goal", seed=3)}
+    return {"clip": tiny("clip"), "longclip": loaded, "finelip": tiny("finelip", seed=2), "goal": tiny("goal", seed=3),
+            "longclip-effective-table": effective}
 
 
 def picture(width: int, height: int, seed: int = 0) -> Image.Image:
@@ -170,6 +171,16 @@ def test_open_clip_local_dir_gives_explorers_embeddings_ids_and_pixels(name, met
     print(f"open_clip {name}: cosine error image {errors[0]:.1e}, text {errors[1]:.1e}")
 
 
+def test_longclip_goes_out_with_its_two_tables_folded_into_the_one_it_uses(methods, tmp_path):
+    effective = methods["longclip-effective-table"]  # cat(pe[:20], pe_res[20:]) of the released file
+    export_model(methods["longclip"], "open_clip", tmp_path / "oc")
+    export_model(methods["longclip"], "transformers", tmp_path / "hf")
+    model, _, _ = open_clip.create_model_and_transforms(f"local-dir:{tmp_path / 'oc'}")
+    assert torch.equal(model.positional_embedding.detach(), effective)
+    hf = transformers.CLIPModel.from_pretrained(tmp_path / "hf")
+    assert torch.equal(hf.text_model.embeddings.position_embedding.weight.detach(), effective)
+
+
 def test_open_clip_keeps_the_mean_pooling_that_transformers_cannot(pictures, tmp_path):
     """The demo zoo pools the patch tokens: open_clip's pool_type="avg" says it, CLIPModel cannot."""
     method = tiny("clip", pool="avg", quick_gelu=False)  # exact GELU too: open_clip's default activation
@@ -218,6 +229,16 @@ def test_a_method_with_modules_of_its_own_that_says_nothing_is_not_exported_whol
 
     with pytest.raises(ExportError, match=r"own modules \(head\)"):
         export_model(WithHead(ClipMethod.example().arch), "open_clip", tmp_path / "x")
+
+
+@pytest.mark.parametrize("fmt", ["transformers", "open_clip"])
+def test_a_picture_pipeline_neither_library_has_is_refused_before_anything_is_written(fmt, tmp_path):
+    class Squashing(ClipMethod):  # LAPS's squash to the square with ImageNet statistics (SEPS's pipeline)
+        preprocess_pipeline = "laps"
+
+    with pytest.raises(ExportError, match="laps"):
+        export_model(Squashing(ClipMethod.example().arch), fmt, tmp_path / "x")
+    assert not (tmp_path / "x").exists()
 
 
 def test_seps_has_no_clip_backbone_to_export(tmp_path):

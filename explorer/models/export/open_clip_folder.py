@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from explorer.core.errors import ExportError
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.methods.base import Method
 from explorer.models.preprocess import Preprocess
@@ -44,7 +45,7 @@ def model_cfg(arch: ClipArchitecture) -> dict:
 def preprocess_cfg(preprocess: Preprocess) -> dict:
     """open_clip's eval transform for the model's pipeline (``open_clip.transform.PreprocessCfg`` fields)."""
     if preprocess.pipeline not in ("openai", "hf-clip"):
-        raise ValueError(f"open_clip has no transform for the {preprocess.pipeline!r} pipeline")
+        raise ExportError(f"open_clip has no transform for the {preprocess.pipeline!r} pipeline")
     return {"size": preprocess.image_size, "mode": "RGB", "mean": list(preprocess.mean), "std": list(preprocess.std),
             "interpolation": "bicubic", "resize_mode": "shortest", "fill_color": 0}
 
@@ -53,8 +54,8 @@ def write_open_clip_folder(method: Method, out: Path) -> tuple[list[Path], list[
     """Write the folder; returns (files written, notes)."""
     from explorer.models.export import backbone_tensors, save_weights
 
-    out.mkdir(parents=True, exist_ok=True)
     config = {"model_cfg": model_cfg(method.arch), "preprocess_cfg": preprocess_cfg(method.preprocess)}
+    out.mkdir(parents=True, exist_ok=True)
     save_weights(backbone_tensors(method), out / WEIGHTS)
     (out / CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
     notes = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from explorer.core.errors import ExportError
 from explorer.core.runtime import prepared_import
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.io.clip_tokenizer_files import write_clip_tokenizer
@@ -56,7 +57,7 @@ def image_processor(preprocess: Preprocess):
     """The model's pipeline as a ``CLIPImageProcessor``: ``Preprocess.hf_processor``, GOAL's own, has the
     settings of OpenAI's too (shortest edge, centre crop, bicubic, the model's mean and std)."""
     if preprocess.pipeline not in ("openai", "hf-clip"):
-        raise ValueError(f"no CLIPImageProcessor reads pictures as the {preprocess.pipeline!r} pipeline does")
+        raise ExportError(f"no CLIPImageProcessor reads pictures as the {preprocess.pipeline!r} pipeline does")
     return preprocess.hf_processor
 
 
@@ -64,13 +65,14 @@ def write_transformers_folder(method: Method, out: Path) -> tuple[list[Path], li
     """Write the folder; returns (files written, notes)."""
     from explorer.models.export import backbone_tensors, save_weights
 
+    processor = image_processor(method.preprocess)  # before anything is written: it may refuse
     out.mkdir(parents=True, exist_ok=True)
     tensors = backbone_tensors(method)
     config = clip_config(method.arch, float(tensors["logit_scale"]))
     config.save_pretrained(out)
     save_weights(openai_to_hf(tensors), out / WEIGHTS)
     written = [out / "config.json", out / WEIGHTS, *write_clip_tokenizer(out, method.context_length)]
-    image_processor(method.preprocess).save_pretrained(out)  # preprocessor_config.json: transformers 4 and 5 read it
+    processor.save_pretrained(out)  # preprocessor_config.json: transformers 4 and 5 read it
     written.append(out / PROCESSOR_CONFIG)
     notes = []
     if method.preprocess.pipeline == "openai":
