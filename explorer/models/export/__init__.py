@@ -55,7 +55,7 @@ def export_scope(method: Method, fmt: str, backbone_only: bool = False, name: st
         raise ExportError(f"export format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     who = name or method.title
     left_out = method.export_left_out(fmt)
-    if left_out is None:
+    if left_out is None or not hasattr(method, "backbone_state_dict"):  # not a ``ClipBackbone``
         raise ExportError(f"{who} ({method.title}) has no CLIP backbone to export in the {fmt} format: "
                           "its towers are not CLIP's")
     if left_out and not backbone_only:

@@ -181,7 +181,7 @@ class Method:
     # ---- export (``explorer export``: a transformers CLIPModel or an open_clip CLIP) --------------
     # What such an export leaves out of the method, in a few words: "" when the exported CLIP computes the
     # method's own embeddings and score (it exports whole); else it exports only its CLIP backbone, and only
-    # when asked (``--backbone-only``). None: the method has no CLIP backbone to export at all.
+    # when asked (``--backbone-only``). None: the method has no CLIP backbone (``nn.backbone.ClipBackbone``).
     export_leaves_out: ClassVar[str | None] = None
 
     def export_left_out(self, fmt: str) -> str | None:
