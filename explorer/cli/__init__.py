@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import figures, generation, grounding, jobs, results, retrieval
+from explorer.cli import export, figures, generation, grounding, jobs, results, retrieval
 from explorer.cli.common import zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_commands(commands)
     results.add_commands(commands)
     generation.add_commands(commands)
+    export.add_commands(commands)
     return parser
 
 

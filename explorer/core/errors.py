@@ -38,3 +38,7 @@ class CheckpointMismatchError(CheckpointError):
 
 class ManifestError(ExplorerError):
     """A zoo manifest is missing, malformed, or names something that is not there."""
+
+
+class ExportError(ExplorerError):
+    """A model cannot be written out in the asked format (or not whole: it says what would be left out)."""

@@ -1,4 +1,4 @@
-"""A ``TextTower`` as a transformers ``CLIPTextModel``, and CLIP's tokenizer as transformers files.
+"""A ``TextTower`` as a transformers ``CLIPTextModel`` (CLIP's tokenizer files: ``models.io.clip_tokenizer_files``).
 
 SDXL's pipeline and every tool around it (diffusers, ComfyUI) take a ``CLIPTextModel`` in the
 ``text_encoder`` slot. The tower's tensors are moved into that module's layout (q/k/v split,
@@ -8,8 +8,6 @@ storage, so building it costs no copy of the weights.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,10 +15,9 @@ import torch
 from explorer.core.runtime import prepared_import
 from explorer.models.io.hf_clip_layout import openai_to_hf
 from explorer.models.text_tower import TextTower
-from explorer.models.tokenizer import EOT_ID, SOT_ID, bpe_tables
+from explorer.models.tokenizer import EOT_ID, SOT_ID
 
 CLASSIC_PREFIX = "text_model."
-HF_SPECIALS = ("<|startoftext|>", "<|endoftext|>")  # CLIP's special tokens as transformers spells them
 
 if TYPE_CHECKING:
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
@@ -108,30 +105,3 @@ def stretched_copy(encoder: CLIPTextModelWithProjection, table: torch.Tensor) ->
     tensors.pop("text_model.embeddings.position_ids", None)  # older transformers saved it
     load_into(stretched, tensors)
     return stretched.eval().requires_grad_(False)
-
-
-# ---- tokenizer files --------------------------------------------------------------------------
-
-def write_clip_tokenizer(folder: Path, context_length: int) -> list[Path]:
-    """CLIP's BPE as transformers' ``CLIPTokenizer`` files (vocab.json, merges.txt, configs).
-
-    Built from the vocabulary open_clip ships, so nothing is fetched: the ids are the ones the
-    model was trained on, and ``model_max_length`` is the tower's context (248 for a long tower).
-    Padding is EOT, as in SDXL's own CLIP-L tokenizer. (Making "!" the pad token, as SDXL's bigG
-    tokenizer does, would turn every "!" of a text into a special token with another id.)
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    encoder, merges = bpe_tables()
-    vocab = {HF_SPECIALS[0] if token_id == SOT_ID else HF_SPECIALS[1] if token_id == EOT_ID else token: token_id
-             for token, token_id in encoder.items()}
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(pair) for pair in merges) + "\n",
-                                       encoding="utf-8")
-    config = {"tokenizer_class": "CLIPTokenizer", "model_max_length": context_length, "bos_token": HF_SPECIALS[0],
-              "eos_token": HF_SPECIALS[1], "unk_token": HF_SPECIALS[1], "pad_token": HF_SPECIALS[1],
-              "do_lower_case": True, "clean_up_tokenization_spaces": False}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    specials = {"bos_token": HF_SPECIALS[0], "eos_token": HF_SPECIALS[1], "unk_token": HF_SPECIALS[1],
-                "pad_token": HF_SPECIALS[1]}
-    (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2), encoding="utf-8")
-    return [folder / name for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")]

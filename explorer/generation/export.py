@@ -18,7 +18,8 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from explorer.core.errors import ExplorerError
-from explorer.generation.clip_text_model import CLASSIC_PREFIX, hf_text_tensors, text_config, write_clip_tokenizer
+from explorer.generation.clip_text_model import CLASSIC_PREFIX, hf_text_tensors, text_config
+from explorer.models.io.clip_tokenizer_files import write_clip_tokenizer
 from explorer.generation.conditioning import LAYERS
 from explorer.models.nn.positional import LONG_CONTEXT
 from explorer.models.text_tower import TextTower

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from explorer.core.runtime import prepare_libraries
-from explorer.generation.clip_text_model import write_clip_tokenizer
+from explorer.models.io.clip_tokenizer_files import write_clip_tokenizer
 from explorer.models.nn.positional import SHORT_CONTEXT
 from explorer.models.tokenizer import EOT_ID, SOT_ID
 

@@ -178,6 +178,16 @@ class Method:
         None when its text side is not one CLIP text tower (SEPS's BERT). CLIP-backbone methods have one."""
         return None
 
+    # ---- export (``explorer export``: a transformers CLIPModel or an open_clip CLIP) --------------
+    # What such an export leaves out of the method, in a few words: "" when the exported CLIP computes the
+    # method's own embeddings and score (it exports whole); else it exports only its CLIP backbone, and only
+    # when asked (``--backbone-only``). None: the method has no CLIP backbone (``nn.backbone.ClipBackbone``).
+    export_leaves_out: ClassVar[str | None] = None
+
+    def export_left_out(self, fmt: str) -> str | None:
+        """``export_leaves_out`` for this instance and format ("transformers" or "open_clip")."""
+        return self.export_leaves_out
+
     def losses(self, batch: "TrainingBatch") -> dict[str, torch.Tensor]:
         """Named loss terms, each already weighted: the training loop minimises their sum."""
         raise NotImplementedError(f"{self.title} has no training losses yet")

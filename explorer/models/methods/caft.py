@@ -268,6 +268,8 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
     native_map_kinds = (ATTENTION_MAP,)  # per-head kinds are added per instance (``map_kinds``)
     new_module_prefixes = ("visual_group.", "visual_proj.", "text_adapter.", "text_whole.", "logit_bias",
                            "whole_logit_")
+    export_leaves_out = ("the grouping stages, the attention pooling, the text adapter and the whole-caption "
+                         "transformer: the export is the ViT before grouping and the 77-token sub-caption tower")
 
     def __init__(self, arch, stages=DEFAULT_STAGES, n_chunks: int = N_CHUNKS, whole_layers: int = 4,
                  whole_heads: int | None = None, pool_heads: int = DEFAULT_POOL_HEADS,

@@ -105,6 +105,22 @@ class ClipFamily(ClipBackbone, Method):
         """Sizes of the method's own modules, read from the file's tensors."""
         return {key: module.sizes_from(tensors, prefix) for key, module, prefix in cls.token_modules}
 
+    # ---- export ------------------------------------------------------------------------------
+
+    export_leaves_out = ""  # a CLIP exports whole; a method with modules or a score of its own says what is left
+
+    def export_left_out(self, fmt: str) -> str | None:
+        """What a CLIP export leaves out: the method's own words; its modules and score when it gave none (a
+        plugin's method is not exported whole by mistake); the mean pooling, which only open_clip can say."""
+        left = [self.export_leaves_out] if self.export_leaves_out else []
+        own = sorted({key.split(".")[0] for key in self.state_dict()} -
+                     {key.split(".")[0] for key in self.backbone_state_dict()})
+        if not left and (own or not self.global_score):
+            left.append(f"{self.title}'s own modules ({', '.join(own) or 'none'}) and score")
+        if self.arch.pool == "avg" and fmt == "transformers":
+            left.append("the mean pooling of the patch tokens (CLIPModel pools the class token)")
+        return "; ".join(left)
+
     # ---- loading -------------------------------------------------------------------------------
 
     @classmethod

@@ -83,6 +83,8 @@ class FineLipMethod(ClipFamily):
     detect_priority = 20
     native_map_kinds = (LATE_INTERACTION_MAP, REFINEMENT_MAP)
     new_module_prefixes = ("cross_net.",)
+    export_leaves_out = ("the token refiners (cross_net.*) and the late-interaction fine score: the export scores with "
+                         "the global cosine, FineLIP's \"global\" mode, not FineLIP*")
     token_modules = (("image_refiner", TokenRefiner, IMAGE_PREFIX), ("text_refiner", TokenRefiner, TEXT_PREFIX))
 
     def __init__(self, arch, image_refiner: Mapping | None = None, text_refiner: Mapping | None = None,

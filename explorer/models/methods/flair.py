@@ -78,6 +78,8 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
     default_context = SHORT_CONTEXT  # open_clip's 77 tokens
     native_map_kinds = (ATTENTION_MAP,)  # per-head kinds are added per instance (``map_kinds``)
     new_module_prefixes = ("visual_proj.",)
+    export_leaves_out = ("the text-conditioned attention pooling (visual_proj.*) and logit_bias: the export's image "
+                         "embedding is the class token, not the caption-pooled one FLAIR scores with")
 
     def __init__(self, arch, pool_heads: int = DEFAULT_POOL_HEADS, loss_texts: str = "captions",
                  score: str = "cosine"):

@@ -203,6 +203,8 @@ class MulClipMethod(ClipFamily):
     detect_priority = 20
     native_map_kinds = (SUBCAPTION_ALPHA,)
     new_module_prefixes = (CALIBRATION_PREFIX, "logit_bias")
+    export_leaves_out = ("the calibration heads (calibration.*) and logit_bias, which its losses and native maps use; "
+                         "its score, the global cosine, is kept")
     token_modules = (("image_calibration", TokenCalibration, IMAGE_PREFIX),
                      ("text_calibration", TokenCalibration, TEXT_PREFIX))
 

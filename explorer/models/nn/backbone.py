@@ -156,6 +156,13 @@ class ClipBackbone(nn.Module):
             context_length=self.positional_embedding.shape[0], vocab_size=arch.vocab_size,
             projection_dim=self.text_projection.shape[1], quick_gelu=arch.quick_gelu, source=source)
 
+    def backbone_state_dict(self) -> dict[str, torch.Tensor]:
+        """This CLIP's own entries of the state dict, without a subclass's modules (what an export holds)."""
+        with torch.device("meta"):  # only the keys are wanted: nothing is allocated or initialised for real
+            keys = ClipBackbone(self.arch).state_dict().keys()
+        tensors = self.state_dict()
+        return {key: tensors[key] for key in keys}
+
     @property
     def dtype(self) -> torch.dtype:
         return self.visual.conv1.weight.dtype

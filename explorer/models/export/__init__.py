@@ -1,0 +1,114 @@
+"""A model written out for the two libraries the ecosystem reads CLIPs with.
+
+    explorer export --model NAME --format transformers|open_clip --out DIR [--backbone-only]
+
+- ``transformers``: a folder that ``CLIPModel.from_pretrained(DIR)`` and ``CLIPProcessor.from_pretrained(DIR)``
+  load (``transformers_folder``);
+- ``open_clip``: a folder that ``open_clip.create_model_and_transforms("local-dir:DIR")`` and
+  ``open_clip.get_tokenizer("local-dir:DIR")`` load (``open_clip_folder``).
+
+Both hold the model's CLIP backbone as explorer computes it: the effective position table (Long-CLIP's
+two tables folded into one), the model's context (248 for the long models), its activation, and the
+image pipeline of its preprocessing. Whether that is the whole model is the method's to say
+(``Method.export_left_out``): a method whose pooling or score neither library can express exports
+its backbone only when asked (``backbone_only``), and the result says what was left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from explorer.core.errors import ExportError
+from explorer.core.files import atomic_path
+
+if TYPE_CHECKING:  # the CLI's parser reads FORMATS from here: importing this module imports no torch
+    import torch
+
+    from explorer.models.methods.base import Method
+
+FORMATS = ("transformers", "open_clip")
+ABOUT = "explorer_export.json"
+
+
+@dataclass
+class Exported:
+    """What ``export_model`` wrote: the folder, its files, and what of the method it does not hold."""
+
+    out: Path
+    format: str
+    files: list[Path]
+    left_out: str = ""  # "" when the folder computes the method's own embeddings and score
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def whole(self) -> bool:
+        return not self.left_out
+
+
+def export_scope(method: Method, fmt: str, backbone_only: bool = False, name: str = "") -> str:
+    """What the export leaves out ("" for a whole export); refuses what cannot go out as asked."""
+    if fmt not in FORMATS:
+        raise ExportError(f"export format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    who = name or method.title
+    left_out = method.export_left_out(fmt)
+    if left_out is None or not hasattr(method, "backbone_state_dict"):  # not a ``ClipBackbone``
+        raise ExportError(f"{who} ({method.title}) has no CLIP backbone to export in the {fmt} format: "
+                          "its towers are not CLIP's")
+    if left_out and not backbone_only:
+        raise ExportError(f"{who} ({method.title}) cannot be exported whole in the {fmt} format: it would leave out "
+                          f"{left_out}. Add --backbone-only to export its CLIP backbone alone.")
+    return left_out
+
+
+def export_model(method: Method, fmt: str, out: Path, backbone_only: bool = False, name: str = "") -> Exported:
+    """Write ``method`` as a ``fmt`` folder at ``out``; refuses (``ExportError``) before writing anything."""
+    left_out = export_scope(method, fmt, backbone_only, name)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file; the export writes a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / ABOUT).exists():  # never mix with someone's files
+        raise ExportError(f"{out} already holds files that are no earlier export: choose a new or empty folder")
+    if fmt == "transformers":
+        from explorer.models.export.transformers_folder import write_transformers_folder as write
+    else:
+        from explorer.models.export.open_clip_folder import write_open_clip_folder as write
+    files, notes = write(method, out)
+    result = Exported(out=out, format=fmt, files=files, left_out=left_out, notes=notes)
+    result.files.append(_write_about(result, method, name))
+    return result
+
+
+def backbone_tensors(method: Method) -> dict[str, torch.Tensor]:
+    """The method's CLIP backbone in the OpenAI / open_clip layout, float32 on the CPU, ready to save."""
+    import torch
+
+    return {key: value.detach().to("cpu", torch.float32).contiguous()
+            for key, value in method.backbone_state_dict().items()}
+
+
+def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> Path:
+    """A safetensors file written atomically (no torn file if the write is killed), readable by all as the
+    folder's other files are: safetensors creates its file private (0600), and an export is for sharing."""
+    from safetensors.torch import save_file
+
+    with atomic_path(path) as temporary:
+        save_file(tensors, str(temporary), metadata={"format": "pt"})
+        os.chmod(temporary, 0o644)
+    return path
+
+
+def _write_about(result: Exported, method: Method, name: str) -> Path:
+    path = result.out / ABOUT
+    path.write_text(json.dumps({
+        "source": name or method.title, "method": method.name, "format": result.format,
+        "whole": result.whole, "left_out": result.left_out, "context_length": method.context_length,
+        "score": "cosine of the global image and text embeddings", "notes": result.notes}, indent=2),
+        encoding="utf-8")
+    return path
+
+
+__all__ = ["ABOUT", "FORMATS", "Exported", "backbone_tensors", "export_model", "export_scope", "save_weights"]
