@@ -1,6 +1,7 @@
 """One abusive visitor against ``python app.py --public``, over HTTP only, and what the server spends.
 
-    python bench/abuse.py [--app-root DIR] [--only pictures,sentences,captions,disk,latency]
+    python bench/abuse.py [--app-root DIR] [--only pictures,sentences,captions,disk,latency,soak] [--side PX]
+                          [--check]
 
 The server is a child process on a free loopback port with its own ``$EXPLORER_HOME`` and Gradio
 upload folder; its resident memory is read from ``/proc/PID/status`` (``VmHWM``, the peak, is reset
@@ -11,7 +12,10 @@ through ``/proc/PID/clear_refs`` before each scenario), its disk from those two 
 - captions: a 10 MB caption sent to the token-budget and the generation-prompt handlers: seconds;
 - disk: 40 uploads of 24 MB and 40 exports: bytes kept under the upload folder and the exports folder;
 - latency: an ordinary visitor's Draw alone, then while the abusive visitor runs every scenario above.
+- soak: one abusive visitor (one session doing all of the above in a loop) beside one ordinary visitor:
+  the ordinary Draw's seconds quiet and under abuse, the resident peak, the upload and export folders' peaks.
 ``--app-root DIR`` serves another checkout (a git worktree of an older commit) for a before/after.
+``--check`` exits 1 when a soak figure passes the issue's bounds (tests/test_abuse.py runs it).
 """
 
 from __future__ import annotations
@@ -111,6 +115,32 @@ class Visitor:
             values.append(given[key] if key in given else props.get("value"))
         return values
 
+    def call_at_once(self, calls: list[tuple[str, dict]]) -> list[tuple[float, str]]:
+        """Join every call in this session at once (as a page does), then read the session's one stream until
+        each has answered: [(seconds, last message)] in order; a refused join answers ``HTTP ...``."""
+        start, answers, waiting = time.perf_counter(), {}, {}
+        for number, (api_name, given) in enumerate(calls):
+            body = {"data": self.inputs(api_name, **given), "fn_index": self.events[api_name]["id"],
+                    "session_hash": self.session, "event_data": None, "trigger_id": None}
+            joined = self.http.post("/gradio_api/queue/join", json=body)
+            if joined.status_code != 200:
+                answers[number] = (time.perf_counter() - start, f"HTTP {joined.status_code}: {joined.text[:200]}")
+            else:
+                waiting[joined.json()["event_id"]] = number
+        if waiting:
+            with self.http.stream("GET", "/gradio_api/queue/data", params={"session_hash": self.session}) as stream:
+                for line in stream.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    message = json.loads(line[5:])
+                    number = waiting.get(message.get("event_id"))
+                    if number is not None and message.get("msg") in ("process_completed", "unexpected_error"):
+                        answers[number] = (time.perf_counter() - start, line[5:].strip())
+                        del waiting[message["event_id"]]
+                    if not waiting or message.get("msg") == "close_stream":
+                        break
+        return [answers.get(i, (time.perf_counter() - start, "no answer")) for i in range(len(calls))]
+
     def call(self, api_name: str, **given) -> tuple[float, str]:
         """(seconds, the reply stream's last message) of one call in this visitor's session."""
         start = time.perf_counter()
@@ -132,10 +162,14 @@ class Visitor:
         return time.perf_counter() - start, last
 
 
-def big_png() -> bytes:
+SIDE = 7999  # the abusive picture's side (``--side``)
+
+
+def big_png(side: int | None = None) -> bytes:
     """A PNG that decodes to 7999 x 7999 at 16 bits (about 124 KB: a flat picture compresses well)."""
+    side = side or SIDE
     buffer = io.BytesIO()
-    Image.fromarray(np.full((7999, 7999), 30000, dtype=np.uint16)).save(buffer, format="PNG", optimize=True)
+    Image.fromarray(np.full((side, side), 30000, dtype=np.uint16)).save(buffer, format="PNG", optimize=True)
     return buffer.getvalue()
 
 
@@ -245,25 +279,95 @@ def latency(server: Server, rounds: int = 3) -> dict:
             "ratio (median)": round(statistics.median(loaded) / statistics.median(quiet), 2)}
 
 
-SCENARIOS = {"pictures": pictures, "sentences": sentences, "captions": captions, "disk": disk, "latency": latency}
+def soak(server: Server, seconds: float = 60, rounds: int = 5) -> dict:
+    """One abusive visitor (one page session: big pictures to every picture endpoint at once, captions past
+    the cap, uploads, exports, in a loop) and one ordinary visitor drawing maps, at the same time."""
+    ordinary, abuser = Visitor(server.url), Visitor(server.url)
+    ordinary.call("draw_maps")  # warm: the models are loaded
+    quiet = [ordinary.call("draw_maps", grounding_caption=f"A red circle number {i}. A blue ring.")[0]
+             for i in range(rounds)]
+    picture = abuser.upload("big.png", big_png())
+    noise = np.random.default_rng(0).integers(0, 255, (1300, 1300, 3), dtype=np.uint8)  # a 5 MB PNG: noise
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, format="PNG")
+    blob, caption = buffer.getvalue(), "A red circle is at the top left. " * 4000
+    stop, answers, peak_disk = threading.Event(), {}, [0, 0]
+    server.reset_peak()
+
+    def note(reply: str, name: str = "") -> None:
+        key = f"{name}: {outcome(reply)[:60]}"
+        answers[key] = answers.get(key, 0) + 1
+
+    def abuse():
+        abuser.call("draw_maps")  # a view to export
+        calls = [("describe", {"grounding_image": picture}), ("draw_maps", {"grounding_image": picture}),
+                 ("find_regions", {"grounding_image": picture}), ("draw_pca", {"grounding_image": picture}),
+                 ("retrieval_search_file", {"retrieval_query_image": picture}),
+                 ("safe_budget", {"grounding_caption": caption}), ("draw_maps", {"grounding_caption": caption})]
+        while not stop.is_set():
+            for (name, _), (_, reply) in zip(calls, abuser.call_at_once(calls)):
+                note(reply, name)
+            for i in range(5):
+                kept = abuser.upload(f"blob{i}.png", blob)
+                name = "upload: " + (kept[:60] if isinstance(kept, str) else "kept")
+                answers[name] = answers.get(name, 0) + 1
+            for _ in range(3):
+                note(abuser.call("export_maps", maps_export_format="pdf")[1], "export")
+            peak_disk[0] = max(peak_disk[0], server.disk(server.uploads))
+            peak_disk[1] = max(peak_disk[1], server.disk(server.home / "exports"))
+
+    thread = threading.Thread(target=abuse, daemon=True)
+    thread.start()
+    time.sleep(2)
+    started = time.time()
+    loaded = []
+    while len(loaded) < rounds or time.time() - started < seconds:
+        loaded.append(ordinary.call("draw_maps", grounding_caption=f"A green square number {len(loaded)}. A cross.")[0])
+        time.sleep(0.5)  # a person between two Draws
+    stop.set()
+    thread.join(timeout=300)
+    return {"quiet Draw s": [round(s, 2) for s in quiet], "Draw under abuse s": [round(s, 2) for s in loaded],
+            "ratio (median)": round(statistics.median(loaded) / statistics.median(quiet), 2),
+            "ratio (slowest)": round(max(loaded) / statistics.median(quiet), 2),
+            "resident peak": server.status("VmHWM"), "upload folder peak bytes": peak_disk[0],
+            "exports folder peak bytes": peak_disk[1], "abusive answers": answers}
+
+
+LIMITS = {"ratio (median)": 10, "resident peak": 3 * GB, "upload folder peak bytes": GB,
+          "exports folder peak bytes": 200 * 1024 * 1024}  # the issue's bounds; checked by --check
+
+
+SCENARIOS = {"pictures": pictures, "sentences": sentences, "captions": captions, "disk": disk, "latency": latency,
+             "soak": soak}
 
 
 def main() -> None:
+    global SIDE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--app-root", type=Path, default=ROOT)
-    parser.add_argument("--only", default=",".join(SCENARIOS))
+    parser.add_argument("--only", default="pictures,sentences,captions,disk,latency")
+    parser.add_argument("--side", type=int, default=SIDE, help="the abusive picture's side in pixels")
+    parser.add_argument("--seconds", type=float, default=60, help="how long the soak's ordinary visitor draws")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a figure passes its bound (LIMITS)")
     args = parser.parse_args()
+    SIDE = args.side
+    failures = []
     with tempfile.TemporaryDirectory(prefix="abuse-") as folder:
         server = Server(args.app_root.resolve(), Path(folder))
         try:
             print(f"app: {args.app_root} (pid {server.process.pid}), idle resident "
                   f"{server.status('VmRSS') / GB:.2f} GB", flush=True)
             for name in args.only.split(","):
-                result = SCENARIOS[name](server)
+                result = soak(server, args.seconds) if name == "soak" else SCENARIOS[name](server)
                 shown = {k: (f"{v / GB:.2f} GB" if isinstance(v, int) and v > 10**7 else v) for k, v in result.items()}
                 print(name, json.dumps(shown, indent=1), flush=True)
+                failures += [f"{name}: {key} {result[key]} > {bound}" for key, bound in LIMITS.items()
+                             if key in result and result[key] > bound]
         finally:
             server.stop()
+    if args.check and failures:
+        print("past the budget:", *failures, sep="\n  ")
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
