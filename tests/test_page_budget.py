@@ -400,3 +400,18 @@ def test_a_split_is_a_plain_name_of_the_layouts_own(tmp_path):
             read_grounding_set(tmp_path, split=split)
         with pytest.raises(DatasetError, match="a split is a plain name"):
             read_retrieval_set(tmp_path, split=split)
+
+
+def test_the_public_pages_config_names_no_server_folder(tmp_path, monkeypatch):
+    """The dataset pickers offer names: ``/config`` (what any visitor reads) holds no server path."""
+    from explorer.data import write_dataset
+    from explorer.ui.app import build_app
+    from explorer.zoo import Zoo
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("EXPLORER_HOME", str(home))
+    write_dataset(home / "datasets" / "tiny-world", 12, seed=0, image_size=64)
+    access = Access.for_app(tmp_path / "zoo", public=True)
+    config = str(build_app(Zoo(tmp_path / "zoo"), access=access).get_config_file())
+    assert "tiny-world" in config  # offered...
+    assert str(home) not in config and str(tmp_path) not in config  # ...by its name only
