@@ -415,3 +415,18 @@ def test_the_public_pages_config_names_no_server_folder(tmp_path, monkeypatch):
     config = str(build_app(Zoo(tmp_path / "zoo"), access=access).get_config_file())
     assert "tiny-world" in config  # offered...
     assert str(home) not in config and str(tmp_path) not in config  # ...by its name only
+
+
+def test_the_caption_cap_is_settable_from_the_command_line(monkeypatch, tmp_path):
+    from explorer import cli
+    from explorer.ui import app as app_module
+
+    seen = {}
+    monkeypatch.setattr(app_module, "launch", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    zoo = ["--checkpoints", str(tmp_path / "zoo")]
+    assert cli.main(["app", *zoo, "--public", "--max-caption-chars", "5000"]) == 0
+    assert seen["access"].budget.caption_chars == 5000 and seen["access"].budget.sentences_per_draw == 64
+    assert cli.main(["app", *zoo]) == 0
+    assert seen["access"].budget.caption_chars == 200_000
+    assert cli.main(["app", *zoo, "--max-caption-chars", "0"]) == 2

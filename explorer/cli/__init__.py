@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "public page uses)")
     app.add_argument("--sdxl-config", help="SDXL's configs folder, for a single-file --sdxl")
     app.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ...")
+    app.add_argument("--max-caption-chars", type=int, metavar="N",
+                     help="the longest text the page reads (default: 20,000 public, 200,000 owner)")
     # Also after the command (`python app.py --checkpoints DIR`), not only before it.
     app.add_argument("--checkpoints", default=argparse.SUPPRESS, help="zoo folder of manifests")
     app.set_defaults(run=_run_app)
@@ -154,8 +156,10 @@ def _run_app(args) -> int:
     others = args.share or not is_loopback(args.host)
     public = args.public or (others and not args.trusted)
     zoo = Zoo(args.checkpoints)
+    if args.max_caption_chars is not None and args.max_caption_chars < 1:
+        raise ExplorerError("--max-caption-chars takes a positive number of characters")
     access = Access.for_app(zoo.root, allow_roots=args.allow_root, public=public, sdxl=args.sdxl,
-                            sdxl_config=args.sdxl_config)
+                            sdxl_config=args.sdxl_config, caption_chars=args.max_caption_chars)
     if public:
         why = "--public" if args.public else "--share" if args.share else f"--host {args.host}"
         print(f"explorer: public demo mode ({why}): read-only, no typed paths, no jobs; --trusted with --auth "
