@@ -120,12 +120,7 @@ class JobManager:
                            f"(batch_size {values['batch_size']} x accumulate {values['accumulate']}); "
                            "lower batch_size in the settings.")
         init_path, init_method = self._resolve_init(init)
-        if method == "seps" and init_method not in (None, "seps"):
-            raise JobError(f"SEPS starts only from a SEPS checkpoint; {init} is a {init_method} model.")
-        if method == "goal" and not plan.has_local_pairs and init_path is None:
-            raise JobError("GOAL trains on FLISM local pairs, which this data lacks; give init (the CLIP-family "
-                           "checkpoint it fine-tunes from: it mines the pairs, as FAST-GOAL does with CLIP), or "
-                           "data whose samples.jsonl has local_box and local_sentence.")
+        check_data_and_init(method, plan, init, init_path, init_method)
         gpus, processes, options = self.resolve_devices(gpus, processes, backend, slurm)
         run = self.new_record(
             name=name or f"{method}-{Path(data).expanduser().resolve().name}", method=method,
@@ -565,6 +560,21 @@ def _resolve_processes(processes: int | None, gpus: int) -> int:
         raise JobError(f"a GPU run starts one process per GPU: processes must be {gpus} (its gpus) or left out, "
                        f"not {processes}")
     return processes
+
+
+def check_data_and_init(method: str, plan, init, init_path: Path | None, init_method: str | None) -> None:
+    """``JobError`` when the method cannot start from ``init`` or needs data the plan lacks (what it needs
+    is said by its class: ``init_methods``, ``needs_local_pairs``)."""
+    from explorer.models.methods import get_method
+
+    cls = get_method(method)
+    refusal = cls.refuse_init(init_method, str(init))
+    if refusal:
+        raise JobError(refusal)
+    if cls.needs_local_pairs and not plan.has_local_pairs and init_path is None:
+        raise JobError(f"{cls.title} trains on FLISM local pairs, which this data lacks; give init (the CLIP-family "
+                       "checkpoint it fine-tunes from: it mines the pairs, as FAST-GOAL does with CLIP), or "
+                       "data whose samples.jsonl has local_box and local_sentence.")
 
 
 def _append_log(path: str | Path, line: str) -> None:

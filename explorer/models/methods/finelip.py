@@ -82,6 +82,7 @@ class FineLipMethod(ClipFamily):
     title = "FineLIP"
     detect_priority = 20
     native_map_kinds = (LATE_INTERACTION_MAP, REFINEMENT_MAP)
+    preferred_native_map = LATE_INTERACTION_MAP
     new_module_prefixes = ("cross_net.",)
     token_modules = (("image_refiner", TokenRefiner, IMAGE_PREFIX), ("text_refiner", TokenRefiner, TEXT_PREFIX))
 

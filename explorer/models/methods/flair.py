@@ -77,6 +77,7 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
     default_quick_gelu = False  # FLAIR is trained from scratch with open_clip's GELU
     default_context = SHORT_CONTEXT  # open_clip's 77 tokens
     native_map_kinds = (ATTENTION_MAP,)  # per-head kinds are added per instance (``map_kinds``)
+    preferred_native_map = ATTENTION_MAP
     new_module_prefixes = ("visual_proj.",)
 
     def __init__(self, arch, pool_heads: int = DEFAULT_POOL_HEADS, loss_texts: str = "captions",

@@ -202,6 +202,7 @@ class MulClipMethod(ClipFamily):
     title = "MulCLIP"
     detect_priority = 20
     native_map_kinds = (SUBCAPTION_ALPHA,)
+    preferred_native_map = SUBCAPTION_ALPHA
     new_module_prefixes = (CALIBRATION_PREFIX, "logit_bias")
     token_modules = (("image_calibration", TokenCalibration, IMAGE_PREFIX),
                      ("text_calibration", TokenCalibration, TEXT_PREFIX))
