@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from explorer.core.sentences import split_sentences
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods.base import GENERIC_MAP
@@ -56,11 +57,13 @@ def grouping_weights(texts: torch.Tensor, patches: torch.Tensor) -> torch.Tensor
 
 
 def sample_sub_captions(batch: TrainingBatch, k: int) -> tuple[list[str], list[int]]:
-    """Up to ``k`` distinct sentences of each image's caption, drawn at random (torch's generator): the
-    sub-captions in batch order, and the image each belongs to."""
+    """Up to ``k`` distinct sentences of each image's caption (``batch.sentences``, else the caption split
+    into sentences), drawn at random (torch's generator): the sub-captions in batch order, and the image
+    each belongs to."""
     texts, owner = [], []
-    for i, sentences in enumerate(batch.sentences):
-        pool = list(dict.fromkeys(s for s in sentences if s.strip())) or [batch.captions[i]]
+    for i, caption in enumerate(batch.captions):
+        sentences = batch.sentences[i] if batch.sentences is not None else split_sentences(caption)
+        pool = list(dict.fromkeys(s for s in sentences if s.strip())) or [caption]
         for j in torch.randperm(len(pool))[:k].tolist():
             texts.append(pool[j])
             owner.append(i)
@@ -89,7 +92,8 @@ class DreamLipMethod(ClipFamily):
             "lambda_grouping": {"value": GROUPING_WEIGHT, "source": "explorer-dreamlip: the two terms weigh the "
                                                                     "same", "code": "explorer_dreamlip.method.GROUPING_WEIGHT"},
         },
-        "notes": ["Trains on each sample's sentences (samples.jsonl 'sentences', or the caption split into them)."],
+        "notes": ["Trains on each sample's sentences (samples.jsonl 'sentences', else its caption split into "
+                  "sentences)."],
     }
 
     def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
@@ -100,7 +104,6 @@ class DreamLipMethod(ClipFamily):
         return grouping_weights(text.eot, image.patches[0]).reshape(len(text), rows, cols)
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
-        batch.require("sentences", method=self.title)
         texts, owner = sample_sub_captions(batch, SUB_CAPTIONS)
         image = self.encode_image(batch.pixels)
         text = self.encode_captions(texts).eot

@@ -28,3 +28,18 @@ def test_multi_positive_loss_is_lowest_when_every_sub_caption_points_at_its_imag
     # each image's positives share its probability mass: image 0's two identical sub-captions cost log 2 at
     # best (L_i2t = (log 2 + 0) / 2), the text side nearly 0; the whole loss is the mean of the two sides
     assert abs(float(right) - math.log(2) / 4) < 0.01 and wrong > 5
+
+
+def test_sub_captions_are_distinct_sentences_of_their_own_caption_and_come_from_the_caption_without_them():
+    from dataclasses import replace
+
+    from explorer.models.batch import example_batch
+    from explorer_dreamlip.method import SUB_CAPTIONS, sample_sub_captions
+
+    batch = example_batch(32, batch_size=4)
+    for given in (batch, replace(batch, sentences=None)):
+        texts, owner = sample_sub_captions(given, SUB_CAPTIONS)
+        for i in range(len(batch)):
+            mine = [t for t, o in zip(texts, owner) if o == i]
+            assert mine and len(mine) == len(set(mine)) <= SUB_CAPTIONS
+            assert all(t in batch.captions[i] for t in mine)
