@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from explorer.cli import main
+from explorer.core.errors import CheckpointError
 from explorer.models.methods import BUILT_IN, get_method, plugins
 from plugin_fixtures import on_path, write_dist_info  # noqa: F401  (on_path: a fixture)
 
@@ -111,6 +112,8 @@ def test_a_broken_plugin_is_listed_with_its_error_and_takes_nothing_down(broken,
     lines = capsys.readouterr().out.splitlines()
     clash = next(line for line in lines if line.startswith("clip") and "NOT LOADED" in line)
     assert "explorer-broken 0.3" in clash and "taken by built-in" in clash  # both sources named
+    with pytest.raises(CheckpointError, match="'broken' \\(explorer-broken 0.3\\) did not load: RuntimeError: boom"):
+        get_method("broken")  # what a zoo model of that method says when it is loaded
     assert main(["check-method", "broken"]) == 1
     assert "FAIL  loads: RuntimeError: boom at import" in capsys.readouterr().out
     rows = {row[0]: row for row in methods_table() if row[1] == "not loaded"}

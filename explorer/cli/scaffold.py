@@ -130,7 +130,7 @@ def test_explorer_finds_it_through_its_entry_point():
 
 README = '''# {title} for explorer
 
-A method for [explorer](https://github.com/) packaged as a plugin: explorer finds it through the
+A method for explorer (the long-text CLIP workbench) packaged as a plugin: explorer finds it through the
 entry point `{name}` in the group `explorer.methods` (pyproject.toml), so it works wherever a built-in
 method does (the page, `explorer train`, Jobs, `explorer eval`, figures) without a fork.
 

@@ -50,6 +50,11 @@ def register(cls: type[Method], source: str | None = None) -> type[Method]:
 def get_method(name: str) -> type[Method]:
     discover_methods()
     if name not in METHODS:
+        from explorer.models.methods import plugins
+
+        failed = next((entry for entry in plugins.failed() if entry.name == name), None)
+        if failed is not None:
+            raise CheckpointError(f"Method {name!r} ({failed.source}) did not load: {failed.error}")
         raise CheckpointError(f"Unknown method {name!r}; known: {', '.join(sorted(METHODS))}.")
     return METHODS[name]
 
