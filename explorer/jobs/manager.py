@@ -39,7 +39,7 @@ from explorer.jobs.queue import claim_runs, gpu_pool, queue_position, set_gpu_po
 from explorer.jobs.records import (ACTIVE, BACKENDS, CANCELLED, EVAL, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING,
                                    SLURM, SWEEP, JobError, Run, signal_name)
 from explorer.jobs.run_store import RunStore
-from explorer.jobs.training_data import PAIRS_FILE, inspect_data
+from explorer.jobs.training_data import PAIRS_FILE, check_data_and_init, inspect_data
 
 RUNS_DIR = "runs"
 LOG_FILE = "run.log"
@@ -560,21 +560,6 @@ def _resolve_processes(processes: int | None, gpus: int) -> int:
         raise JobError(f"a GPU run starts one process per GPU: processes must be {gpus} (its gpus) or left out, "
                        f"not {processes}")
     return processes
-
-
-def check_data_and_init(method: str, plan, init, init_path: Path | None, init_method: str | None) -> None:
-    """``JobError`` when the method cannot start from ``init`` or needs data the plan lacks (what it needs
-    is said by its class: ``init_methods``, ``needs_local_pairs``)."""
-    from explorer.models.methods import get_method
-
-    cls = get_method(method)
-    refusal = cls.refuse_init(init_method, str(init))
-    if refusal:
-        raise JobError(refusal)
-    if cls.needs_local_pairs and not plan.has_local_pairs and init_path is None:
-        raise JobError(f"{cls.title} trains on FLISM local pairs, which this data lacks; give init (the CLIP-family "
-                       "checkpoint it fine-tunes from: it mines the pairs, as FAST-GOAL does with CLIP), or "
-                       "data whose samples.jsonl has local_box and local_sentence.")
 
 
 def _append_log(path: str | Path, line: str) -> None:
