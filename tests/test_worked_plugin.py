@@ -46,3 +46,21 @@ def test_dreamlip_trains_through_jobs_on_the_sentences_of_the_world(dreamlip, jo
     assert all(key in losses[0] for key in ("loss/multi-positive", "loss/grouping")), losses[0]
     model = Zoo(os.environ["EXPLORER_CHECKPOINTS"]).load(run.zoo_name)
     assert model.method_name == dreamlip and "grouping" in model.map_kinds
+
+
+@pytest.mark.slow
+def test_dreamlip_joins_the_demo_zoo_by_its_class_recipe(dreamlip, tmp_path):
+    import explorer
+    from explorer.training.demo_zoo import build_demo, demo_run
+
+    run = demo_run(dreamlip)  # from DreamLipMethod.demo_recipe: not in the recipe table
+    assert (run.method, run.init, run.steps) == (dreamlip, "clip-base", 200)
+    written = build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=40, scale=0.001,
+                         only=["clip-base", dreamlip], progress=False, log=lambda _: None, min_steps=2)
+    assert [p.name for p in written] == ["clip-base.safetensors", "dreamlip.safetensors"]
+    from explorer.zoo import Manifest
+
+    model = explorer.load(tmp_path / "demo" / "dreamlip.json", device="cpu")
+    assert model.method_name == dreamlip and model.key_report.ok
+    manifest = Manifest.read(tmp_path / "demo" / "dreamlip.json")
+    assert "fine-tuned from demo clip-base with DreamLIP's losses" in manifest.source and manifest.recipe["steps"] == 2

@@ -204,8 +204,20 @@ def build_method(run: DemoRun, out: Path, vocab_file: Path | None):
     return get_method(run.method).demo_model(spec, **run.extra), None
 
 
+def all_runs() -> tuple[DemoRun, ...]:
+    """The recipe table, then a run for every other method whose class gives a ``demo_recipe`` (a plugin's:
+    its name, fine-tuned from the base by default)."""
+    from explorer.models.methods import discover_methods
+
+    named = {run.name for run in RUNS}
+    extra = tuple(DemoRun(name=name, method=name, **dict(cls.demo_recipe))
+                  for name, cls in sorted(discover_methods().items())
+                  if cls.demo_recipe is not None and name not in named)
+    return RUNS + extra
+
+
 def demo_run(name: str) -> DemoRun:
-    return next(run for run in RUNS if run.name == name)
+    return next(run for run in all_runs() if run.name == name)
 
 
 def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None) -> Path:
@@ -250,7 +262,7 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     if not vocab_file.exists():
         vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
     written, local_pairs = [], None
-    for run in RUNS:
+    for run in all_runs():
         if only and run.name not in only:
             continue
         steps = max(min_steps, int(run.steps * scale))

@@ -222,6 +222,10 @@ class Method:
         return f"{cls.title} starts only from a {' or '.join(cls.init_methods)} checkpoint; {init} is a " \
                f"{init_method} model."
 
+    # How `explorer zoo build-demo` trains it, for a method not in the demo zoo's recipe table (a plugin):
+    # ``DemoRun`` fields (explorer.training.demo_zoo), e.g. {"steps": 200}; None: it is not in the demo zoo.
+    demo_recipe: ClassVar[Mapping | None] = None
+
     @classmethod
     def demo_model(cls, demo: "DemoSpec", **extra) -> "Method":
         """A model built from scratch for the demo zoo (``explorer.training.demo_zoo``) at ``demo``'s sizes.

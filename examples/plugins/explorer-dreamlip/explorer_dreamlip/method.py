@@ -78,6 +78,8 @@ class DreamLipMethod(ClipFamily):
     default_context = SHORT_CONTEXT  # the paper keeps CLIP's 77 tokens: each sub-caption is short
     native_map_kinds = (GROUPING_MAP,)
     preferred_native_map = GROUPING_MAP
+    # `explorer zoo build-demo --only dreamlip`: fine-tuned from the demo's base CLIP like the built-ins
+    demo_recipe = {"steps": 200}
     job_defaults = {
         "train": {"batch_size": 64, "lr_backbone": 1e-5, "lr_new": 1e-5},
         "sources": {
