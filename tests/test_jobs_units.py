@@ -56,8 +56,13 @@ def run_here(jobs, run) -> Run:
 
 
 def test_every_method_has_a_config_with_each_papers_numbers():
+    from explorer.jobs.configs import CONFIG_DIR
+    from explorer.models.methods import BUILT_IN, SOURCES
+
     discover_methods()
     assert known_methods() == sorted(METHODS)
+    # every built-in has its YAML (the names the page lists before the methods are imported), and only they
+    assert {path.stem for path in CONFIG_DIR.glob("*.yaml")} == {n for n, s in SOURCES.items() if s == BUILT_IN}
     values = {m: method_defaults(m).values for m in known_methods()}
     mulclip = values["mulclip"]
     assert (mulclip["lr_backbone"], mulclip["lr_new"], mulclip["weight_decay"], mulclip["warmup_steps"]) == (

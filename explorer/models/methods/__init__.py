@@ -37,7 +37,8 @@ def register(cls: type[Method], source: str | None = None) -> type[Method]:
     being loaded). A taken name is refused with both sources."""
     from explorer.models.methods import plugins
 
-    source = source or plugins.loading_source() or BUILT_IN
+    source = source or plugins.loading_source() or (BUILT_IN if cls.__module__.startswith(f"{__name__}.")
+                                                    else f"module {cls.__module__}")
     if cls.name in METHODS and METHODS[cls.name] is not cls:
         raise MethodNameTaken(f"method name {cls.name!r} of {source} ({cls.__module__}.{cls.__qualname__}) is "
                               f"taken by {SOURCES.get(cls.name, BUILT_IN)} ({METHODS[cls.name].__module__}."
@@ -116,4 +117,4 @@ def method_entries() -> list:
 
 
 __all__ = ["BUILT_IN", "GENERIC_MAP", "METHODS", "MethodNameTaken", "SOURCES", "detect_format", "discover_methods",
-           "get_method", "imported_method", "discovered", "method_entries", "register"]
+           "discovered", "get_method", "imported_method", "method_entries", "register"]
