@@ -83,3 +83,15 @@ def test_each_check_fails_on_its_own_fault(cls, failing):
 def test_a_class_that_is_no_method_stops_at_the_first_check():
     results = check_method(dict, raise_on_failure=False)
     assert [(r.name, r.ok) for r in results] == [("builds", False)] and "not a Method" in results[0].detail
+
+
+def test_check_method_on_the_command_line_exits_1_on_a_failure_with_one_line_per_check(capsys):
+    from explorer.cli import main
+    from explorer.testing import CHECKS
+
+    assert main(["check-method", "test_conformance_kit:BatchDependent"]) == 1  # a class not installed yet
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "test_conformance_kit:BatchDependent" and len(lines) == len(CHECKS) + 2
+    assert "FAIL  pairs equal batch: image 0, text 0" in lines[4] and lines[-1] == "9 of 10 checks pass; 1 fail"
+    assert main(["check-method", "no_such_module:Method"]) == 1
+    assert capsys.readouterr().out.startswith("FAIL  loads: ModuleNotFoundError")

@@ -9,6 +9,7 @@ plugin package that works as it is (``scaffold``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -21,7 +22,8 @@ def add_commands(commands) -> None:
     listing.set_defaults(run=run_methods)
 
     check = commands.add_parser("check-method", help="run the conformance kit on a method (exit 0: it fits)")
-    check.add_argument("name", help="a method's name (`explorer methods`)")
+    check.add_argument("name", help="a method's name (`explorer methods`), or package.module:Class for one not "
+                                    "installed yet")
     check.set_defaults(run=run_check_method)
 
     new = commands.add_parser("new-method", help="write a method package (a plugin) to start from")
@@ -49,14 +51,25 @@ def run_check_method(args) -> int:
     from explorer.models.methods import METHODS, method_entries
     from explorer.testing import run_checks
 
+    if ":" in args.name:  # "package.module:Class", a method not installed yet
+        module, _, name = args.name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception as error:  # noqa: BLE001 - the author's code: any failure is the first finding
+            print(f"FAIL  loads: {type(error).__name__}: {error}")
+            return 1
+        return _report(args.name, run_checks(cls))
     entries = {entry.name: entry for entry in method_entries() if entry.name == args.name}
     entry = entries.get(args.name)
     if entry is None or not entry.loaded:
         reason = entry.error if entry else f"no method {args.name!r}; `explorer methods` lists them"
         print(f"FAIL  loads: {reason}")
         return 1
-    print(f"{args.name} ({entry.source}, {entry.target})")
-    results = run_checks(METHODS[args.name])
+    return _report(f"{args.name} ({entry.source}, {entry.target})", run_checks(METHODS[args.name]))
+
+
+def _report(title: str, results) -> int:
+    print(title)
     for result in results:
         print(result.line())
     failed = sum(not r.ok for r in results)
