@@ -114,6 +114,11 @@ def test_a_broken_plugin_is_listed_with_its_error_and_takes_nothing_down(broken,
     assert "explorer-broken 0.3" in clash and "taken by built-in" in clash  # both sources named
     with pytest.raises(CheckpointError, match="'broken' \\(explorer-broken 0.3\\) did not load: RuntimeError: boom"):
         get_method("broken")  # what a zoo model of that method says when it is loaded
+    from explorer.jobs import JobError
+    from explorer.jobs.configs import method_defaults
+
+    with pytest.raises(JobError, match="did not load: RuntimeError: boom"):  # the Jobs form says why too
+        method_defaults("broken")
     assert main(["check-method", "broken"]) == 1
     assert "FAIL  loads: RuntimeError: boom at import" in capsys.readouterr().out
     rows = {row[0]: row for row in methods_table() if row[1] == "not loaded"}

@@ -142,11 +142,13 @@ def method_defaults(method: str) -> MethodDefaults:
 def _class_defaults(method: str) -> dict:
     """A method without a config file: its class's ``job_defaults`` (a plugin's), or ``JobError``."""
     from explorer.core.errors import ExplorerError
-    from explorer.models.methods import get_method
+    from explorer.models.methods import get_method, plugins
 
     try:
         cls = get_method(method)
-    except ExplorerError:
+    except ExplorerError as error:
+        if method in plugins.entry_point_names():  # installed, but it did not load: say why
+            raise JobError(str(error)) from None
         raise JobError(f"unknown method {method!r}; methods a run can train: {', '.join(known_methods())}") from None
     data = cls.job_defaults
     if not isinstance(data, Mapping):
