@@ -17,6 +17,7 @@ in one layer are peers and do not import each other.
     evaluation             metrics and the synthetic-world benchmark over the zoo
     retrieval              benchmark datasets embedded once (on-disk cache), searched, re-ranked, Recall@K
     training               the training loop and the demo-zoo recipe
+    testing                the conformance kit a method's author runs (check_method)
     jobs, generation       background runs; SDXL generation
     views                  settings, rendering, paper figures
     ui                     one Gradio module per tab
@@ -61,6 +62,7 @@ LAYERS = (
     ("evaluation",),
     ("retrieval",),  # built on evaluation's Recall@K and caption scoring, so its numbers are explorer eval's
     ("training",),
+    ("testing",),  # the conformance kit for a method's author (explorer.testing.check_method)
     ("jobs", "generation"),
     ("views",),
     ("ui",),

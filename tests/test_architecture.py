@@ -122,3 +122,46 @@ def test_no_private_name_is_imported_across_modules():
             if private:
                 wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {', '.join(private)} from {target}")
     assert not wrong, "private names imported across modules:\n" + "\n".join(wrong)
+
+
+# ---- no code outside the methods names a built-in method ------------------------------------------
+
+METHODS_PACKAGE = PACKAGE / "models" / "methods"
+# The built-in methods' names, from their job configs (data; tests/test_jobs_units checks they are the registry's).
+BUILT_IN_NAMES = frozenset(path.stem for path in (PACKAGE / "jobs" / "configs").glob("*.yaml"))
+
+
+def method_name_comparisons(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every comparison with a built-in method's name: ``x == "goal"``, ``m in ("clip", ...)``,
+    ``case "seps":``. What a method needs is asked of its class, so such a branch is a method's knowledge
+    living in the wrong place."""
+    def names_in(node: ast.expr) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value] if node.value in BUILT_IN_NAMES else []
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [name for element in node.elts for name in names_in(element)]
+        return []
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            found += [(node.lineno, name) for operand in (node.left, *node.comparators) for name in names_in(operand)]
+        elif isinstance(node, ast.MatchValue):
+            found += [(node.lineno, name) for name in names_in(node.value)]
+    return found
+
+
+def test_no_code_outside_the_methods_compares_against_a_method_name():
+    assert {"clip", "goal", "seps"} <= BUILT_IN_NAMES
+    wrong = [f"{path.relative_to(PACKAGE.parent)}:{line} compares with {name!r}"
+             for _, path in modules() if METHODS_PACKAGE not in path.parents
+             for line, name in method_name_comparisons(path.read_text())]
+    assert not wrong, ("code that branches on a built-in method's name (ask the method's class instead: "
+                       "explorer.models.methods.base.Method):\n" + "\n".join(wrong))
+
+
+def test_the_name_check_catches_a_comparison():
+    """The check itself works: each form of a name comparison is reported; naming one in data is not."""
+    bad = ('if run.method == "goal":\n    pass\nif m in ("clip", "other"):\n    pass\n'
+           'match m:\n    case "seps":\n        pass\nRUNS = {"clip": 1}\nf("finelip")\n')
+    assert method_name_comparisons(bad) == [(1, "goal"), (3, "clip"), (6, "seps")]

@@ -21,7 +21,7 @@ import torch
 
 from explorer.data import Background, Scene, SceneObject, Sentence, read_dataset, write_dataset
 from explorer.evaluation.baselines import baselines, centre_box_mask
-from explorer.evaluation.grounding_eval import NATIVE_PREFERENCE, native_kind, object_sentences
+from explorer.evaluation.grounding_eval import native_kind, object_sentences
 from explorer.evaluation.report import results_markdown, results_table, update_readme
 from explorer.evaluation.results import METRIC_KEYS, write_results
 from explorer.evaluation.runner import evaluate_model, evaluate_zoo
@@ -65,9 +65,11 @@ class Oracle:
 
     name, method_name, context_length, trained = "oracle", "oracle", 248, True
 
-    def __init__(self, scenes, map_kinds=("generic",), greedy_image_0=False, prefers=(), wrong_object=False):
+    def __init__(self, scenes, map_kinds=("generic",), greedy_image_0=False, prefers=(), wrong_object=False,
+                 native=None):
         self.scenes = list(scenes)
         self.map_kinds = tuple(map_kinds)
+        self.preferred_native_map = native
         self.greedy_image_0, self.prefers, self.wrong_object = greedy_image_0, set(prefers), wrong_object
         self.image_of = {s.image.tobytes(): i for i, s in enumerate(self.scenes)}
         self.owner: dict[str, int] = {}
@@ -158,13 +160,12 @@ def test_untrained_model_reports_every_metric_as_a_share(untrained_result, scene
 
 
 def test_oracle_is_perfect_everywhere(scenes):
-    oracle = Oracle(scenes, map_kinds=("generic", "attention-pool", "subcaption-alpha"))
+    oracle = Oracle(scenes, map_kinds=("generic", "attention-pool", "subcaption-alpha"), native="subcaption-alpha")
     result = evaluate_model(oracle, scenes, caption_chunk=5, image_batch=5)  # several chunks and batches
     metrics = result["metrics"]
     for key in METRIC_KEYS:
         assert metrics[key] == 1.0, key
-    # the preferred native map is the first of NATIVE_PREFERENCE the model has, not the model's first
-    assert NATIVE_PREFERENCE.index("subcaption-alpha") < NATIVE_PREFERENCE.index("attention-pool")
+    # the preferred native map is the one the model's method names, not the model's first
     assert result["native_kind"] == "subcaption-alpha"
     assert list(result["map_kinds"]) == ["generic", "subcaption-alpha", "attention-pool"]  # every kind offered
     assert all(scores["miou"] == 1.0 for scores in result["map_kinds"].values())
@@ -194,7 +195,10 @@ def test_hard_negatives_per_attribute_and_wrong_maps(scenes):
     assert metrics["hard_negative_acc"] == 0.0  # every scene has a colour negative that wins
     assert metrics["miou_generic"] == 0.0 and metrics["pointing_generic"] == 0.0  # another object's mask
     assert metrics["miou_native"] is None and result["native_kind"] is None
-    assert native_kind(SimpleNamespace(map_kinds=("generic", "word-max", "late-interaction"))) == "late-interaction"
+    assert native_kind(SimpleNamespace(map_kinds=("generic", "word-max", "late-interaction"),
+                                       preferred_native_map="late-interaction")) == "late-interaction"
+    # a preferred map the instance does not offer is no native map
+    assert native_kind(SimpleNamespace(map_kinds=("generic",), preferred_native_map="late-interaction")) is None
 
 
 # ---- baselines -----------------------------------------------------------------------------------

@@ -56,8 +56,13 @@ def run_here(jobs, run) -> Run:
 
 
 def test_every_method_has_a_config_with_each_papers_numbers():
+    from explorer.jobs.configs import CONFIG_DIR
+    from explorer.models.methods import BUILT_IN, SOURCES
+
     discover_methods()
     assert known_methods() == sorted(METHODS)
+    # every built-in has its YAML (the names the page lists before the methods are imported), and only they
+    assert {path.stem for path in CONFIG_DIR.glob("*.yaml")} == {n for n, s in SOURCES.items() if s == BUILT_IN}
     values = {m: method_defaults(m).values for m in known_methods()}
     mulclip = values["mulclip"]
     assert (mulclip["lr_backbone"], mulclip["lr_new"], mulclip["weight_decay"], mulclip["warmup_steps"]) == (
@@ -98,6 +103,9 @@ def test_overrides_convert_text_and_refuse_what_is_wrong():
             resolve_config(method, overrides)
 
 
+DEMO_CLIP = Path(__file__).resolve().parents[1] / "checkpoints" / "demo" / "clip-base.json"
+
+
 def test_a_bad_config_or_missing_dataset_is_refused_before_anything_is_launched(jobs, world, tmp_path):
     (tmp_path / "empty").mkdir()
     refused = [
@@ -109,6 +117,8 @@ def test_a_bad_config_or_missing_dataset_is_refused_before_anything_is_launched(
         (dict(method="clip", data=world, overrides=TINY, gpus=1), "lends 0 GPU"),
         (dict(method="clip", data=world, overrides=TINY, init="no-such-model"), "init no-such-model"),
         (dict(method="goal", data=world, overrides=TINY), "GOAL trains on FLISM local pairs"),
+        (dict(method="seps", data=world, overrides={**TINY, "batch_size": 2}, init=DEMO_CLIP),
+         "SEPS starts only from a seps checkpoint; .*clip-base.json is a clip model"),  # SepsMethod.init_methods
         (dict(method="nosuch", data=world), "unknown method"),
     ]
     for kwargs, message in refused:

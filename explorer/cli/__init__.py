@@ -3,7 +3,8 @@
 One module per group of commands: this one (app, models, train, data, zoo, eval), figures
 (`explorer figure ...`), retrieval (`explorer index | search | eval-retrieval`),
 grounding (`explorer eval-grounding`), jobs (`explorer jobs ...`),
-generation (`explorer generate | export-text-encoder`); common holds what they share.
+generation (`explorer generate | export-text-encoder`), methods (`explorer methods | check-method |
+new-method`); common holds what they share.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import export, figures, generation, grounding, jobs, results, retrieval
+from explorer.cli import export, figures, generation, grounding, jobs, methods, results, retrieval
 from explorer.cli.common import zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -134,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     results.add_commands(commands)
     generation.add_commands(commands)
     export.add_commands(commands)
+    methods.add_commands(commands)
     return parser
 
 

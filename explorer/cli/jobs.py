@@ -24,7 +24,7 @@ def add_commands(commands) -> None:
     jobs = commands.add_parser("jobs", help="background training runs: submit, list, show, logs, cancel, resume, "
                                             "delete").add_subparsers(title="jobs")
     submit = jobs.add_parser("submit", help="queue a training run (it starts when a slot is free)")
-    submit.add_argument("--method", required=True, help="clip, longclip, finelip, mulclip, goal, caft, flair, seps")
+    submit.add_argument("--method", required=True, help="a method (`explorer methods` lists them, plugins included)")
     submit.add_argument("--data", required=True, type=Path, help="a synthetic world, a samples.jsonl folder or any "
                                                                  "retrieval layout")
     submit.add_argument("--init", help="start from this checkpoint: a zoo name, a manifest or a weights file")

@@ -5,9 +5,9 @@ Grounding (``grounding_metrics``; scoring: ``explorer.grounding.metrics.score_ma
     ``model.sentence_maps(scene.image, object_sentences, kind)`` (all object sentences of
     the scene at once); the map's Otsu mask is compared with the object's mask.
     ``miou_generic`` / ``pointing_generic``: the generic map (cosine of the sentence with
-    each patch). ``miou_native`` / ``pointing_native``: the method's preferred native map,
-    the first of ``NATIVE_PREFERENCE`` among ``model.map_kinds`` (its name is the model's
-    ``native_kind``); None when the method has none of them. Means are over sentences
+    each patch). ``miou_native`` / ``pointing_native``: the method's preferred native map
+    (``model.preferred_native_map``, said by its class, when ``model.map_kinds`` has it; its name
+    is the model's ``native_kind``); None when the method has none. Means are over sentences
     (every object sentence of every grounding scene weighs the same). Pointing is the
     strict game of ``pointing_hits``: every pixel where the map peaks must be in the mask.
     NaN pixels, maps with no finite value and flat maps score as ``score_maps`` decides.
@@ -34,14 +34,13 @@ from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import GROUNDING_KEYS
 from explorer.grounding.metrics import flism_region_accuracy, pixel_auroc, score_maps
 
-NATIVE_PREFERENCE = ("subcaption-alpha", "attention-pool", "late-interaction", "word-max")
 GENERIC_KIND = "generic"
 
 
 def native_kind(model) -> str | None:
-    """The method's preferred native map: the first of ``NATIVE_PREFERENCE`` it offers, or None."""
-    kinds = tuple(getattr(model, "map_kinds", ()) or ())
-    return next((kind for kind in NATIVE_PREFERENCE if kind in kinds), None)
+    """The method's preferred native map (its class says which) when the model offers it, or None."""
+    kind = getattr(model, "preferred_native_map", None)
+    return kind if kind and kind in tuple(getattr(model, "map_kinds", ()) or ()) else None
 
 
 def object_sentences(scene) -> list:
@@ -144,5 +143,5 @@ def flism_metrics(model, scenes: Sequence, progress: bool = False) -> tuple[floa
     return (hit_total / scored_total if scored_total else None), scored_total
 
 
-__all__ = ["GENERIC_KIND", "NATIVE_PREFERENCE", "flism_metrics", "grounding_metrics", "map_aurocs", "native_kind",
+__all__ = ["GENERIC_KIND", "flism_metrics", "grounding_metrics", "map_aurocs", "native_kind",
            "object_masks", "object_sentences", "sentence_boxes"]

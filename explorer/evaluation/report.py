@@ -104,7 +104,7 @@ def results_markdown(results) -> str:
         "of each object sentence's map vs the object's mask; pointing: the map's peak lies in the object. "
         "AUROC: the chance that a pixel of the named object outscores a background pixel (vs others: a pixel "
         "of another object of the scene); 50 = no preference. "
-        "Native: the first of subcaption-alpha, attention-pool, late-interaction, word-max the method offers. "
+        "Native: the map the method names as its own (`Method.preferred_native_map`, in brackets; — where it names none). "
         "FLISM acc: each object sentence's region (4 quadrants + centre) is the one its box overlaps most. "
         "Score: what the model's retrieval ranked by (FineLIP*, CAFT++, SEPS's late interaction, a cosine...). "
         "Written by `explorer eval`.")

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from explorer.evaluation.baselines import baselines
-from explorer.evaluation.grounding_eval import (NATIVE_PREFERENCE, flism_metrics, grounding_metrics, native_kind,
+from explorer.evaluation.grounding_eval import (flism_metrics, grounding_metrics, native_kind,
                                                 object_sentences)
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import ATTRIBUTES, DEFAULT_LIMIT, FORMAT, METRIC_KEYS, VERSION, finite_or_none
@@ -244,8 +244,7 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
                     "object_sentences": sum(len(object_sentences(s)) for s in grounding_scenes),
                     "seed": info.get("seed"), "image_size": info.get("image_size")},
         "settings": {"limit": limit, "grounding_limit": int(grounding_limit), "seed": seed, "device": device,
-                     "caption_chunk": caption_chunk, "image_batch": image_batch,
-                     "native_preference": list(NATIVE_PREFERENCE)},
+                     "caption_chunk": caption_chunk, "image_batch": image_batch},
         "zoo": str(Path(zoo.root).resolve()),
         "models": [], "errors": {},
         "baselines": baselines(grounding_scenes, scenes),

@@ -25,9 +25,11 @@ Modules, one concept each (lowest first):
 
     records       Run (the record), the statuses and their moves, exit codes, JobError
     run_store     RunStore: the SQLite file (WAL, short transactions, safe from many processes)
-    configs       per-method YAML defaults (configs/<method>.yaml, each number with its source) + overrides
+    configs       per-method YAML defaults (configs/<method>.yaml, each number with its source; a plugin's
+                  from its class's job_defaults) + overrides
     training_data any data folder as training samples (synthetic world, samples.jsonl, any retrieval
-                  layout) and what it holds back for evaluation; GOAL's FLISM local pairs
+                  layout) and what it holds back for evaluation; the local pairs a method may need
+                  (GOAL's FLISM pairs), and the check of a run's data and init against its class
     launcher      the run process: its command, its own session/process group, reaping, signals
     queue         which queued run starts now and on which GPUs (a cap, one GPU per run by default)
     final_eval    the evaluation recorded with a finished run

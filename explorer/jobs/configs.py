@@ -7,7 +7,8 @@
 
 Layers, later ones winning: ``explorer.training.TrainConfig``'s defaults, the jobs' own defaults
 (``JOB_DEFAULTS``: what a background run needs besides the loop's settings), the method's
-``configs/<method>.yaml`` (``train:`` values, each with its ``sources:`` line), the caller's
+``configs/<method>.yaml`` (``train:`` values, each with its ``sources:`` line) or, for a method
+without one (a plugin's), its class's ``job_defaults`` in the same schema, the caller's
 overrides, and ``max_steps``. A YAML also lists ``fixed:`` values: numbers the method's code
 holds (loss weights, margins), shown with their source and the constant they live in; they are
 not settings, and overriding one is an error that says so.
@@ -95,8 +96,14 @@ class ResolvedConfig:
 
 
 def known_methods() -> list[str]:
-    """Methods that have a config file (the same set as the model registry; tests check it)."""
-    return sorted(path.stem for path in CONFIG_DIR.glob("*.yaml"))
+    """Every method a run can train: the registry once the methods are imported; before that (a page being
+    built, no torch) the built-ins' config files and the plugins' entry-point names (tests check the two agree)."""
+    from explorer.models import methods
+    from explorer.models.methods import plugins
+
+    if methods.discovered():
+        return sorted(methods.METHODS)
+    return sorted({path.stem for path in CONFIG_DIR.glob("*.yaml")} | set(plugins.entry_point_names()))
 
 
 @lru_cache(maxsize=None)
@@ -111,23 +118,43 @@ def _read_yaml(path: Path, stamp: float) -> dict:
 
 
 def method_defaults(method: str) -> MethodDefaults:
-    """The defaults of ``method``: TrainConfig's, then the jobs', then the method's YAML."""
+    """The defaults of ``method``: TrainConfig's, then the jobs', then the method's YAML (or its class's
+    ``job_defaults``)."""
     path = CONFIG_DIR / f"{method}.yaml"
-    if not path.is_file():
-        raise JobError(f"unknown method {method!r}; methods with a training config: {', '.join(known_methods())}")
-    data = _read_yaml(path, path.stat().st_mtime)
-    if data.get("method") != method:
-        raise JobError(f"{path} says method {data.get('method')!r}, not {method!r}")
+    if path.is_file():
+        data = _read_yaml(path, path.stat().st_mtime)
+        if data.get("method") != method:
+            raise JobError(f"{path} says method {data.get('method')!r}, not {method!r}")
+    else:
+        data, path = _class_defaults(method), None
     values, sources = _base_defaults()
     train = data.get("train") or {}
     unknown = sorted(set(train) - set(KEYS))
     if unknown:
-        raise JobError(f"{path}: unknown key(s) {unknown}; known: {', '.join(KEYS)}")
+        raise JobError(f"{path or method}: unknown key(s) {unknown}; known: {', '.join(KEYS)}")
     for key, value in train.items():
         values[key] = convert(key, value)
-        sources[key] = str((data.get("sources") or {}).get(key) or f"{path.name} (no source given)")
+        sources[key] = str((data.get("sources") or {}).get(key) or f"{path.name if path else method} (no source given)")
     return MethodDefaults(method=method, values=values, sources=sources, fixed=dict(data.get("fixed") or {}),
                           notes=tuple(str(n) for n in data.get("notes") or ()), path=path)
+
+
+def _class_defaults(method: str) -> dict:
+    """A method without a config file: its class's ``job_defaults`` (a plugin's), or ``JobError``."""
+    from explorer.core.errors import ExplorerError
+    from explorer.models.methods import get_method, plugins
+
+    try:
+        cls = get_method(method)
+    except ExplorerError as error:
+        if method in plugins.entry_point_names():  # installed, but it did not load: say why
+            raise JobError(str(error)) from None
+        raise JobError(f"unknown method {method!r}; methods a run can train: {', '.join(known_methods())}") from None
+    data = cls.job_defaults
+    if not isinstance(data, Mapping):
+        raise JobError(f"{method}'s job_defaults must be a mapping like explorer/jobs/configs/*.yaml, not "
+                       f"{type(data).__name__}")
+    return dict(data)
 
 
 def _base_defaults() -> tuple[dict, dict]:

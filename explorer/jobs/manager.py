@@ -39,7 +39,7 @@ from explorer.jobs.queue import claim_runs, gpu_pool, queue_position, set_gpu_po
 from explorer.jobs.records import (ACTIVE, BACKENDS, CANCELLED, EVAL, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING,
                                    SLURM, SWEEP, JobError, Run, signal_name)
 from explorer.jobs.run_store import RunStore
-from explorer.jobs.training_data import PAIRS_FILE, inspect_data
+from explorer.jobs.training_data import PAIRS_FILE, check_data_and_init, inspect_data
 
 RUNS_DIR = "runs"
 LOG_FILE = "run.log"
@@ -120,12 +120,7 @@ class JobManager:
                            f"(batch_size {values['batch_size']} x accumulate {values['accumulate']}); "
                            "lower batch_size in the settings.")
         init_path, init_method = self._resolve_init(init)
-        if method == "seps" and init_method not in (None, "seps"):
-            raise JobError(f"SEPS starts only from a SEPS checkpoint; {init} is a {init_method} model.")
-        if method == "goal" and not plan.has_local_pairs and init_path is None:
-            raise JobError("GOAL trains on FLISM local pairs, which this data lacks; give init (the CLIP-family "
-                           "checkpoint it fine-tunes from: it mines the pairs, as FAST-GOAL does with CLIP), or "
-                           "data whose samples.jsonl has local_box and local_sentence.")
+        check_data_and_init(method, plan, init, init_path, init_method)
         gpus, processes, options = self.resolve_devices(gpus, processes, backend, slurm)
         run = self.new_record(
             name=name or f"{method}-{Path(data).expanduser().resolve().name}", method=method,

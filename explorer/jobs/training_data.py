@@ -16,7 +16,8 @@ What a folder may be, tried in this order:
    one, else the layout's only split (said in ``plan.notes``). Evaluated on the layout's ``test``
    split by Recall@K when that split exists and is not the one trained on; skipped otherwise.
 
-GOAL trains on FLISM local pairs (a region box and its sentence). A folder without them gets them
+What a method needs of its data and its init is said by its class (``check_data_and_init``): GOAL
+trains on FLISM local pairs (a region box and its sentence). A folder without them gets them
 mined by ``mine_local_pairs`` with a CLIP-family model (the run's init), and cached in the run folder
 (``local_pairs.jsonl``) so a resumed run sees the same pairs.
 """
@@ -242,5 +243,20 @@ def load_pairs(path: Path) -> list[dict] | None:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-__all__ = ["DataPlan", "HELD_OUT_SPLIT", "LazySamples", "PAIRS_FILE", "inspect_data", "load_pairs",
-           "mine_local_pairs", "read_samples", "save_pairs", "with_local_pairs"]
+def check_data_and_init(method: str, plan, init, init_path: Path | None, init_method: str | None) -> None:
+    """``JobError`` when the method cannot start from ``init`` or needs data the plan lacks (what it needs
+    is said by its class: ``init_methods``, ``needs_local_pairs``)."""
+    from explorer.models.methods import get_method
+
+    cls = get_method(method)
+    refusal = cls.refuse_init(init_method, str(init))
+    if refusal:
+        raise JobError(refusal)
+    if cls.needs_local_pairs and not plan.has_local_pairs and init_path is None:
+        raise JobError(f"{cls.title} trains on FLISM local pairs, which this data lacks; give init (the CLIP-family "
+                       "checkpoint it fine-tunes from: it mines the pairs, as FAST-GOAL does with CLIP), or "
+                       "data whose samples.jsonl has local_box and local_sentence.")
+
+
+__all__ = ["DataPlan", "HELD_OUT_SPLIT", "LazySamples", "PAIRS_FILE", "check_data_and_init", "inspect_data",
+           "load_pairs", "mine_local_pairs", "read_samples", "save_pairs", "with_local_pairs"]

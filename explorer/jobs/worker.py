@@ -287,15 +287,18 @@ class _Job:
         from explorer.jobs.training_data import (PAIRS_FILE, load_pairs, mine_local_pairs, read_samples, save_pairs,
                                                  with_local_pairs)
 
+        from explorer.models.methods import get_method
+
         samples = read_samples(plan)
-        if self.record.method != "goal" or plan.has_local_pairs:
+        if not get_method(self.record.method).needs_local_pairs or plan.has_local_pairs:
             return samples
         pairs = load_pairs(out / PAIRS_FILE)
         if pairs is None and not self.leader:
             pairs = self.wait_for_pairs(out / PAIRS_FILE)
         if pairs is None:
             if not self.record.init:
-                raise JobError("GOAL needs FLISM local pairs and this run has no init to mine them with")
+                raise JobError(f"{self.record.method} needs FLISM local pairs and this run has no init to mine them "
+                               "with")
             from explorer.models.io.loading import load_method
             from explorer.models.model import Model
 
@@ -315,7 +318,7 @@ class _Job:
             if pairs is not None:
                 return pairs
             if self.store.get(self.run_id).status != RUNNING:
-                raise JobError("rank 0 ended before it had mined GOAL's local pairs (its error is in the record)")
+                raise JobError("rank 0 ended before it had mined the local pairs (its error is in the record)")
             time.sleep(poll_s)
 
     def last_checkpoint(self) -> str:

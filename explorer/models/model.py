@@ -129,6 +129,11 @@ class Model:
         return self.method.map_kinds
 
     @property
+    def preferred_native_map(self) -> str | None:
+        """The method's own map that "native" draws and the tables score (``Method.preferred_native_map``)."""
+        return self.method.preferred_native_map
+
+    @property
     def global_score(self) -> bool:
         """Whether the method's score is the cosine of the global embeddings (no re-ranking needed)."""
         return self.method.global_score

@@ -49,6 +49,8 @@ class DemoRun:
     batch_size: int = 32
     extra: dict = field(default_factory=dict)  # the method's own constructor options
     clip_grad_norm: float | None = 1.0
+    patch_size: int = PATCH_SIZE  # of a method with its own image tower (SEPS); the others use the base's
+    source: str | None = None  # the manifest's "source" (default: fine-tuned from the base)
 
     def recipe(self, steps: int) -> dict:
         """What the manifest records of how the model was trained."""
@@ -57,20 +59,17 @@ class DemoRun:
                 "clip_grad_norm": self.clip_grad_norm, "captions": self.captions,
                 "init": f"demo {self.init}" if self.init else "from scratch", "options": dict(self.extra),
                 "world": {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS)},
-                "patch_size": PATCH_SIZE if self.method != "seps" else SEPS_PATCH_SIZE,
+                "patch_size": self.patch_size,
                 "command": f"{COMMAND} --only {self.name}"}
 
 
 WARMUP_RATIO = 0.05
 WEIGHT_DECAY = 0.1
 
-SOURCES = {
-    "clip": "trained from scratch on the synthetic world's short captions, context 77",
-    "seps": "trained from scratch (ViT + BERT) on the synthetic world's sparse and dense captions",
-}
-
+# The recipe table: one row per demo model (a table of data, so it names the methods).
 RUNS = (
-    DemoRun("clip-base", "clip", steps=600, init=None, captions="short", lr_backbone=5e-4, lr_new=5e-4),
+    DemoRun("clip-base", "clip", steps=600, init=None, captions="short", lr_backbone=5e-4, lr_new=5e-4,
+            source="trained from scratch on the synthetic world's short captions, context 77"),
     DemoRun("longclip", "longclip", steps=200),
     DemoRun("finelip", "finelip", steps=200),
     # sub_loss "sentences": the same image's other sentences are negatives too (README: why, with both numbers)
@@ -85,7 +84,9 @@ RUNS = (
     # 8 px patches (SEPS_PATCH_SIZE), where this recipe was measured: on the 16 x 16 grid that scoring
     # costs about four times as much.
     DemoRun("seps", "seps", steps=300, init=None, lr_backbone=5e-4, lr_new=1e-3, batch_size=16,
-            extra={"recipe": "official", "mean_violation_steps": 150}, clip_grad_norm=2.0),
+            extra={"recipe": "official", "mean_violation_steps": 150}, clip_grad_norm=2.0,
+            patch_size=SEPS_PATCH_SIZE,
+            source="trained from scratch (ViT + BERT) on the synthetic world's sparse and dense captions"),
 )
 
 def demo_architecture():
@@ -191,32 +192,32 @@ def world_vocabulary(scenes) -> list[str]:
 
 
 def build_method(run: DemoRun, out: Path, vocab_file: Path | None):
-    """The method (and the warm-start report, or None) a run starts from."""
+    """The method (and the warm-start report, or None) a run starts from: fine-tuned from its init, or built
+    from scratch by the method's own ``demo_model`` at the demo's sizes."""
+    from explorer.models.methods import get_method
+    from explorer.models.methods.base import DemoSpec
     from explorer.training.warm_start import init_from
 
     if run.init is not None:
         return init_from(run.method, out / f"{run.init}.safetensors", seed=DEMO_SEED, **run.extra)
-    if run.method == "clip":
-        import torch
+    spec = DemoSpec(demo_architecture(), patch_size=run.patch_size, seed=DEMO_SEED, vocab_file=vocab_file)
+    return get_method(run.method).demo_model(spec, **run.extra), None
 
-        from explorer.models.methods.clip import ClipMethod
 
-        torch.manual_seed(DEMO_SEED)
-        return ClipMethod(demo_architecture()), None
-    if run.method == "seps":
-        import torch
+def all_runs() -> tuple[DemoRun, ...]:
+    """The recipe table, then a run for every other method whose class gives a ``demo_recipe`` (a plugin's:
+    its name, fine-tuned from the base by default)."""
+    from explorer.models.methods import discover_methods
 
-        from explorer.models.methods.seps import SepsMethod
+    named = {run.name for run in RUNS}
+    extra = tuple(DemoRun(name=name, method=name, **dict(cls.demo_recipe))
+                  for name, cls in sorted(discover_methods().items())
+                  if cls.demo_recipe is not None and name not in named)
+    return RUNS + extra
 
-        torch.manual_seed(DEMO_SEED)
-        vocab = vocab_file.read_text().split()
-        return SepsMethod(
-            vision={"width": 128, "layers": 3, "heads": 2, "mlp": 512, "patch_size": SEPS_PATCH_SIZE,
-                    "image_size": IMAGE_SIZE},
-            text={"width": 128, "layers": 2, "heads": 2, "mlp": 512, "vocab_size": len(vocab), "max_positions": 256,
-                  "type_vocab_size": 2},
-            embed_dim=128, vocab_file=str(vocab_file), **run.extra), None
-    raise ValueError(f"no from-scratch recipe for {run.method}")
+
+def demo_run(name: str) -> DemoRun:
+    return next(run for run in all_runs() if run.name == name)
 
 
 def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None) -> Path:
@@ -231,8 +232,8 @@ def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, op
     half = method.to(torch.float16)
     save_method(half, weights, {"seed": DEMO_SEED, "steps": steps_done, "command": COMMAND})
     method.to(torch.float32)
-    source = SOURCES.get(run.name.split("-")[0], f"fine-tuned from demo clip-base with {method.title}'s losses "
-                                                  "on the synthetic world's long captions")
+    source = run.source or (f"fine-tuned from demo {run.init} with {method.title}'s losses on the synthetic "
+                            "world's long captions")
     manifest = Manifest(
         name=f"demo-{run.name}", method=method.name, weights=weights.name, architecture=architecture_name(method),
         context_length=method.context_length, source=f"{source}; `{COMMAND}` (seed {DEMO_SEED})",
@@ -249,6 +250,7 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     """Train the demo zoo; returns the weight files written. A run trains ``scale`` times its steps, and at
     least ``min_steps`` (a test of the recipe's plumbing asks for fewer)."""
     from explorer.data import read_dataset
+    from explorer.models.methods import get_method
     from explorer.models.model import Model
     from explorer.training.loop import TrainConfig, train
 
@@ -260,7 +262,7 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     if not vocab_file.exists():
         vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
     written, local_pairs = [], None
-    for run in RUNS:
+    for run in all_runs():
         if only and run.name not in only:
             continue
         steps = max(min_steps, int(run.steps * scale))
@@ -268,12 +270,13 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
             warmup = int(run.extra["mean_violation_steps"] * scale)
             run = replace(run, extra={**run.extra, "mean_violation_steps": warmup})
         method, report = build_method(run, out, vocab_file)
-        if run.method == "goal":
-            if local_pairs is None:
-                base = Model(build_method(replace(run, init=None, method="clip"), out, None)[0], device="cpu") \
-                    if not (out / "clip-base.safetensors").exists() else _load(out / "clip-base.safetensors")
-                local_pairs = mine_local_pairs(base, scenes, log)
-        samples = training_samples(scenes, run.captions, local_pairs if run.method == "goal" else None)
+        cls = get_method(run.method)
+        if cls.needs_local_pairs and local_pairs is None:  # mined with the run's init, as FAST-GOAL mines with CLIP
+            base_file = out / f"{run.init}.safetensors"
+            base = _load(base_file) if base_file.exists() else Model(
+                build_method(demo_run(run.init), out, vocab_file)[0], device="cpu")
+            local_pairs = mine_local_pairs(base, scenes, log)
+        samples = training_samples(scenes, run.captions, local_pairs if cls.needs_local_pairs else None)
         config = TrainConfig(max_steps=steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
                              lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
                              clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
@@ -284,7 +287,7 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
         resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
         result = train(method, samples, config, run_dir, init=report, resume=resume, progress=progress)
         seconds = time.perf_counter() - start
-        options = {"vocab_file": vocab_file.name} if run.method == "seps" else None
+        options = {"vocab_file": vocab_file.name} if cls.needs_word_vocabulary else None
         written.append(publish(method, run, out, result.steps, seconds, options))
         last = result.last or {}
         log(f"{run.name}: {result.steps} steps in {seconds / 60:.1f} min, last loss {last.get('loss', float('nan')):.4f}")

@@ -28,7 +28,7 @@ _CONFIG_FLAGS = {
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--method", required=True, help="method to train: clip, longclip, finelip, goal, flair, ...")
+    parser.add_argument("--method", required=True, help="method to train (`explorer methods` lists them, plugins included)")
     parser.add_argument("--data", required=True, type=Path, help="training folder (samples.jsonl + images)")
     parser.add_argument("--init", type=Path, help="start from this checkpoint (any CLIP-family method; a 77-token "
                                                   "CLIP is stretched for a 248-token method); default: from scratch")

@@ -47,15 +47,20 @@ def score_of(manifest) -> str:
 
 
 def methods_table() -> list[list]:
-    """Every registered method: its name, the maps it draws, and what it is (first docstring line)."""
+    """Every method: its name, the maps it draws, and what it is (first docstring line; a plugin's package
+    first). A plugin that did not load is a row with its error: the page serves on."""
     from explorer.models.map_kinds import GENERIC_MAP
-    from explorer.models.methods import METHODS, discover_methods
+    from explorer.models.methods import BUILT_IN, METHODS, method_entries
 
-    discover_methods()
     rows = []
-    for name, cls in sorted(METHODS.items()):
+    for entry in method_entries():
+        if not entry.loaded:
+            rows.append([entry.name, "not loaded", "", f"({entry.source}) {entry.error}"])
+            continue
+        cls = METHODS[entry.name]
         doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
-        rows.append([name, cls.title, ", ".join((GENERIC_MAP, *cls.native_map_kinds)), doc[0] if doc else ""])
+        what = (doc[0] if doc else "") if entry.source == BUILT_IN else f"({entry.source}) {doc[0] if doc else ''}"
+        rows.append([entry.name, cls.title, ", ".join((GENERIC_MAP, *cls.native_map_kinds)), what])
     return rows
 
 

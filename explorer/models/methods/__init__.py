@@ -1,8 +1,11 @@
 """The method registry: one module (or package) per method, each registered by name.
 
 Adding a method is one new module here (a class with the ``Method`` surface, decorated with
-``@register``) plus a manifest in checkpoints/: modules are discovered, not listed. The registry
-itself imports no torch: the page asks it (``imported_method``) before the method modules load.
+``@register``) plus a manifest in checkpoints/: modules are discovered, not listed. A method may
+also live in any installed package that names its class under the entry-point group
+``explorer.methods`` (``plugins``): ``discover_methods`` loads those after the built-ins, and a
+plugin that fails to load is recorded (``method_entries``), never raised. The registry itself
+imports no torch: the page asks it (``imported_method``) before the method modules load.
 """
 
 from __future__ import annotations
@@ -21,18 +24,38 @@ if TYPE_CHECKING:
     from explorer.models.methods.base import Method
 
 METHODS: dict[str, type[Method]] = {}
+BUILT_IN = "built-in"
+SOURCES: dict[str, str] = {}  # method name -> where it comes from: BUILT_IN, or "package version"
 
 
-def register(cls: type[Method]) -> type[Method]:
-    if cls.name in METHODS:
-        raise ValueError(f"method {cls.name!r} is registered twice")
+class MethodNameTaken(CheckpointError):
+    """A second class claims a registered method's name; the message names both sources."""
+
+
+def register(cls: type[Method], source: str | None = None) -> type[Method]:
+    """Add ``cls`` under ``cls.name`` (``source``: where it comes from; default: built-in, or the plugin
+    being loaded). A taken name is refused with both sources."""
+    from explorer.models.methods import plugins
+
+    source = source or plugins.loading_source() or (BUILT_IN if cls.__module__.startswith(f"{__name__}.")
+                                                    else f"module {cls.__module__}")
+    if cls.name in METHODS and METHODS[cls.name] is not cls:
+        raise MethodNameTaken(f"method name {cls.name!r} of {source} ({cls.__module__}.{cls.__qualname__}) is "
+                              f"taken by {SOURCES.get(cls.name, BUILT_IN)} ({METHODS[cls.name].__module__}."
+                              f"{METHODS[cls.name].__qualname__}); the first keeps it")
     METHODS[cls.name] = cls
+    SOURCES[cls.name] = source
     return cls
 
 
 def get_method(name: str) -> type[Method]:
     discover_methods()
     if name not in METHODS:
+        from explorer.models.methods import plugins
+
+        failed = next((entry for entry in plugins.failed() if entry.name == name), None)
+        if failed is not None:
+            raise CheckpointError(f"Method {name!r} ({failed.source}) did not load: {failed.error}")
         raise CheckpointError(f"Unknown method {name!r}; known: {', '.join(sorted(METHODS))}.")
     return METHODS[name]
 
@@ -50,18 +73,27 @@ def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
         f"{', '.join(sorted(METHODS))}. First keys: {sample}.")
 
 
-NOT_METHODS = {"base"}  # modules here that hold the shared surface, not a method
+NOT_METHODS = {"base", "plugins"}  # modules here that hold the shared surface or the loader, not a method
 _discovered = False
 
 
 def discover_methods() -> dict[str, type[Method]]:
-    """Import every method module in this package (running its ``@register``); the registry."""
+    """Import every method module in this package (running its ``@register``), then the installed plugins
+    (``plugins.load_plugins``: built-ins first, so a plugin never takes a built-in's name); the registry."""
     global _discovered
     for module in pkgutil.iter_modules(__path__):
         if module.name not in NOT_METHODS and not module.name.startswith("_"):
             importlib.import_module(f"{__name__}.{module.name}")
+    from explorer.models.methods import plugins
+
+    plugins.load_plugins()
     _discovered = True
     return METHODS
+
+
+def discovered() -> bool:
+    """Whether ``discover_methods`` has run (the method modules, torch with them, are imported)."""
+    return _discovered
 
 
 def imported_method(name: str) -> type[Method] | None:
@@ -76,5 +108,13 @@ def keys_with_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> bool:
     return any(key.startswith(prefix) for key in tensors)
 
 
-__all__ = ["GENERIC_MAP", "METHODS", "detect_format", "discover_methods", "get_method", "imported_method",
-           "register"]
+def method_entries() -> list:
+    """Every method and every plugin that failed, for ``explorer methods`` (``plugins.MethodEntry``)."""
+    from explorer.models.methods import plugins
+
+    discover_methods()
+    return plugins.entries(METHODS, SOURCES)
+
+
+__all__ = ["BUILT_IN", "GENERIC_MAP", "METHODS", "MethodNameTaken", "SOURCES", "detect_format", "discover_methods",
+           "discovered", "get_method", "imported_method", "method_entries", "register"]

@@ -16,11 +16,14 @@ native maps.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Mapping
 
 import torch
 import torch.nn.functional as F
 
+from explorer.models.architecture import ClipArchitecture
 from explorer.models.batch import TrainingBatch  # noqa: F401  (named in annotations)
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
@@ -28,6 +31,17 @@ from explorer.models.map_kinds import GENERIC_MAP  # noqa: F401  (re-exported: m
 from explorer.models.preprocess import Preprocess
 from explorer.models.text_tower import TextTower  # noqa: F401  (named in annotations)
 from explorer.models.tokenizer import CLIP_TOKENS, TokenBatch, TokenCounter, tokenize
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    """The sizes of the demo zoo's from-scratch models (``Method.demo_model``): its CLIP architecture, the
+    patch size a method with towers of its own uses, the seed, and the world's word vocabulary file."""
+
+    architecture: ClipArchitecture
+    patch_size: int
+    seed: int = 0
+    vocab_file: Path | None = None
 
 
 class Method:
@@ -191,6 +205,42 @@ class Method:
     def losses(self, batch: "TrainingBatch") -> dict[str, torch.Tensor]:
         """Named loss terms, each already weighted: the training loop minimises their sum."""
         raise NotImplementedError(f"{self.title} has no training losses yet")
+
+    # ---- what the rest of the app asks of a method (no package outside methods/ names one) -----------
+
+    # Training data beyond images and captions. GOAL trains on one FLISM local pair (region crop, sentence)
+    # per image: a job whose data lacks them mines them with its init model first (FAST-GOAL mines with CLIP).
+    needs_local_pairs: ClassVar[bool] = False
+    # A text side with a word vocabulary of its own training data (SEPS's BERT): the demo zoo writes one
+    # beside the weights (``vocab_file`` in the manifest's options).
+    needs_word_vocabulary: ClassVar[bool] = False
+    # The methods whose checkpoints it can start from (an init); None: any CLIP-family checkpoint.
+    init_methods: ClassVar[tuple[str, ...] | None] = None
+    # Its own sentence map that "native" draws on the page and that the evaluation tables score as
+    # ``miou_native``; None: it has none (the page then draws the best measured explainer).
+    preferred_native_map: ClassVar[str | None] = None
+    # Defaults for a background run (``explorer.jobs``), in the schema of ``explorer/jobs/configs/*.yaml``:
+    # {"train": {key: value}, "sources": {key: where from}, "fixed": {...}, "notes": [...]}. A built-in's
+    # numbers are in its YAML there (each with its source); a plugin gives them here.
+    job_defaults: ClassVar[Mapping] = {}
+
+    @classmethod
+    def refuse_init(cls, init_method: str | None, init: str = "") -> str | None:
+        """Why a run of this method cannot start from a checkpoint of ``init_method``, or None when it can."""
+        if cls.init_methods is None or init_method is None or init_method in cls.init_methods:
+            return None
+        return f"{cls.title} starts only from a {' or '.join(cls.init_methods)} checkpoint; {init} is a " \
+               f"{init_method} model."
+
+    # How `explorer zoo build-demo` trains it, for a method not in the demo zoo's recipe table (a plugin):
+    # ``DemoRun`` fields (explorer.training.demo_zoo), e.g. {"steps": 200}; None: it is not in the demo zoo.
+    demo_recipe: ClassVar[Mapping | None] = None
+
+    @classmethod
+    def demo_model(cls, demo: "DemoSpec", **extra) -> "Method":
+        """A model built from scratch for the demo zoo (``explorer.training.demo_zoo``) at ``demo``'s sizes.
+        A CLIP-family method builds on ``demo.architecture``; a method with other towers says here how."""
+        raise NotImplementedError(f"{cls.title} has no from-scratch recipe for the demo zoo")
 
     # Modules the method adds to its backbone (prefixes of parameter names). They train with their own
     # learning rate (papers: e.g. MulCLIP 1e-5 backbone, 2e-4 new modules).

@@ -266,6 +266,7 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
     default_quick_gelu = False  # like FLAIR: trained from scratch with GELU
     default_context = 77
     native_map_kinds = (ATTENTION_MAP,)  # per-head kinds are added per instance (``map_kinds``)
+    preferred_native_map = ATTENTION_MAP
     new_module_prefixes = ("visual_group.", "visual_proj.", "text_adapter.", "text_whole.", "logit_bias",
                            "whole_logit_")
     export_leaves_out = ("the grouping stages, the attention pooling, the text adapter and the whole-caption "

@@ -174,6 +174,11 @@ class ClipFamily(ClipBackbone, Method):
         torch.manual_seed(seed)
         return cls(example_architecture(size, cls.default_context, cls.default_quick_gelu), **extra)
 
+    @classmethod
+    def demo_model(cls, demo, **extra) -> "ClipFamily":
+        torch.manual_seed(demo.seed)
+        return cls(demo.architecture, **extra)
+
     # ---- training ------------------------------------------------------------------------------
 
     def encode_captions(self, captions: list[str]) -> TextFeatures:

@@ -82,6 +82,7 @@ class FineLipMethod(ClipFamily):
     title = "FineLIP"
     detect_priority = 20
     native_map_kinds = (LATE_INTERACTION_MAP, REFINEMENT_MAP)
+    preferred_native_map = LATE_INTERACTION_MAP
     new_module_prefixes = ("cross_net.",)
     export_leaves_out = ("the token refiners (cross_net.*) and the late-interaction fine score: the export scores with "
                          "the global cosine, FineLIP's \"global\" mode, not FineLIP*")

@@ -77,6 +77,7 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
     default_quick_gelu = False  # FLAIR is trained from scratch with open_clip's GELU
     default_context = SHORT_CONTEXT  # open_clip's 77 tokens
     native_map_kinds = (ATTENTION_MAP,)  # per-head kinds are added per instance (``map_kinds``)
+    preferred_native_map = ATTENTION_MAP
     new_module_prefixes = ("visual_proj.",)
     export_leaves_out = ("the text-conditioned attention pooling (visual_proj.*) and logit_bias: the export's image "
                          "embedding is the class token, not the caption-pooled one FLAIR scores with")

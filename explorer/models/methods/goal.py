@@ -220,6 +220,7 @@ class GoalMethod(ClipFamily):
     title = "GOAL"
     detect_priority = 10
     default_context = LONG_CONTEXT
+    needs_local_pairs = True  # its local loss trains on one FLISM (region, sentence) pair per image
     native_map_kinds = (SELF_ATTENTION, TSL_BOX)  # plus "self-attention/head-k" per head (see map_kinds)
     preprocess_pipeline = "hf-clip"  # GOAL's code: AutoProcessor (CLIPImageProcessor) of openai/clip-vit-base-patch16
 

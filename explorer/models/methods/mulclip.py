@@ -202,6 +202,7 @@ class MulClipMethod(ClipFamily):
     title = "MulCLIP"
     detect_priority = 20
     native_map_kinds = (SUBCAPTION_ALPHA,)
+    preferred_native_map = SUBCAPTION_ALPHA
     new_module_prefixes = (CALIBRATION_PREFIX, "logit_bias")
     export_leaves_out = ("the calibration heads (calibration.*) and logit_bias, which its losses and native maps use; "
                          "its score, the global cosine, is kept")

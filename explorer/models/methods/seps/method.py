@@ -64,6 +64,7 @@ WORD_MAX_MAP = "word-max"
 SELECTION_SCORE_MAP = "selection-score"
 KEPT_PATCHES_MAP = "kept-patches"  # earlier name of kept-sparse, still accepted
 NATIVE_MAPS = (KEPT_SPARSE_MAP, KEPT_DENSE_MAP, WORD_MAX_MAP, SELECTION_SCORE_MAP)
+DEMO_MAX_POSITIONS = 256  # the demo zoo's BERT position table (the world's long captions fit)
 
 
 @register
@@ -74,6 +75,9 @@ class SepsMethod(nn.Module, Method):
     title = "SEPS"
     detect_priority = 30
     native_map_kinds = NATIVE_MAPS
+    preferred_native_map = WORD_MAX_MAP
+    init_methods = ("seps",)  # ViT + BERT, no CLIP backbone: it starts only from its own checkpoints
+    needs_word_vocabulary = True  # its BERT reads a word vocabulary of its training data
     new_module_prefixes = ("cross_net.",)  # the aggregation and, in the paper variant, the prior MLP
     # Released weights SEPS never reads (frozen here; see the module docstring).
     parameters_without_gradient = POOLER_PREFIXES
@@ -197,6 +201,21 @@ class SepsMethod(nn.Module, Method):
         sizes = example_sizes(size, len(read_vocab(vocab_file)) if vocab_file.is_file() else 30522)
         torch.manual_seed(seed)
         return cls(**sizes, vocab_file=str(vocab_file), scoring=scoring, **extra)
+
+    @classmethod
+    def demo_model(cls, demo, **extra) -> "SepsMethod":
+        """The demo zoo's SEPS: a ViT and a BERT of the demo CLIP's widths and depths, its own patch size,
+        and a BERT vocabulary of the world's words (``demo.vocab_file``)."""
+        arch, vocab = demo.architecture, read_vocab(Path(demo.vocab_file))
+        torch.manual_seed(demo.seed)
+        return cls(
+            vision={"width": arch.vision_width, "layers": arch.vision_layers, "heads": arch.vision_heads,
+                    "mlp": int(arch.vision_width * arch.vision_mlp_ratio), "patch_size": demo.patch_size,
+                    "image_size": arch.image_size},
+            text={"width": arch.text_width, "layers": arch.text_layers, "heads": arch.text_heads,
+                  "mlp": int(arch.text_width * arch.text_mlp_ratio), "vocab_size": len(vocab),
+                  "max_positions": DEMO_MAX_POSITIONS, "type_vocab_size": 2},
+            embed_dim=arch.embed_dim, vocab_file=str(demo.vocab_file), **extra)
 
     # ---- loading -------------------------------------------------------------------------------
 
