@@ -38,3 +38,7 @@ class CheckpointMismatchError(CheckpointError):
 
 class ManifestError(ExplorerError):
     """A zoo manifest is missing, malformed, or names something that is not there."""
+
+
+class ModelNameError(ManifestError):
+    """A name a new model cannot take: another model has it, or it cannot be a file name in the zoo folder."""
