@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run_app(args) -> int:
     from explorer.ui.access import Access
     from explorer.ui.app import launch
-    from explorer.ui.host_guard import is_loopback, resolve_bind
+    from explorer.ui.host_guard import answered_names, is_loopback, resolve_bind
     from explorer.zoo import Zoo
 
     auth = None
@@ -166,9 +166,9 @@ def _run_app(args) -> int:
         print(f"explorer: public demo mode ({why}): read-only, no typed paths, no jobs; --trusted with --auth "
               "gives visitors the owner's page")
     else:
-        names = ", ".join(("localhost", "127.0.0.1", "[::1]", *access.hosts))
-        print(f"explorer: owner mode on {bind}" + ("" if others else f", answering at {names}") +
-              f"; typed paths must be under: {', '.join(map(str, access.roots))}")
+        answering = "" if others else f", answering at {answered_names(access.hosts)}"
+        print(f"explorer: owner mode on {bind}{answering}; typed paths must be under: "
+              f"{', '.join(map(str, access.roots))}")
     launch(host=bind, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
            device=args.device, access=access,
            announce=lambda url: print(f"explorer: serving on {url} (Ctrl+C to stop)", flush=True))

@@ -32,7 +32,7 @@ def page_options(access: Access | None = None, any_host: bool = False) -> dict:
     options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],
                "css": PAGE_CSS,
                "app_kwargs": host_guard.app_kwargs(public, access.hosts if access else (), any_host)}
-    if access is not None and access.public:
+    if public:
         options["max_file_size"] = PUBLIC_UPLOAD_BYTES
     return options
 

@@ -87,6 +87,11 @@ def host_names(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
+def answered_names(hosts: Iterable[str] = ()) -> str:
+    """The names the owner's page answers at, for people: loopback's, then ``--allow-host``'s."""
+    return ", ".join(("localhost", "127.0.0.1", "[::1]", *hosts))
+
+
 class HostGuard:
     """ASGI middleware in front of Gradio's routes (every HTTP route, event stream and websocket): a
     request not addressed to an allowed name (``check_host``), or sent by another site's page, gets a 403
@@ -95,6 +100,7 @@ class HostGuard:
     def __init__(self, app, hosts: Iterable[str] = (), check_host: bool = True):
         self.app, self.check_host = app, check_host
         self.allowed = {split_host(value) for value in hosts}  # (name, port or None): any port if None
+        self.names = answered_names(hosts)
 
     def addressed_to_us(self, name: str, port: int | None) -> bool:
         return name in LOOPBACK_NAMES or (name, None) in self.allowed or (name, port) in self.allowed
@@ -106,7 +112,7 @@ class HostGuard:
         except ValueError:
             name, port = "", None
         if self.check_host and not self.addressed_to_us(name, port):
-            return (f"refused: this page answers only at localhost, 127.0.0.1 and [::1], not at {host!r}; "
+            return (f"refused: this page answers only at {self.names}, not at {host!r}; "
                     f"if you own it and serve it under that name, start it with --allow-host {name or 'NAME'}")
         if origin is None:
             return None
