@@ -250,8 +250,8 @@ def test_a_websocket_from_another_site_is_closed_before_it_opens():
     assert sent[-1] == "reached the app"
 
 
-def test_the_guard_is_built_with_gradios_app(tmp_path):
-    """``app_kwargs``: no guard on a public page; the owner's names on the owner's."""
-    assert host_guard.app_kwargs(public=True) == {}
-    [middleware] = host_guard.app_kwargs(public=False, hosts=("lab",))["middleware"]
+def test_the_guard_is_built_with_gradios_app():
+    """No guard on a public page; the owner's names on the owner's."""
+    assert host_guard.middleware(public=True) == []
+    [middleware] = host_guard.middleware(public=False, hosts=("lab",))
     assert middleware.cls is HostGuard and middleware.kwargs == {"hosts": ("lab",), "check_host": True}

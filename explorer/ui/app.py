@@ -29,9 +29,9 @@ def page_options(access: Access | None = None, any_host: bool = False) -> dict:
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
     public = access is not None and access.public
+    guard = host_guard.middleware(public, access.hosts if access else (), any_host)
     options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],
-               "css": PAGE_CSS,
-               "app_kwargs": host_guard.app_kwargs(public, access.hosts if access else (), any_host)}
+               "css": PAGE_CSS, "app_kwargs": {"middleware": guard}}
     if public:
         options["max_file_size"] = PUBLIC_UPLOAD_BYTES
     return options

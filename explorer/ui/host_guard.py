@@ -144,13 +144,14 @@ class HostGuard:
         await PlainTextResponse(reason + "\n", status_code=403)(scope, receive, send)
 
 
-def app_kwargs(public: bool, hosts: Iterable[str] = (), any_host: bool = False) -> dict:
-    """Gradio's ``launch(app_kwargs=...)`` that puts the guard in front of the owner's page, built with
-    Gradio's app (a middleware added once it serves could miss the first requests). ``any_host``: others
-    reach this owner's page by design (``--trusted``): every Host is answered, other sites' pages still
-    are not. A public page answers any Host and Origin."""
+def middleware(public: bool, hosts: Iterable[str] = (), any_host: bool = False) -> list:
+    """The guard as Gradio's ``launch(app_kwargs={"middleware": ...})`` takes it: built with Gradio's app (a
+    middleware added once it serves could miss the first requests), first in the list (outermost), so a
+    refused request reaches nothing else. ``any_host``: others reach this owner's page by design
+    (``--trusted``): every Host is answered, other sites' pages still are not. A public page answers any
+    Host and Origin: no guard."""
     if public:
-        return {}
+        return []
     from starlette.middleware import Middleware
 
-    return {"middleware": [Middleware(HostGuard, hosts=tuple(hosts), check_host=not any_host)]}
+    return [Middleware(HostGuard, hosts=tuple(hosts), check_host=not any_host)]
