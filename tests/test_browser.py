@@ -52,13 +52,19 @@ def zoo_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def app_url(zoo_root, tmp_path_factory):
+def home(tmp_path_factory) -> Path:
+    """The app's ``$EXPLORER_HOME``: an allowed folder of the owner's page."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="module")
+def app_url(zoo_root, home):
     from explorer.ui.access import Access
     from explorer.ui.app import build_app, page_options
     from explorer.zoo import Zoo
 
     with pytest.MonkeyPatch.context() as patch:  # uploads, exports and caches of this app stay in the test
-        patch.setenv("EXPLORER_HOME", str(tmp_path_factory.mktemp("home")))
+        patch.setenv("EXPLORER_HOME", str(home))
         port = _free_port()
         # The owner's page; the repository's demo weights may be added by their path.
         access = Access.for_app(zoo_root, allow_roots=[Path(__file__).resolve().parents[1] / "checkpoints"])
@@ -322,6 +328,34 @@ def test_a_safetensors_upload_joins_the_zoo(page, tmp_path, zoo_root):
     expect(page.locator("#zoo-report")).to_contain_text("uploaded-clip", timeout=30_000)
     expect(page.locator("#zoo-table")).to_contain_text("uploaded-clip", timeout=15_000)
     assert (zoo_root / "uploaded-clip.json").exists()
+
+
+def test_a_typed_sdxl_folder_is_named_and_generate_draws_the_stock_and_the_swapped_column(page, home):
+    """A tiny SDXL (text_encoder as wide as the demo models' text towers) saved under an allowed folder,
+    typed in the field: its status line names it (once "'Markdown' object is not callable")."""
+    from playwright.sync_api import expect
+
+    from explorer.generation.tiny_sdxl import build_tiny_sdxl
+
+    sdxl = build_tiny_sdxl(home / "sdxl-tiny", long_width=128)
+    page.get_by_role("tab", name="Generation").click()
+    page.locator("#generation-sdxl textarea, #generation-sdxl input").first.fill(str(sdxl))
+    expect(page.locator("#generation-sdxl-status")).to_contain_text(f"SDXL base at {sdxl.resolve()}",
+                                                                    timeout=30_000)
+    page.locator("#generation-seeds textarea, #generation-seeds input").first.fill("0")
+    page.locator("#generation-steps input").first.fill("2")
+    size = page.locator("#generation-size input").first
+    size.fill("64")
+    size.press("Enter")
+    page.locator("#generation-go").click()
+    expect(page.locator("#generation-status")).to_contain_text("Done", timeout=180_000)
+    grid = page.locator("#generation-grid img").first
+    expect(grid).to_be_visible(timeout=30_000)
+    assert grid.evaluate("img => img.naturalWidth") > 2 * 64  # two columns of 64 px, and their titles
+    reads = page.locator("#generation-reads")
+    expect(reads).to_contain_text("stock SDXL (77 tokens)")  # the two columns: stock, and the swapped model
+    expect(reads).to_contain_text("demo-finelip (248 tokens)")
+    page.screenshot(path=str(ARTIFACTS / "generation.png"), full_page=True)
 
 
 def columns_inside(page, table_id: str) -> list[str]:

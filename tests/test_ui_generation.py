@@ -105,6 +105,18 @@ def test_refusals_come_back_at_once_as_messages(worker, generator, sdxl_dir, own
         assert words in status, (changes, status)
 
 
+def test_the_sdxl_field_names_a_folder_typed_in_it(zoo, sdxl_dir, owner):
+    """The field's change event as the page wires it (``build`` once shadowed the handler with a
+    component of the same name: every typed folder ended in "'Markdown' object is not callable")."""
+    with gr.Blocks() as page:
+        tab.build(zoo, owner)
+    handlers = {fn.api_name: fn.fn for fn in page.fns.values()}
+    for api in ("sdxl_status", "sdxl_config_status"):
+        line = handlers[api](str(sdxl_dir), "")
+        assert line == f"SDXL base at `{sdxl_dir.resolve()}`.", line
+    assert "not under an allowed folder" in handlers["sdxl_status"]("/etc", "")
+
+
 def test_only_models_with_a_long_clip_text_tower_are_offered(zoo):
     labels = dict((name, label) for label, name in view.long_text_models(zoo.manifests()))
     assert {"demo-longclip", "demo-finelip", "demo-mulclip", "demo-goal"} <= set(labels)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import explorer
-from explorer.core.errors import CheckpointError, ManifestError
+from explorer.core.errors import CheckpointError, ManifestError, ModelNameError
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.io.loading import save_method
 from explorer.models.methods.clip import ClipMethod, LongClipMethod
@@ -198,6 +199,113 @@ def test_environment_variable_sets_the_zoo(monkeypatch, tmp_path, weights):
     Zoo(root=tmp_path / "elsewhere").add(weights, name="env-model")
     monkeypatch.setenv("EXPLORER_CHECKPOINTS", str(tmp_path / "elsewhere"))
     assert [m.name for m in Zoo().manifests()] == ["env-model"]
+
+
+# ---- the name rule (one for the page and the shell) ------------------------------------------------
+
+
+def test_a_name_another_manifest_has_is_taken_wherever_its_file_sits(zoo, weights, tmp_path, monkeypatch):
+    """The demo zoo's ``demo/longclip.json`` holds ``demo-longclip``: its file name is not the model's."""
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    zoo.add(weights, name="demo-longclip")
+    (zoo.root / "demo").mkdir()
+    (zoo.root / "demo-longclip.json").rename(zoo.root / "demo" / "longclip.json")
+    for add in (lambda: zoo.add(weights, name="demo-longclip"),
+                lambda: zoo.add_upload(weights, "upload.safetensors", name="demo-longclip")):
+        with pytest.raises(ModelNameError, match="'demo-longclip' is already in the zoo"):
+            add()
+    assert [m.name for m in zoo.manifests()] == ["demo-longclip"]
+    assert not (tmp_path / "home" / "uploads").exists()  # refused before anything was kept
+
+
+@pytest.mark.parametrize("name", ["n" * 101, "é" * 101, "€" * 70, "a/b", "a\\b", "tab\there", ".hidden"])
+def test_a_name_too_long_or_not_a_file_name_is_refused_by_add_and_upload(zoo, weights, tmp_path, monkeypatch, name):
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    with pytest.raises(ModelNameError) as refused:
+        zoo.add(weights, name=name)
+    with pytest.raises(ModelNameError):
+        zoo.add_upload(weights, "upload.safetensors", name=name)
+    message = str(refused.value)
+    assert "\n" not in message and len(message) < 200
+    assert "at most 100 characters" in message or "cannot be" in message
+    assert zoo.manifests() == [] and not (tmp_path / "home" / "uploads").exists()
+
+
+def test_a_name_of_100_characters_and_a_long_file_name_are_taken(zoo, weights, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    assert zoo.add_upload(weights, "upload.safetensors", name="n" * 100).name == "n" * 100
+    assert len(zoo.add_upload(weights, "f" * 200 + ".safetensors").name) == 100  # the default name is cut
+
+
+def test_cli_models_add_refuses_a_taken_or_long_name_in_one_line(capsys, tmp_path, weights):
+    root = str(tmp_path / "zoo")
+    assert _run_cli(capsys, "--checkpoints", root, "models", "add", str(weights), "--name", "x")[0] == 0
+    for name, words in (("x", "'x' is already in the zoo"), ("y" * 101, "at most 100 characters")):
+        code, out, err = _run_cli(capsys, "--checkpoints", root, "models", "add", str(weights), "--name", name)
+        assert code == 2 and err.startswith("error:") and words in err and err.count("\n") == 1, err
+
+
+def test_the_models_tab_refuses_a_taken_or_long_name_with_the_name(zoo, weights, tmp_path, monkeypatch, owner):
+    import gradio as gr
+
+    from explorer.ui import models_tab
+
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    zoo.add(weights, name="x")
+    (zoo.root / "demo").mkdir()
+    (zoo.root / "x.json").rename(zoo.root / "demo" / "x-model.json")  # as the demo zoo's manifests sit
+    with gr.Blocks() as page:
+        models_tab.build(zoo, owner)
+    handlers = {fn.api_name: fn.fn for fn in page.fns.values()}
+    assert "'x' is already in the zoo" in handlers["zoo_upload"](str(weights), "x", "")[0]
+    assert "'x' is already in the zoo" in handlers["zoo_add"](str(weights), "x", "")[0]
+    for long in ("z" * 101, "z" * 300):  # 300: once an internal OSError (the file name was too long)
+        reply = handlers["zoo_upload"](str(weights), long, "")[0]
+        assert "at most 100 characters" in reply and "Internal error" not in reply
+    assert [m.name for m in zoo.manifests()] == ["x"]
+
+
+def _safetensors_with(path: Path, **metadata: str) -> Path:
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(path), metadata=metadata)
+    return path
+
+
+@pytest.mark.parametrize("metadata, words", [
+    ({"explorer": "[" * 5000 + "]" * 5000}, "nests deeper than 32 levels"),
+    ({"explorer": '{"a": "' + "x" * (2**20) + '"}'}, "metadata is 1,048,585 characters (at most 1,048,576)"),
+    ({"explorer": "[1, 2]"}, "not a JSON object"),
+    ({"explorer": "{oops"}, "not JSON"),
+    ({"other": "x" * (17 * 2**20)}, "its safetensors header says it is 17 MB (at most 16 MB is read)"),
+], ids=["nested", "long", "not-an-object", "not-json", "header"])
+def test_safetensors_metadata_too_deep_or_too_big_is_refused_before_parsing(zoo, tmp_path, monkeypatch, owner,
+                                                                             metadata, words):
+    """Once "Internal error (RecursionError)" on the Models tab; the same refusal in the shell and the page."""
+    import gradio as gr
+
+    from explorer.models.io.checkpoints import stored_config
+    from explorer.models.io.loading import check
+    from explorer.ui import models_tab
+
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    bad = _safetensors_with(tmp_path / "bad.safetensors", **metadata)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        check(bad)
+    with gr.Blocks() as page:
+        models_tab.build(zoo, owner)
+    handlers = {fn.api_name: fn.fn for fn in page.fns.values()}
+    for reply in (handlers["zoo_upload"](str(bad), "", "")[0], handlers["zoo_add"](str(bad), "", "")[0]):
+        assert words in reply and "Internal error" not in reply
+    assert stored_config(bad) == {} and zoo.manifests() == []
+
+
+def _run_cli(capsys, *argv) -> tuple[int, str, str]:
+    from explorer.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 # ---- loading and the cache ----------------------------------------------------------------------

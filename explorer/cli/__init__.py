@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands")
 
     app = commands.add_parser("app", help="open the web app")
-    app.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+    app.add_argument("--host", help="address to bind (default: $GRADIO_SERVER_NAME, else 127.0.0.1, as Gradio "
+                                    "reads them; an address others can reach implies --public unless --trusted)")
     app.add_argument("--port", type=int, default=7860)
     app.add_argument("--share", action="store_true", help="make a public Gradio share link (explicit opt-in; "
                                                           "implies --public unless --trusted)")
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     app.add_argument("--allow-root", action="append", default=[], metavar="DIR",
                      help="a folder whose files the page may read when typed (repeatable; also $EXPLORER_ALLOWED_ROOTS; "
                           "the zoo folder and $EXPLORER_HOME always are)")
+    app.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="a name the owner's page also answers at, e.g. behind a proxy (repeatable; NAME or "
+                          "NAME:PORT): it answers only localhost, 127.0.0.1 and [::1] otherwise")
     app.add_argument("--sdxl", help="SDXL base for the Generation tab (default $EXPLORER_SDXL; the only one a "
                                     "public page uses)")
     app.add_argument("--sdxl-config", help="SDXL's configs folder, for a single-file --sdxl")
@@ -141,7 +145,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run_app(args) -> int:
     from explorer.ui.access import Access
-    from explorer.ui.app import is_loopback, launch
+    from explorer.ui.app import launch
+    from explorer.ui.host_guard import answered_names, is_loopback, resolve_bind
     from explorer.zoo import Zoo
 
     auth = None
@@ -155,20 +160,24 @@ def _run_app(args) -> int:
     if args.trusted and auth is None:
         raise ExplorerError("--trusted gives every visitor the owner's page (adding models, training, reading the "
                             "allowed folders): it needs --auth USER:PASSWORD")
-    others = args.share or not is_loopback(args.host)
+    bind = resolve_bind(args.host)  # what Gradio will bind: the mode follows it, and Gradio is given it
+    others = args.share or not is_loopback(bind)
     public = args.public or (others and not args.trusted)
     zoo = Zoo(args.checkpoints)
     if args.max_caption_chars is not None and args.max_caption_chars < 1:
         raise ExplorerError("--max-caption-chars takes a positive number of characters")
     access = Access.for_app(zoo.root, allow_roots=args.allow_root, public=public, sdxl=args.sdxl,
-                            sdxl_config=args.sdxl_config, caption_chars=args.max_caption_chars)
+                            sdxl_config=args.sdxl_config, allow_hosts=args.allow_host,
+                            caption_chars=args.max_caption_chars)
     if public:
-        why = "--public" if args.public else "--share" if args.share else f"--host {args.host}"
+        why = "--public" if args.public else "--share" if args.share else f"listening on {bind}"
         print(f"explorer: public demo mode ({why}): read-only, no typed paths, no jobs; --trusted with --auth "
               "gives visitors the owner's page")
     else:
-        print(f"explorer: owner mode; typed paths must be under: {', '.join(map(str, access.roots))}")
-    launch(host=args.host, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
+        answering = "" if others else f", answering at {answered_names(access.hosts)}"
+        print(f"explorer: owner mode on {bind}{answering}; typed paths must be under: "
+              f"{', '.join(map(str, access.roots))}")
+    launch(host=bind, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
            device=args.device, access=access,
            announce=lambda url: print(f"explorer: serving on {url} (Ctrl+C to stop)", flush=True))
     return 0

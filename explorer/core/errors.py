@@ -42,3 +42,7 @@ class ManifestError(ExplorerError):
 
 class ExportError(ExplorerError):
     """A model cannot be written out in the asked format (or not whole: it says what would be left out)."""
+
+
+class ModelNameError(ManifestError):
+    """A name a new model cannot take: another model has it, or it cannot be a file name in the zoo folder."""

@@ -7,7 +7,9 @@ runs in the handlers on the server; hiding a control is a courtesy, not a check.
   zoo, datasets and runs, but a path typed in it is accepted only under the allowed roots: the zoo
   folder, ``$EXPLORER_HOME`` and every ``--allow-root DIR`` (also ``$EXPLORER_ALLOWED_ROOTS``, folders
   joined by ``os.pathsep``). Symlinks and ``..`` are resolved before the check.
-- Public mode (``--public``; implied by ``--share`` or a non-loopback ``--host`` unless ``--trusted``):
+- Owner mode also answers only requests addressed to loopback (or an ``--allow-host`` name) and sent by
+  no other site's page (``explorer.ui.host_guard``).
+- Public mode (``--public``; implied by ``--share`` or an address others can reach, unless ``--trusted``):
   a read-only demo. The zoo is fixed, datasets come from a list, there are no runs, no typed paths,
   and each visitor session may have only a few requests queued or running at once.
 
@@ -26,6 +28,7 @@ from typing import Iterable
 from explorer.core import paths
 from explorer.core.errors import ExplorerError
 from explorer.ui.budget import Budget
+from explorer.ui.host_guard import host_names
 
 ROOTS_ENV = "EXPLORER_ALLOWED_ROOTS"
 SESSION_CAP = 12  # requests one visitor session may have queued or running at once (public mode; a page
@@ -64,6 +67,7 @@ class Access:
     session_cap: int = SESSION_CAP
     sdxl: Path | None = None  # the SDXL the owner set at start (a public page has no field for it)
     sdxl_config: Path | None = None  # its configs folder, for a single-file SDXL
+    hosts: tuple[str, ...] = ()  # names the owner's page answers at besides loopback's (``--allow-host``)
     budget: Budget | None = None  # what a visitor may spend (None: the mode's own, ``Budget.for_mode``)
 
     def __post_init__(self):
@@ -73,8 +77,10 @@ class Access:
     @classmethod
     def for_app(cls, zoo_root: str | Path, allow_roots: Iterable[str | Path] = (), public: bool = False,
                 sdxl: str | Path | None = None, sdxl_config: str | Path | None = None,
-                session_cap: int = SESSION_CAP, caption_chars: int | None = None) -> "Access":
-        """The zoo folder, ``$EXPLORER_HOME``, ``allow_roots`` and ``$EXPLORER_ALLOWED_ROOTS``, resolved."""
+                session_cap: int = SESSION_CAP, allow_hosts: Iterable[str] = (),
+                caption_chars: int | None = None) -> "Access":
+        """The zoo folder, ``$EXPLORER_HOME``, ``allow_roots`` and ``$EXPLORER_ALLOWED_ROOTS``, resolved;
+        ``allow_hosts``: see ``explorer.ui.host_guard``; ``caption_chars``: the budget's caption cap."""
         found: list[Path] = []
         for root in [zoo_root, paths.home(), *allow_roots, *env_roots()]:
             resolved = _resolved(root)
@@ -86,7 +92,8 @@ class Access:
         return cls(roots=tuple(found), public=public, session_cap=session_cap,
                    budget=Budget.for_mode(public, caption_chars),
                    sdxl=Path(chosen).expanduser() if chosen else None,
-                   sdxl_config=Path(sdxl_config).expanduser() if sdxl_config else None)
+                   sdxl_config=Path(sdxl_config).expanduser() if sdxl_config else None,
+                   hosts=host_names(allow_hosts))
 
     # ---- checks, each raising AccessRefused with a one-line reason (logged) --------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import threading
@@ -16,7 +15,8 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
 from explorer.core.images import set_decode_slots
-from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, request_rules, retrieval_tab
+from explorer.ui import (generation_tab, grounding_tab, host_guard, jobs_tab, memory_panel, models_tab, request_rules,
+                         retrieval_tab)
 from explorer.ui.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
 from explorer.ui.budget import HEAVY
 from explorer.ui.page_guard import PageGuard
@@ -26,19 +26,22 @@ from explorer.zoo import Zoo
 TITLE = "explorer: what long-text CLIP models see"
 
 
-def page_options(access: Access | None = None) -> dict:
+def page_options(access: Access | None = None, any_host: bool = False) -> dict:
     """Launch options that shape the page. System fonts: the default theme would fetch Google Fonts.
     Gradio serves files from its own cache and from the exports folder only (under ``$EXPLORER_HOME``);
-    a public page also bounds each upload in bytes (the image rules bound its pixels)."""
+    a public page also bounds each upload in bytes (the image rules bound its pixels). The owner's page
+    answers only loopback names and its own pages (``host_guard``; ``any_host``: any name, ``--trusted``)."""
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
+    public = access is not None and access.public
+    guard = host_guard.middleware(public, access.hosts if access else (), any_host)
     options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],
-               "css": PAGE_CSS}
+               "css": PAGE_CSS, "app_kwargs": {"middleware": guard}}
     if access is not None:
-        # In front of Gradio's routes: sessions, uploads, request bodies, links (``explorer.ui.page_guard``).
-        options["app_kwargs"] = {"middleware": [Middleware(PageGuard, budget=access.budget, public=access.public)]}
+        # Inside the host guard, in front of Gradio's routes: sessions, uploads, request bodies, links.
+        guard.append(Middleware(PageGuard, budget=access.budget, public=access.public))
         options["show_error"] = not access.public  # a public page shows our messages, not Gradio's texts
-    if access is not None and access.public:
+    if public:
         options["max_file_size"] = PUBLIC_UPLOAD_BYTES
     return options
 
@@ -168,27 +171,23 @@ def cap_sessions(app: gr.Blocks, cap: int, heavy_cap: int | None = None) -> None
 log = logging.getLogger("explorer.access")
 
 
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: others may reach it
-
-
-def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
+def launch(host: str | None = None, port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
            zoo_root: str | None = None, block: bool = True, device: str = "auto", access: Access | None = None,
            announce=None):
-    """Serve the app. Binds localhost unless ``host`` says otherwise; sharing and auth are explicit.
+    """Serve the app. Binds ``host``, else ``$GRADIO_SERVER_NAME``, else localhost, as Gradio would
+    (``host_guard.resolve_bind``), and says so to Gradio; sharing and auth are explicit. Others reach it
+    (``share``, or an address not loopback): public unless ``access`` says otherwise (``--trusted``).
     ``announce(url)`` is called once the page serves."""
     prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
     keep_releasing_freed_memory()
     zoo = Zoo(zoo_root, device=device)
-    access = access or Access.for_app(zoo.root, public=share or not is_loopback(host))
+    bind = host_guard.resolve_bind(host)
+    others = share or not host_guard.is_loopback(bind)
+    access = access or Access.for_app(zoo.root, public=others)
     app = serve(build_app(zoo, access=access), access)
-    app.launch(server_name=host, server_port=port, share=share, auth=auth, prevent_thread_lock=True,
-               **page_options(access))
+    # No SSR: its Node front would listen on an address of its own choosing.
+    app.launch(server_name=bind, server_port=port, share=share, auth=auth, prevent_thread_lock=True,
+               ssr_mode=False, **page_options(access, any_host=others))
     if announce is not None:
         announce(app.share_url or app.local_url)
     warm_up()

@@ -152,7 +152,7 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
     if access.public:  # the owner's folders are not the visitors' business
         status_line = "SDXL base is set up by this demo's owner." if default_sdxl and status_line.startswith(
             "SDXL base at") else "This demo has no SDXL: the Generation tab shows the token budgets only."
-    sdxl_status = gr.Markdown(status_line, elem_id="generation-sdxl-status")
+    sdxl_note = gr.Markdown(status_line, elem_id="generation-sdxl-status")
     prompt = gr.Textbox(view.EXAMPLE_PROMPT, lines=5, label="Long caption", elem_id="generation-prompt")
     # The budget is counted on page load (the tokenizer's first use imports open_clip: seconds).
     budget_note = gr.Markdown("Counting tokens…", elem_id="generation-budget-note")
@@ -199,7 +199,7 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
 
     prompt.change(on_prompt, inputs=prompt, outputs=[budget_note, budget], show_progress="hidden")
     for box, api in ((sdxl, "sdxl_status"), (sdxl_config, "sdxl_config_status")):
-        box.change(lambda *values: sdxl_status(access, *values), inputs=[sdxl, sdxl_config], outputs=sdxl_status,
+        box.change(lambda *values: sdxl_status(access, *values), inputs=[sdxl, sdxl_config], outputs=sdxl_note,
                    show_progress="hidden", api_name=api)
     inputs = [sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size, guidance, layer, allow_cut,
               score_with, precision, cpu_offload, attention_slicing, vae_tiling]

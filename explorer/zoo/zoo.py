@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from explorer.core import paths
 from explorer.core.cache import GB, BoundedCache
-from explorer.core.errors import CheckpointError, ExplorerError, ManifestError
+from explorer.core.errors import CheckpointError, ExplorerError, ManifestError, ModelNameError
 from explorer.core.files import atomic_path
 from explorer.zoo.builtin import BUILTIN_PREFIX, BUILTINS
 from explorer.zoo.manifest import Manifest, load_manifest
@@ -48,6 +48,8 @@ class ZooEntry:
     def ok(self) -> bool:
         return self.manifest is not None and not self.status.startswith("error")
 
+
+MAX_NAME = 100  # characters of a model's name (its files' names stay far below the 255 bytes a file system takes)
 
 # Trained demo models with a native grounding map, in the order the views prefer them.
 PREFERRED_DEFAULTS = ("demo-mulclip", "demo-caft", "demo-flair", "demo-finelip", "demo-longclip")
@@ -170,15 +172,11 @@ class Zoo:
             allow_pickle: bool = False, options: dict | None = None) -> Manifest:
         """Check a weights file and write its manifest into the zoo (the weights are not copied)."""
         weights = Path(weights).expanduser().resolve()
+        name = self.new_name(name or _slug(weights.stem)[:MAX_NAME])  # before the file is read: it is cheap
         result = check(weights, allow_pickle=allow_pickle)
         if method is not None and method != result.method:
             raise CheckpointError(f"{weights} is a {result.method} checkpoint ({result.format}), not {method}.")
-        name = name or _slug(weights.stem)
-        if "/" in name or "\\" in name:  # the manifest must land inside the zoo folder
-            raise ManifestError(f"{name!r} cannot be a model name (no '/' or '\\'); e.g. {_slug(name)!r}.")
         target = self.root / f"{name}.json"
-        if target.exists():
-            raise ManifestError(f"A model named {name!r} is already in the zoo ({target}); choose another --name.")
         manifest = Manifest(name=name, method=result.method, weights=str(weights), architecture=result.architecture,
                             context_length=result.context_length, source=source or f"added from {weights}",
                             format=result.format, options=dict(options or {}), allow_pickle=allow_pickle)
@@ -192,10 +190,8 @@ class Zoo:
             raise CheckpointError(f"{filename}: only .safetensors files can be uploaded (a .pt/.pth/.bin file may "
                                   "need unpickling, which an upload never gets). Give its path on this machine "
                                   "instead, or convert it to safetensors.")
+        name = self.new_name(name or _slug(Path(filename).stem)[:MAX_NAME])
         check(uploaded, allow_pickle=False)  # refuses a bad file before anything is kept
-        name = name or _slug(Path(filename).stem)
-        if (self.root / f"{name}.json").exists():
-            raise ManifestError(f"A model named {name!r} is already in the zoo; choose another name.")
         digest = hashlib.sha256()
         with open(uploaded, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
@@ -212,6 +208,23 @@ class Zoo:
             if fresh:
                 target.unlink(missing_ok=True)
             raise
+
+    def new_name(self, name: str) -> str:
+        """``name`` if a new model may take it, else ``ModelNameError`` saying why. The one rule for the page
+        and the shell: no model of the zoo has it (a manifest's name, wherever its file sits in the folder),
+        and it makes a short file name inside the folder (the manifest, and an upload's kept copy)."""
+        shown = name if len(name) <= 40 else f"{name[:40]}…"
+        if not name.strip():
+            raise ModelNameError("give the model a name")
+        if len(name) > MAX_NAME or len(name.encode("utf-8")) > 2 * MAX_NAME:
+            raise ModelNameError(f"the name {shown!r} is too long: a model name has at most {MAX_NAME} characters "
+                                 f"({2 * MAX_NAME} bytes in UTF-8)")
+        if any(mark in name for mark in ("/", "\\")) or not name.isprintable() or name.startswith("."):
+            raise ModelNameError(f"{shown!r} cannot be a model name (no '/', '\\', control characters or leading "
+                                 f"'.'); e.g. {_slug(name)[:MAX_NAME]!r}")
+        if name in {m.name for m in self.manifests()} or (self.root / f"{name}.json").exists():
+            raise ModelNameError(f"a model named {name!r} is already in the zoo: choose another name")
+        return name
 
     def remove(self, name: str) -> Path:
         """Take a model out of the zoo: its manifest goes. Its weights file stays where it is, unless

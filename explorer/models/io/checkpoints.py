@@ -30,6 +30,12 @@ from explorer.core.errors import CheckpointError, CheckpointMismatchError, Unsaf
 from explorer.core.files import atomic_path
 
 EXPLORER_METADATA_KEY = "explorer"  # safetensors metadata written by this project
+# What a safetensors file may ask us to parse, checked before parsing: its header (tensor names, shapes and
+# offsets, plus metadata; SDXL's UNet, ~2,500 tensors, has 0.2 MB) and our own JSON metadata inside it (a
+# method's config: a few KB, 3 levels deep). Deeper JSON would end Python's parser in a RecursionError.
+MAX_HEADER_BYTES = 16 * 2**20
+MAX_METADATA_CHARS = 2**20
+MAX_METADATA_DEPTH = 32
 
 
 @dataclass
@@ -96,10 +102,11 @@ def stored_config(path: str | Path) -> dict:
     if path.suffix != ".safetensors" or not path.is_file():
         return {}
     try:
+        check_safetensors_header(path)
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
-        return dict(json.loads(metadata.get(EXPLORER_METADATA_KEY, "{}")).get("config") or {})
-    except (SafetensorError, OSError, ValueError, AttributeError):
+        return dict(explorer_metadata(metadata, path).get("config") or {})
+    except (CheckpointError, SafetensorError, OSError, ValueError, AttributeError):
         return {}
 
 
@@ -122,13 +129,59 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
     from safetensors import SafetensorError, safe_open
 
     try:
+        check_safetensors_header(path)
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
             tensors = {key: handle.get_tensor(key) for key in handle.keys()}
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"Cannot read {path}: not a valid safetensors file ({error}).") from error
-    explorer_meta = json.loads(metadata[EXPLORER_METADATA_KEY]) if EXPLORER_METADATA_KEY in metadata else {}
-    return RawCheckpoint(path=path, tensors=tensors, metadata=explorer_meta)
+    return RawCheckpoint(path=path, tensors=tensors, metadata=explorer_metadata(metadata, path))
+
+
+def check_safetensors_header(path: Path) -> None:
+    """Refuse a file whose header is larger than ``MAX_HEADER_BYTES``, before it is read. The file starts
+    with the header's length: 8 bytes, little-endian."""
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+    if length > MAX_HEADER_BYTES:
+        raise CheckpointError(f"Cannot read {path}: its safetensors header says it is {length / 2**20:.0f} MB "
+                              f"(at most {MAX_HEADER_BYTES // 2**20} MB is read).")
+
+
+def explorer_metadata(metadata: Mapping[str, str], path: Path) -> dict:
+    """This project's JSON metadata in a safetensors header ({} if none), its size and nesting checked
+    before it is parsed."""
+    text = metadata.get(EXPLORER_METADATA_KEY)
+    if text is None:
+        return {}
+    if len(text) > MAX_METADATA_CHARS:
+        raise CheckpointError(f"Cannot read {path}: its {EXPLORER_METADATA_KEY!r} metadata is {len(text):,} "
+                              f"characters (at most {MAX_METADATA_CHARS:,}).")
+    if json_depth(text, MAX_METADATA_DEPTH) > MAX_METADATA_DEPTH:
+        raise CheckpointError(f"Cannot read {path}: its {EXPLORER_METADATA_KEY!r} metadata nests deeper than "
+                              f"{MAX_METADATA_DEPTH} levels.")
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise CheckpointError(f"Cannot read {path}: its {EXPLORER_METADATA_KEY!r} metadata is not JSON "
+                              f"({error}).") from error
+    if not isinstance(value, dict):
+        raise CheckpointError(f"Cannot read {path}: its {EXPLORER_METADATA_KEY!r} metadata is not a JSON object.")
+    return value
+
+
+JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def json_depth(text: str, limit: int) -> int:
+    """How deep the brackets of JSON ``text`` nest (strings skipped), counted up to ``limit + 1``."""
+    depth = deepest = 0
+    for mark in re.sub(r"[^\[\]{}]", "", JSON_STRING.sub("", text)):
+        depth += 1 if mark in "[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+    return deepest
 
 
 def _is_torchscript_archive(path: Path) -> bool:
