@@ -14,6 +14,7 @@ import pytest
 from explorer.ui import host_guard
 from explorer.ui.access import Access
 from explorer.ui.host_guard import HostGuard, is_loopback, resolve_bind
+from explorer.ui.page_guard import PageGuard
 
 # ---- where Gradio will listen -------------------------------------------------------------------------
 
@@ -110,7 +111,7 @@ def test_launch_hands_gradio_the_resolved_address_and_the_guard_of_its_mode(monk
         [options] = calls
         assert options["server_name"] == ("0.0.0.0" if public else "127.0.0.1") and options["ssr_mode"] is False
         guards = options["app_kwargs"].get("middleware", [])
-        assert [m.cls for m in guards] == ([] if public else [HostGuard])
+        assert [m.cls for m in guards] == ([] if public else [HostGuard]) + [PageGuard]  # the host guard outermost
 
 
 # ---- the guard over HTTP --------------------------------------------------------------------------------

@@ -82,6 +82,7 @@ def world(tmp_path_factory):
     (private / "evil.pt").write_bytes(evil.read_bytes())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EXPLORER_HOME", str(home))
+        patch.setenv("GRADIO_TEMP_DIR", str(base / "gradio"))  # this module's own uploads, nobody else's
         patch.delenv("EXPLORER_ALLOWED_ROOTS", raising=False)
         # Gradio's queue rebuilds a pandas summary of every event so far after each event (its monitoring
         # statistics, which nothing here reads): over ~750 calls that was more than a third of the time.

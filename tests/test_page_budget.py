@@ -430,3 +430,19 @@ def test_the_caption_cap_is_settable_from_the_command_line(monkeypatch, tmp_path
     assert cli.main(["app", *zoo]) == 0
     assert seen["access"].budget.caption_chars == 200_000
     assert cli.main(["app", *zoo, "--max-caption-chars", "0"]) == 2
+
+
+def test_sessions_take_turns_in_a_busy_group():
+    """One visitor's many queued requests do not hold another visitor's first one behind all of them."""
+    from types import SimpleNamespace
+
+    from explorer.ui.app import take_turns
+
+    def event(session):
+        return SimpleNamespace(session_hash=session, concurrency_id="g")
+
+    running = event("abuser")
+    waiting = [event("abuser"), event("abuser"), event("abuser"), event("visitor"), event("abuser")]
+    queue = SimpleNamespace(event_ids_to_events={str(i): e for i, e in enumerate([running, *waiting])})
+    take_turns(queue, waiting)
+    assert [e.session_hash for e in waiting] == ["visitor", "abuser", "abuser", "abuser", "abuser"]

@@ -161,11 +161,31 @@ def cap_sessions(app: gr.Blocks, cap: int, heavy_cap: int | None = None) -> None
                     message = (f"this page already has {held_heavy} pictures, maps or searches waiting or running "
                                f"(at most {heavy_cap}): wait for them")
                 else:
-                    return await push(body=body, request=request, username=username)
+                    answer = await push(body=body, request=request, username=username)
+                    if fn is not None and fn.concurrency_id in queue.event_queue_per_concurrency_id:
+                        take_turns(queue, queue.event_queue_per_concurrency_id[fn.concurrency_id].queue)
+                    return answer
         log.warning("refused: %s", message)
         return False, message, "queue_full"
 
     queue.push = capped_push
+
+
+def take_turns(queue, waiting: list) -> None:
+    """Reorder a concurrency group's waiting events so that sessions take turns: each session's k-th request
+    (its running ones counted) waits behind every other session's earlier ones, arrival order otherwise.
+    Gradio's queue is first come, first served: a visitor who queues many requests through many sessions
+    would otherwise hold every other visitor behind all of them."""
+    group = {id(event) for event in waiting}
+    turns: dict[str, int] = {}
+    for event in list(queue.event_ids_to_events.values()):  # running in this group: they count as taken turns
+        if id(event) not in group and waiting and event.concurrency_id == waiting[0].concurrency_id:
+            turns[event.session_hash] = turns.get(event.session_hash, 0) + 1
+    ranked = []
+    for position, event in enumerate(waiting):
+        ranked.append((turns.get(event.session_hash, 0), position, event))
+        turns[event.session_hash] = turns.get(event.session_hash, 0) + 1
+    waiting[:] = [event for _, _, event in sorted(ranked, key=lambda item: item[:2])]
 
 
 log = logging.getLogger("explorer.access")
