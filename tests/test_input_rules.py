@@ -74,8 +74,8 @@ def test_a_12000_px_png_and_jpeg_are_refused_alike_from_their_headers(monkeypatc
     assert decoded == []  # both refused before a pixel is decoded
     assert messages["PNG"] == messages["JPEG"]  # the same rule, the same words
     assert messages["PNG"] == ("The uploaded data is 12000x12000 px (144 megapixels); pictures of every format are "
-                               "read up to 64 megapixels. Downscale it first (e.g. to 4096 px on the long side) "
-                               "and load it again.")
+                               "read up to 64 megapixels and 256 MB decoded. Downscale it first (e.g. to 4096 px on "
+                               "the long side, 8 bits a channel) and load it again.")
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "TIFF", "BMP"])

@@ -7,7 +7,9 @@ through the handler a page event calls) and fails when the rule is taken out.
 
 from __future__ import annotations
 
+import inspect
 import io
+import os
 import socket
 import threading
 import time
@@ -83,15 +85,19 @@ def test_a_deep_picture_past_the_byte_limit_is_refused_from_its_header(tmp_path,
 def test_at_most_the_slots_decode_at_once_whatever_the_requests(tmp_path, monkeypatch):
     path = tmp_path / "p.png"
     path.write_bytes(png_bytes(np.zeros((64, 64, 3), dtype=np.uint8)))
+    monkeypatch.setattr(images, "_slots", images._slots)  # the process's slots as they were, after the test
     images.set_decode_slots(2)
-    running, peak, lock = [0], [0], threading.Lock()
+    running, peak, lock, two_in = [0], [0], threading.Lock(), threading.Event()
     load = Image.Image.load
 
     def slow_load(self):
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.05)
+            if running[0] >= 2:
+                two_in.set()
+        two_in.wait(timeout=10)  # the first decode waits for a second one: the peak does not hang on timing
+        time.sleep(0.05)  # ...and, the slots broken, a third one has time to come in
         try:
             return load(self)
         finally:
@@ -125,6 +131,23 @@ def test_caption_and_sentence_caps_are_checked_before_anything_reads_them():
         base_settings("maps", "x.png", "word " * 5000, ["m"], "native", "", None, budget=budget)
 
 
+def test_every_draw_of_the_public_page_counts_its_sentences(tmp_path, monkeypatch):
+    from explorer.ui.app import build_app, serve
+    from explorer.zoo import Zoo
+
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    access = Access.for_app(tmp_path / "zoo", public=True)
+    app = serve(build_app(Zoo(tmp_path / "zoo"), access=access), access)
+    caption = " ".join(f"A red circle number {i}." for i in range(65))
+    for name in ("draw_maps", "find_regions", "draw_pca"):
+        block_fn = next(fn for fn in app.fns.values() if fn.api_name == name)
+        values = [None] * len(block_fn.inputs)
+        values[:3] = ["x.png", caption, ["m"]]
+        result = block_fn.fn(*values)
+        result = list(result)[-1] if inspect.isgenerator(result) else result
+        assert "one Draw on this page takes at most 64" in str(result), name
+
+
 def test_every_handler_refuses_a_text_past_the_cap_before_it_runs():
     """The wrapper ``serve`` puts around every handler: the handler never sees the text."""
     from explorer.ui.app import serve
@@ -136,8 +159,10 @@ def test_every_handler_refuses_a_text_past_the_cap_before_it_runs():
         gr.Button().click(lambda items: seen.append(len(items)) or "ok", inputs=gr.Dropdown(multiselect=True,
                                                                                           allow_custom_value=True),
                           outputs=out)
+        gr.Button().click(lambda: "Wrote `/srv/exports/run/maps.png`.", outputs=out)
     serve(app, Access(public=True))
-    echo, pick = (app.fns[i].fn for i in (0, 1))
+    echo, pick, wrote = (app.fns[i].fn for i in (0, 1, 2))
+    assert wrote() == "Wrote `maps.png`."  # a public page's texts name files, not server folders
     assert echo("x" * 20_000) == "ok"
     with pytest.raises(gr.Error, match="25,000 characters long; this page reads at most 20,000"):
         echo("x" * 25_000)
@@ -196,42 +221,66 @@ def call(client: httpx.Client, fn_index: int, data: list, session: str | None = 
     return ""
 
 
-def test_heavy_requests_share_two_slots_across_events_and_two_per_session(tmp_path):
-    running, peak, lock = [0], [0], threading.Lock()
+def test_heavy_requests_share_the_budgets_slots_across_events_and_two_per_session(tmp_path):
+    from dataclasses import replace
+
+    assert PUBLIC.heavy_at_once == 2
+    budget = replace(PUBLIC, heavy_at_once=3)  # not Gradio's default of 2: the group's limit is the budget's
+    running, peak, lock, full, release = [0], [0], threading.Lock(), threading.Event(), threading.Event()
 
     def work(text):
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.4)
+            if running[0] >= budget.heavy_at_once:
+                full.set()
+        release.wait(timeout=30)  # held until the test lets go: overlap does not hang on timing
         with lock:
             running[0] -= 1
         return text
+
+    def start(target, *args):
+        thread = threading.Thread(target=target, args=args, daemon=True)  # a failed assert cannot hang the run
+        thread.start()
+        return thread
 
     with gr.Blocks() as blocks:
         box = gr.Textbox()
         for name in ("draw", "regions", "pca"):
             gr.Button().click(work, inputs=box, outputs=box, api_name=name, **HEAVY)
-    client = serve_tiny(Access(roots=(tmp_path,), public=True), blocks)
+    client = serve_tiny(Access(roots=(tmp_path,), public=True, budget=budget), blocks)
     try:
         replies = []
-        threads = [threading.Thread(target=lambda i=i: replies.append(call(client, i % 3, ["x"]))) for i in range(6)]
+        threads = [start(lambda i=i: replies.append(call(client, i % 3, ["x"]))) for i in range(8)]
+        assert full.wait(timeout=30)
+        time.sleep(0.3)  # the group broken, more would come in meanwhile
+        release.set()
         for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert len(replies) == 6 and all("process_completed" in r for r in replies)
-        assert peak[0] == 2  # Gradio's own limit is two per event: six could have run at once
-        one = uuid.uuid4().hex  # one visitor sending four at once: two are taken, the others refused
-        held = [threading.Thread(target=call, args=(client, i % 3, ["x"], one)) for i in range(2)]
-        for thread in held:
-            thread.start()
-        time.sleep(0.15)
+            thread.join(timeout=60)
+        assert len(replies) == 8 and all("process_completed" in r for r in replies)
+        assert peak[0] == 3  # Gradio's own limit is two per event: eight could have run at once
+        release.clear()
+        one = uuid.uuid4().hex  # one visitor: two heavy requests are taken, the third refused
+        for fn_index in (0, 1):
+            join = client.post("/gradio_api/queue/join", json={"data": ["x"], "fn_index": fn_index,
+                                                                "session_hash": one})
+            assert join.status_code == 200
+        deadline = time.monotonic() + 30
+        while running[0] < 2 and time.monotonic() < deadline:  # both running (and counted), however slow
+            time.sleep(0.02)
+        assert running[0] == 2
         third = client.post("/gradio_api/queue/join", json={"data": ["x"], "fn_index": 2, "session_hash": one})
         assert third.status_code != 200 and "at most 2" in third.text
-        for thread in held:
-            thread.join()
+        release.set()
+        with client.stream("GET", "/gradio_api/queue/data", params={"session_hash": one}) as stream:
+            completed = 0  # one stream for the session: both answers come on it
+            for line in stream.iter_lines():
+                completed += '"process_completed"' in line
+                if completed == 2:
+                    break
+        assert completed == 2
     finally:
+        release.set()
         blocks.close()
 
 
@@ -247,6 +296,7 @@ def test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota(tmp_p
 
     from gradio.utils import get_upload_folder
 
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))  # not the machine's shared /tmp/gradio
     budget = replace(PUBLIC, uploads_per_session=3, upload_bytes_total=3 * 3000)
     with gr.Blocks() as blocks:
         gr.File(file_types=["image"])
@@ -273,11 +323,30 @@ def test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota(tmp_p
         blocks.close()
 
 
-def test_the_owners_page_takes_safetensors_but_no_pickle(tmp_path):
+def test_a_sessions_upload_bytes_and_age_are_bounded(tmp_path):
+    from dataclasses import replace
+
+    from explorer.ui.page_guard import Refusal, UploadLedger
+
+    ledger = UploadLedger(replace(PUBLIC, upload_bytes_per_session=5 * 2**20, upload_seconds=60))
+    first = tmp_path / "a.png"
+    first.write_bytes(b"x" * 3 * 2**20)
+    ledger.admit("s", 3 * 2**20)
+    ledger.record("s", [first])
+    with pytest.raises(Refusal, match="would pass 5 MB"):
+        ledger.admit("s", 3 * 2**20)
+    ledger.admit("t", 3 * 2**20)  # another session has its own quota
+    ledger.sessions["s"][0].time -= 61
+    ledger.admit("s", 3 * 2**20)  # the old upload expired: removed, and no longer counted
+    assert not first.exists() and ledger.total_bytes() == 0
+
+
+def test_the_owners_page_takes_safetensors_but_no_pickle(tmp_path, monkeypatch):
     from safetensors.torch import save
 
     import torch
 
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
     with gr.Blocks() as blocks:
         gr.File()
     client = serve_tiny(Access(roots=(tmp_path,)), blocks)
@@ -335,6 +404,9 @@ def test_a_request_body_past_the_budget_is_refused_before_it_is_parsed(tmp_path)
         reply = client.post("/gradio_api/queue/join", content=b" " * (PUBLIC.request_bytes + 1),
                             headers={"content-type": "application/json"})
         assert reply.status_code == 413 and "at most 1,048,576" in reply.text
+        chunks = (b" " * 2**16 for _ in range(PUBLIC.request_bytes // 2**16 + 2))  # no content-length
+        streamed = client.post("/gradio_api/queue/join", content=chunks, headers={"content-type": "application/json"})
+        assert streamed.status_code == 413 and "more than 1,048,576" in streamed.text
         form = client.post("/gradio_api/process_recording", files={"files": ("a.wav", b"RIFF")})
         assert form.status_code == 403  # multipart anywhere but the upload route
     finally:
@@ -363,6 +435,10 @@ def test_public_exports_are_capped_and_no_call_leaves_an_empty_folder(tmp_path, 
     with view_controls.export_folder(budget):
         pass  # wrote nothing
     assert sorted((tmp_path / "exports").iterdir()) == kept
+    os.utime(kept[0], (0, 0))  # older than the hour: removed by the next export whatever the bytes
+    with view_controls.export_folder(replace(budget, export_bytes=None)) as folder:
+        (folder / "figure.png").write_bytes(b"x")
+    assert not kept[0].exists() and kept[1].exists()
 
 
 def test_generate_without_sdxl_leaves_no_folder(tmp_path, monkeypatch):
@@ -400,6 +476,12 @@ def test_a_split_is_a_plain_name_of_the_layouts_own(tmp_path):
             read_grounding_set(tmp_path, split=split)
         with pytest.raises(DatasetError, match="a split is a plain name"):
             read_retrieval_set(tmp_path, split=split)
+    flickr = tmp_path / "flickr"  # a plain name, but not one of the layout's: its file is never opened
+    for folder in ("Sentences", "Annotations"):
+        (flickr / folder).mkdir(parents=True)
+    (flickr / "hostname.txt").write_text("1000092795\n")
+    with pytest.raises(DatasetError, match="has splits test, val, train, not 'hostname'"):
+        read_grounding_set(flickr, split="hostname")
 
 
 def test_the_public_pages_config_names_no_server_folder(tmp_path, monkeypatch):

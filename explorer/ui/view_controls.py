@@ -18,6 +18,7 @@ import gradio as gr
 
 from explorer.core import paths
 from explorer.core.disk_quota import prune, remove
+from explorer.core.errors import ExplorerError
 from explorer.ui.budget import HEAVY, Budget
 from explorer.ui.messages import explain
 from explorer.views.settings import MAX_MODELS, ViewSettings
@@ -56,12 +57,12 @@ def base_settings(view: str, image, caption, models, kind, dense_caption, truth,
                 budget.check_text(text, what)
                 budget.check_sentences(len(split_sentences(text)))
     if not image:
-        raise ValueError("Pick or upload an image first.")
+        raise ExplorerError("Pick or upload an image first.")
     models = as_list(models)
     if not models:
-        raise ValueError("Pick at least one model.")
+        raise ExplorerError("Pick at least one model.")
     if len(models) > MAX_MODELS:
-        raise ValueError(f"Compare at most {MAX_MODELS} models at once.")
+        raise ExplorerError(f"Compare at most {MAX_MODELS} models at once.")
     return {"view": view, "image": str(image), "caption": caption or "", "models": models,
             "kind": kind or "native", "dense_caption": dense_caption or "", "truth": str(truth) if truth else ""}
 

@@ -173,6 +173,7 @@ def submit_generation(worker, generator, settings, score_with: str | None, new_f
     import uuid
 
     from explorer.core.background import Task
+    from explorer.core.disk_quota import remove
     from explorer.generation.sdxl_source import check_source
 
     settings.check()
@@ -181,7 +182,12 @@ def submit_generation(worker, generator, settings, score_with: str | None, new_f
     def job(task):
         result = generator.run(settings, progress=task.progress, should_stop=task.stop_requested.is_set)
         scorer = generator.load_model(score_with) if score_with else None
-        return save_generation(result, new_folder() / "generation.png", scorer)
+        folder = new_folder()
+        try:
+            return save_generation(result, folder / "generation.png", scorer)
+        except BaseException:
+            remove(folder)  # a failed save leaves no folder behind either
+            raise
 
     return worker.submit(Task(key=f"generation-{uuid.uuid4().hex}", title="generation"), job)
 
