@@ -76,16 +76,20 @@ def test_maps_figure_writes_settings_that_replay_to_the_same_bytes(zoo, picture,
     assert out.read_bytes() == original
 
 
-def test_png_figure_is_seven_inches_at_300_dpi_by_default(zoo, picture, tmp_path):
+def test_png_figure_is_a_page_wide_at_300_dpi_by_default(zoo, picture, tmp_path):
     assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL,
                     "--out", tmp_path / "x.png") == 0
     with Image.open(tmp_path / "x.png") as image:
-        assert abs(image.width - 2100) <= 1
+        assert abs(image.width - 2070) <= 1  # the page preset: 6.9 in
         assert image.info["dpi"] == pytest.approx((300, 300), rel=1e-3)
     assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL,
                     "--out", tmp_path / "small.png", "--width", 3.5, "--dpi", 100) == 0
     with Image.open(tmp_path / "small.png") as image:
         assert abs(image.width - 350) <= 1
+    assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL,
+                    "--out", tmp_path / "column.png", "--preset", "column", "--dpi", 100) == 0
+    with Image.open(tmp_path / "column.png") as image:
+        assert abs(image.width - 330) <= 1
 
 
 def test_settings_file_with_one_flag_overridden(zoo, picture, tmp_path):
@@ -145,7 +149,7 @@ def test_pca_figure_of_two_pictures(zoo, picture, tmp_path):
     assert explorer(zoo, "figure", "pca", picture, "--images", second, "--model", MODEL, "--fit", "per-image",
                     "--out", out, "--dpi", 100) == 0
     with Image.open(out) as image:
-        assert abs(image.width - 700) <= 1
+        assert abs(image.width - 690) <= 1
     saved = ViewSettings.load(tmp_path / "p.png.json")
     assert saved.view == "pca" and saved.images == [str(second)] and saved.pca_fit == "per-image"
     assert saved.caption == ""  # PCA needs no caption
