@@ -16,7 +16,8 @@ import gradio as gr
 
 from explorer.core import paths
 from explorer.ui.messages import explain
-from explorer.views.settings import MAX_MODELS, ViewSettings
+from explorer.views.figure_style import DEFAULT_PRESET, FONTS, PRESETS
+from explorer.views.settings import MAX_MODELS, SettingsError, ViewSettings
 
 PREVIEW_SIDE = 256  # pixels per panel on the page; figures use the working resolution
 EXPORT_FORMATS = ("png", "pdf", "svg")
@@ -94,34 +95,71 @@ def export_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=root))
 
 
-def export_view(view, settings: ViewSettings | None, fmt: str, width: float,
-                zoo_root: str | Path | None = None) -> tuple[list[str] | None, str]:
+def figure_choices(fmt, preset, font, width) -> tuple[str, dict]:
+    """(format, settings) from the export row, checked: a visitor may send anything. An empty or zero width
+    is the preset's."""
+    if fmt not in EXPORT_FORMATS:
+        raise SettingsError(f"a figure is one of {', '.join(EXPORT_FORMATS)}, not {str(fmt)[:40]!r}")
+    if preset not in PRESETS or font not in FONTS:
+        raise SettingsError(f"the preset is one of {', '.join(PRESETS)} and the font one of {', '.join(FONTS)}")
+    if width in (None, 0, ""):
+        return fmt, {"preset": preset, "font": font, "width": None}
+    if isinstance(width, bool) or not isinstance(width, (int, float)):
+        raise SettingsError("the width is a number of inches")
+    return fmt, {"preset": preset, "font": font, "width": float(width)}
+
+
+def export_view(view, settings: ViewSettings | None, fmt: str, preset: str = DEFAULT_PRESET, font: str = "sans",
+                width: float | None = None, zoo_root: str | Path | None = None) -> tuple[list[str] | None, str]:
     """Write the figure, its settings JSON and copies of its inputs; (files for download, message)."""
     from explorer.views.pipeline import bundle_inputs, write_figure
 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."
     try:
+        fmt, style = figure_choices(fmt, preset, font, width)
         folder = export_dir()
-        settings = bundle_inputs(view, ViewSettings(**{**vars(settings), "width": float(width)}), folder)
+        settings = bundle_inputs(view, ViewSettings(**{**vars(settings), **style}), folder)
         figure, settings_file = write_figure(view, settings, folder / f"{settings.view}.{fmt}")
     except Exception as error:  # noqa: BLE001 - the page says what went wrong and keeps serving
         return None, explain(error)
     zoo = f" --checkpoints {Path(zoo_root).resolve()}" if zoo_root else ""
     return [str(figure), str(settings_file)], (
-        f"Wrote **{figure.name}** ({float(width):g} in wide) with its settings and inputs in `{folder}`. "
-        f"The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
+        f"Wrote **{figure.name}** ({settings.figure_width:g} in wide, {settings.font}) with its settings and inputs "
+        f"in `{folder}`. The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
 
 
-def export_row(prefix: str, view_state, settings_state, zoo) -> None:
-    """Format, width, button and the files, wired to the view's stored result: the same under every view."""
+@dataclass
+class ExportRow:
+    """The export row's controls, so a tab can add another figure beside its own (same style choices)."""
+
+    fmt: gr.components.Component
+    preset: gr.components.Component
+    font: gr.components.Component
+    width: gr.components.Component
+    files: gr.components.Component
+    note: gr.components.Component
+
+    def style_inputs(self) -> list:
+        return [self.fmt, self.preset, self.font, self.width]
+
+
+def export_row(prefix: str, view_state, settings_state, zoo) -> ExportRow:
+    """Format, preset, font, width, button and the files, wired to the view's stored result: the same
+    under every view."""
     with gr.Row():
         fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
-        width = gr.Number(value=7.0, minimum=1.0, maximum=20.0, step=0.5, label="Width (inches)",
+        preset = gr.Radio(list(PRESETS), value=DEFAULT_PRESET, label="Size (column 3.3 in, page 6.9 in, slide)",
+                          elem_id=f"{prefix}-export-preset")
+        font = gr.Radio(list(FONTS), value="sans", label="Font (cm: as LaTeX)", elem_id=f"{prefix}-export-font")
+        width = gr.Number(value=None, step=0.5, label="Width (inches; empty: the size's)",
                           elem_id=f"{prefix}-export-width")
         button = gr.Button("Export figure", elem_id=f"{prefix}-export")
     files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
                     elem_id=f"{prefix}-export-files")
     note = gr.Markdown(elem_id=f"{prefix}-export-note")
+    row = ExportRow(fmt, preset, font, width, files, note)
     button.click(lambda *values: export_view(*values, zoo_root=zoo.root),
-                 inputs=[view_state, settings_state, fmt, width], outputs=[files, note], api_name=f"export_{prefix}")
+                 inputs=[view_state, settings_state, *row.style_inputs()], outputs=[files, note],
+                 api_name=f"export_{prefix}")
+    return row
