@@ -144,16 +144,21 @@ class ExportRow:
         return [self.fmt, self.preset, self.font, self.width]
 
 
+def style_controls(prefix: str) -> tuple:
+    """(format, preset, font, width) widgets of a figure export (inside a row)."""
+    fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
+    preset = gr.Radio(list(PRESETS), value=DEFAULT_PRESET, label="Size (column 3.3 in, page 6.9 in, slide)",
+                      elem_id=f"{prefix}-export-preset")
+    font = gr.Radio(list(FONTS), value="sans", label="Font (cm: as LaTeX)", elem_id=f"{prefix}-export-font")
+    width = gr.Number(value=None, step=0.5, label="Width (inches; empty: the size's)", elem_id=f"{prefix}-export-width")
+    return fmt, preset, font, width
+
+
 def export_row(prefix: str, view_state, settings_state, zoo) -> ExportRow:
     """Format, preset, font, width, button and the files, wired to the view's stored result: the same
     under every view."""
     with gr.Row():
-        fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
-        preset = gr.Radio(list(PRESETS), value=DEFAULT_PRESET, label="Size (column 3.3 in, page 6.9 in, slide)",
-                          elem_id=f"{prefix}-export-preset")
-        font = gr.Radio(list(FONTS), value="sans", label="Font (cm: as LaTeX)", elem_id=f"{prefix}-export-font")
-        width = gr.Number(value=None, step=0.5, label="Width (inches; empty: the size's)",
-                          elem_id=f"{prefix}-export-width")
+        fmt, preset, font, width = style_controls(prefix)
         button = gr.Button("Export figure", elem_id=f"{prefix}-export")
     files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
                     elem_id=f"{prefix}-export-files")

@@ -86,9 +86,10 @@ def open_store(model, dataset):
     return store
 
 
-def compute_retrieval(load: Callable, settings: ViewSettings, stores: Callable = open_store) -> RetrievalFigureView:
+def compute_retrieval(load: Callable, settings: ViewSettings, stores: Callable = open_store,
+                      dataset=None) -> RetrievalFigureView:
     """Every query against every model: ``stores(model, dataset)`` gives a model's embeddings (the page
-    passes one that refuses a model that has not embedded the dataset)."""
+    passes one that refuses a model that has not embedded the dataset, and the dataset it has open)."""
     from explorer.retrieval.evaluate import read_evaluation_set
     from explorer.retrieval.search import Searcher
 
@@ -96,7 +97,8 @@ def compute_retrieval(load: Callable, settings: ViewSettings, stores: Callable =
         raise QueryError("give the dataset: --data DIR")
     if not settings.models:
         raise QueryError("pick at least one model")
-    dataset = read_evaluation_set(settings.data, split=settings.split or None, limit=settings.limit)
+    if dataset is None:
+        dataset = read_evaluation_set(settings.data, split=settings.split or None, limit=settings.limit)
     queries = parse_queries(dataset, settings.queries, settings.direction)
     found: list[list[Found]] = [[] for _ in queries]
     notes: list[str] = []
