@@ -24,6 +24,12 @@ def add_commands(commands) -> None:
     replay.add_argument("--device", default="auto")
     replay.add_argument("--allow-pickle", action="store_true")
     replay.set_defaults(run=_run_figure_replay)
+    gallery = figure.add_parser("gallery", help="one figure of each kind from the demo zoo, with settings that "
+                                                 "replay from any clone (the README's gallery)")
+    gallery.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: docs/figures")
+    gallery.add_argument("--device", default="auto")
+    gallery.add_argument("--allow-pickle", action="store_true")
+    gallery.set_defaults(run=_run_gallery)
     # The first command of the project, kept: the same as `explorer figure maps`.
     add_figure_arguments(commands.add_parser("maps", help="same as `explorer figure maps`"), "maps")
 
@@ -181,6 +187,14 @@ def _run_figure_replay(args) -> int:
     # fig.pdf.json -> fig.pdf; a settings file named otherwise needs --out
     out = args.out or args.settings.with_suffix("")
     return _write_figure(args, settings, out)
+
+
+def _run_gallery(args) -> int:
+    from explorer.views.gallery import write_gallery
+
+    for figure in write_gallery(model_loader(args, zoo_from_args(args)), args.out):
+        print(f"wrote {figure} and {figure.name}.json")
+    return 0
 
 
 def _write_figure(args, settings, out: Path) -> int:
