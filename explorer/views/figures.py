@@ -34,6 +34,7 @@ class FigureError(ExplorerError, ValueError):
 
 FORMATS = (".png", ".pdf", ".svg")
 MIN_PANEL = 0.25  # inches: below this a panel is a smudge
+NARROW = 4.0  # inches: a figure this narrow (a column) puts its row labels above the rows
 MIN_MATRIX = 1.2  # inches for a similarity matrix with its labels and colour bar
 HEADER_EMS = 5.5  # a column headed by a sentence is at least this many ems wide, else the columns wrap into bands
 GAP = 0.04  # inches between panels
@@ -169,8 +170,10 @@ def plan(grid: PanelGrid, style: FigureStyle | float) -> Layout:
     style = as_style(style)
     width = style.width
     label = _label_width(grid, style)
-    on_top = label < 0  # no room for a label column
-    label = max(label, 0.0)
+    # No room for a label column (a model's name would break), or a narrow figure that needs every inch for
+    # its panels: each label goes above its row.
+    on_top = label < 0 or (label > 0 and width < NARROW)
+    label = 0.0 if on_top else label
     matrix = 0.5 * (width - label) if grid.extras else 0.0
     n = max(len(row) for row in grid.rows)
     least = _least_panel(grid, style)
