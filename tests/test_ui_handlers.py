@@ -126,7 +126,8 @@ def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeyp
     assert files[0].endswith("maps.svg") and files[1].endswith("maps.svg.json")
     assert "figure replay" in note and "--checkpoints" in note
     saved = ViewSettings.load(files[1])
-    assert (saved.width, saved.preset, saved.font) == (3.5, "column", "cm") and saved.image != str(upload) and saved.image.startswith(str(tmp_path / "exports"))
+    assert (saved.width, saved.preset, saved.font) == (3.5, "column", "cm")
+    assert saved.image != str(upload) and saved.image.startswith(str(tmp_path / "exports"))
     upload.unlink()  # the upload is gone; the export still replays from its own copy
     from explorer.cli import main
 

@@ -21,8 +21,8 @@ from explorer.evaluation.grounding_eval import native_kind
 from explorer.grounding.masks import otsu_masks
 from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
 from explorer.models.map_kinds import BEST_EXPLAINER, GENERIC_MAP
-from explorer.views.panels import (Colorbar, Header, PanelGrid, fit_size, map_panels, outline, picture_panel, resize_maps,
-                                   resize_masks)
+from explorer.views.panels import (Colorbar, Header, PanelGrid, fit_size, map_panels, outline, picture_panel,
+                                   resize_maps, resize_masks)
 from explorer.views.settings import NATIVE, ViewSettings
 
 if TYPE_CHECKING:  # the page is built before torch is imported
@@ -272,10 +272,10 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
             scores = f"{cut} tokens cut" if cut else ""
             score = scored.get((m, i))
             if score and score.get("IoU") is not None:
-                hit = {True: " · hit", False: " · miss"}.get(score["pointing"], "")
-                title += f" · IoU {score['IoU']:.2f}{hit}"
-                scores = ", ".join(part for part in (f"IoU {score['IoU']:.2f}{hit.replace(' · ', ', ')}", scores)
-                                   if part)
+                hit = {True: "hit", False: "miss"}.get(score["pointing"])
+                title += f" · IoU {score['IoU']:.2f}" + (f" · {hit}" if hit else "")
+                iou = f"IoU {score['IoU']:.2f}" + (f", {hit}" if hit else "")
+                scores = f"{iou}, {scores}" if scores else iou
             panels = map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
                                 title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask")
             for panel in panels:  # what a figure prints under it, by --annotate
