@@ -119,6 +119,22 @@ def test_display_flags_land_in_the_settings(zoo, picture, tmp_path):
         assert list(maps) == [MODEL] and maps[MODEL].shape == (3, 48, 64)
 
 
+def test_style_flags_land_in_the_settings_and_replay_restyles(zoo, picture, tmp_path):
+    out = tmp_path / "x.pdf"
+    assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL, "--font", "cm",
+                    "--header", "number", "--annotate", "all", "--font-size", 9, "--out", out) == 0
+    saved = ViewSettings.load(tmp_path / "x.pdf.json")
+    assert (saved.font, saved.header, saved.annotate, saved.font_size, saved.preset) == ("cm", "number", "all", 9.0,
+                                                                                         "page")
+    assert b"Cmr10" in out.read_bytes()
+    # replay with another preset: its own width and size, the rest as saved
+    assert explorer(zoo, "figure", "replay", tmp_path / "x.pdf.json", "--preset", "slide",
+                    "--out", tmp_path / "slide.pdf") == 0
+    again = ViewSettings.load(tmp_path / "slide.pdf.json")
+    assert (again.preset, again.width, again.font_size, again.font, again.header) == ("slide", None, None, "cm",
+                                                                                      "number")
+
+
 def test_the_old_maps_command_still_works(zoo, picture, tmp_path):
     assert explorer(zoo, "maps", picture, "--caption", CAPTION, "--model", MODEL, "--out", tmp_path / "m.png",
                     "--dpi", 100) == 0
