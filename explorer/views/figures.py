@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from explorer.core.errors import ExplorerError
-from explorer.views.figure_style import SLACK, FigureStyle, Measure, figure_style
+from explorer.views.figure_style import SLACK, FigureStyle, figure_style
 from explorer.views.panels import Panel, PanelGrid
 
 
@@ -190,9 +190,11 @@ def plan(grid: PanelGrid, style: FigureStyle | float) -> Layout:
     columns = max(len(band) for band in bands)
     panel = (room - GAP * (columns - 1)) / columns
     if panel < MIN_PANEL or (matrix and matrix < MIN_MATRIX):
-        needed = max(label + (repeat + 1) * MIN_PANEL + GAP * repeat, label + 2 * MIN_MATRIX if matrix else 0)
-        if grid.extras or repeat + 1 > fits:
-            needed = max(needed, label + n * MIN_PANEL + GAP * (n - 1) if grid.extras else needed)
+        # the least that draws: the picture and one more column in a band, or (beside a similarity matrix,
+        # which takes half the room) every column of the row
+        least = n if grid.extras else min(n, repeat + 1)
+        panels = least * MIN_PANEL + GAP * (least - 1)
+        needed = label + (2 * max(panels, MIN_MATRIX) if grid.extras else panels)
         raise FigureError(f"{width:g} in is too narrow for {n} panel(s) per row"
                           f"{' and a similarity matrix' if matrix else ''}: make the figure at least "
                           f"{math.ceil(needed * 10) / 10:g} in wide, or show fewer sentences per page")
@@ -430,7 +432,7 @@ def _colorbar_block(colorbar, layout: Layout) -> Block:
         scale = fig.colorbar(ScalarMappable(Normalize(colorbar.low, colorbar.high), colorbar.cmap), cax=axis,
                              orientation="horizontal")
         scale.ax.tick_params(labelsize=style.small, length=2, pad=1)
-        scale.ax.xaxis.set_major_locator(_ticks(colorbar.low, colorbar.high))
+        scale.ax.xaxis.set_major_locator(_ticks())
         # the label as a figure text (not the axis label), measured and fitted to the bar's width
         fig.text(bar_left / width, (top - 2 * GAP - bar - ticks) / height, "\n".join(lines), ha="left", va="top",
                  fontsize=style.font_size)
@@ -438,7 +440,8 @@ def _colorbar_block(colorbar, layout: Layout) -> Block:
     return Block(block, draw)
 
 
-def _ticks(low: float, high: float):
+def _ticks():
+    """At most five ticks on a colour bar: their labels never crowd."""
     from matplotlib.ticker import MaxNLocator
 
     return MaxNLocator(nbins=4, min_n_ticks=2)
@@ -484,8 +487,7 @@ def _draw_matrix(fig, layout: Layout, matrix, top: float, row_height: float, hei
              ha="left", va="top", fontsize=style.font_size)
     bar = fig.colorbar(image, cax=bar_axis)
     bar.ax.tick_params(labelsize=small, length=1, pad=1)
-    bar.ax.yaxis.set_major_locator(_ticks(0, 1))
+    bar.ax.yaxis.set_major_locator(_ticks())
 
 
-__all__ = ["FigureError", "as_style", "build_figure", "check_format", "panel_pixels", "plan", "save_figure",
-           "Measure"]
+__all__ = ["FigureError", "as_style", "build_figure", "check_format", "panel_pixels", "plan", "save_figure"]

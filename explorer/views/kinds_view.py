@@ -15,7 +15,7 @@ from explorer.core.errors import ExplorerError
 from explorer.evaluation.grounding_eval import native_kind
 from explorer.grounding.sentence_maps import MapCache, ground, working_picture
 from explorer.models.map_kinds import EXPLAINER_KINDS
-from explorer.views.maps_view import Loader, ModelMaps, find_view_truth
+from explorer.views.maps_view import Loader, ModelMaps, find_view_truth, score_note
 from explorer.views.panels import Colorbar, Header, Panel, PanelGrid, fit_size, map_panels, picture_panel
 from explorer.views.settings import NATIVE, ViewSettings
 
@@ -98,8 +98,7 @@ def _scores(maps: ModelMaps, truth, settings: ViewSettings) -> list[str]:
     from explorer.grounding.truth import score_sentences
 
     scored = score_sentences(maps.maps, maps.masks(settings.threshold), truth)[0]
-    return ["" if s.iou is None else f"IoU {s.iou:.2f}" + {True: ", hit", False: ", miss"}.get(s.hit, "")
-            for s in scored]
+    return ["" if s.iou is None else score_note(s.iou, s.hit) for s in scored]
 
 
 def render_kinds(view: KindsView, settings: ViewSettings, side: int | None = None) -> PanelGrid:
@@ -120,8 +119,8 @@ def render_kinds(view: KindsView, settings: ViewSettings, side: int | None = Non
                 panel = map_panels(base, maps.resized(size)[i], None if masks is None else masks[i], settings,
                                    None, None, title=maps.kind, text=view.sentences[i])[0]
                 threshold = maps.thresholds(settings.threshold)[i]
-                own = maps.kind if kind == NATIVE else ""
-                panel.scores = ", ".join(part for part in (own, scores[(m, k)][i]) if part)
+                own = maps.kind if kind == NATIVE else ""  # which of its own maps the column shows
+                panel.scores = ": ".join(part for part in (own, scores[(m, k)][i]) if part)
                 panel.details, panel.sentence = f"t={threshold:.3g}", i
                 row.append(panel)
             rows.append(row)

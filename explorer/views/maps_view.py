@@ -272,9 +272,8 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
             scores = f"{cut} tokens cut" if cut else ""
             score = scored.get((m, i))
             if score and score.get("IoU") is not None:
-                hit = {True: "hit", False: "miss"}.get(score["pointing"])
-                title += f" · IoU {score['IoU']:.2f}" + (f" · {hit}" if hit else "")
-                iou = f"IoU {score['IoU']:.2f}" + (f", {hit}" if hit else "")
+                iou = score_note(score["IoU"], score["pointing"])
+                title += " · " + iou.replace(", ", " · ")
                 scores = f"{iou}, {scores}" if scores else iou
             panels = map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
                                 title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask")
@@ -286,6 +285,11 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
                       + (f"\n{SAME_MAP_NOTE}" if model.same_for_every_sentence else "") + summaries.get(m, ""))
     colorbar = _colorbar(view, settings)
     return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar, headers=headers, repeat=1)
+
+
+def score_note(iou: float, hit: bool | None) -> str:
+    """What a figure prints under a map scored against the truth: "IoU 0.42, hit"."""
+    return f"IoU {iou:.2f}" + {True: ", hit", False: ", miss"}.get(hit, "")
 
 
 def _sentence_headers(view: MapsView, settings: ViewSettings, i: int) -> list[Header]:
