@@ -95,8 +95,9 @@ def rerender(view: MapsView | None, settings: ViewSettings | None, *display):
     return updated, picture, status_text(view, updated), score_rows(view, updated), page_slider(view, updated)
 
 
-FOCUS_HINT = ("**Focus**: pick a sentence (its row in the table below, or its panel in the strip) to see its map "
-              "for every model at the picture's working size; hover to read the map's value, drag to zoom.")
+FOCUS_HINT = ("**Focus**: pick a sentence (its row in the table below, its panel in the strip, or its number) to "
+              "see its map for every model at the picture's working size; hover to read the map's value, drag to "
+              "zoom.")
 
 
 def show_focus(view: MapsView | None, settings: ViewSettings | None, sentence):
@@ -186,16 +187,16 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache) -> None:
         page = gr.Slider(1, 2, value=1, step=1, label="Page", visible=False, elem_id="maps-page")
     run = gr.Button("Draw maps", variant="primary", elem_id="grounding-run")
     status = gr.Markdown("Pick an image, a caption and up to 4 models, then **Draw maps**.", elem_id="grounding-status")
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=300):
-            # The label goes above the picture, not over it: on the picture it would hide the first row's model name.
-            gr.Markdown("**Maps**: a row per model, a panel per sentence.", elem_id="maps-grid-label")
-            picture = gr.Image(interactive=False, elem_id="maps-grid", format="png", show_label=False)
-        with gr.Column(scale=3, min_width=360):  # the larger share: it is there to be looked into
-            focus_note = gr.Markdown(FOCUS_HINT, elem_id="maps-focus-note")
-            focus_sentence = gr.Number(value=None, precision=0, label="Sentence (number; Enter)",
-                                       elem_id="maps-focus-sentence")
-            focus = gr.Plot(elem_id="maps-focus", show_label=False)
+    # The label goes above the picture, not over it: on the picture it would hide the first row's model name.
+    gr.Markdown("**Maps**: a row per model, a panel per sentence.", elem_id="maps-grid-label")
+    picture = gr.Image(interactive=False, elem_id="maps-grid", format="png", show_label=False)
+    # The focus view, right under the strip and as wide: the strip stays the overview at its size, and one
+    # sentence's maps get the whole width (two models: about 430 px each at a 1400 px window).
+    with gr.Row(equal_height=True):
+        focus_note = gr.Markdown(FOCUS_HINT, elem_id="maps-focus-note")
+        focus_sentence = gr.Number(value=None, precision=0, label="Sentence # (0: none; Enter)", scale=0,
+                                   min_width=160, elem_id="maps-focus-sentence")
+    focus = gr.Plot(elem_id="maps-focus", show_label=False)
     scores = gr.Dataframe(headers=SCORE_COLUMNS, interactive=False, wrap=True, elem_id="maps-scores",
                           max_height=320, column_widths=SCORE_WIDTHS)
     view_state, settings_state = gr.State(None), gr.State(None)

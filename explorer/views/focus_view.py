@@ -20,7 +20,7 @@ from explorer.views.render import overlay
 from explorer.views.settings import ViewSettings
 
 HOVER_SIDE = 256  # map values sent to the browser per side at most (the hover reads them; the picture is full size)
-PLOT_WIDTH = 540  # pixels the page gives the plot at a 1400 px window: the height follows, so maps fill it
+PLOT_WIDTH = 880  # pixels the page gives the plot at a 1400 px window: the height follows, so maps fill it
 TRUTH_COLOUR = "#00e676"
 TURBO = "Turbo"
 PLOTLY_SCALES = {"turbo": "Turbo", "viridis": "Viridis", "jet": "Jet"}
