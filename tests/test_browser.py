@@ -191,9 +191,10 @@ def test_a_sentence_picked_in_the_table_opens_its_large_maps_for_both_models(pag
     expect(page.locator("#maps-focus-sentence input")).to_have_value("2")
     plots = focus.locator(".nsewdrag")  # plotly's pointer layer, one per subplot
     expect(plots).to_have_count(2)
+    plots.first.scroll_into_view_if_needed()  # the pointer reaches only what the window shows
     box = plots.first.bounding_box()
-    page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + box["height"] * 0.5)
-    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    plots.first.hover(position={"x": box["width"] * 0.4, "y": box["height"] * 0.5})
+    plots.first.hover(position={"x": box["width"] * 0.5, "y": box["height"] * 0.5})
     expect(focus.locator(".hoverlayer")).to_contain_text("value", timeout=10_000)
     page.screenshot(path=str(ARTIFACTS / "focus.png"), full_page=True)
 
