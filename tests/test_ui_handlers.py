@@ -122,11 +122,13 @@ def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeyp
     upload.parent.mkdir()
     upload.write_bytes(photo.read_bytes())
     view, settings, *_ = draw(zoo, MapCache(), upload, "A cat. A dog.")
-    files, note = view_controls.export_view(view, settings, "svg", "column", "cm", 3.5, zoo_root="checkpoints")
+    files, note = view_controls.export_view(view, settings, "svg", "column", "cm", 3.5, "number", "all",
+                                            zoo_root="checkpoints")
     assert files[0].endswith("maps.svg") and files[1].endswith("maps.svg.json")
     assert "figure replay" in note and "--checkpoints" in note
     saved = ViewSettings.load(files[1])
-    assert (saved.width, saved.preset, saved.font) == (3.5, "column", "cm")
+    assert (saved.width, saved.preset, saved.font, saved.header, saved.annotate) == (3.5, "column", "cm", "number",
+                                                                                      "all")
     assert saved.image != str(upload) and saved.image.startswith(str(tmp_path / "exports"))
     upload.unlink()  # the upload is gone; the export still replays from its own copy
     from explorer.cli import main
@@ -136,7 +138,8 @@ def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeyp
     assert again.read_bytes() == open(files[0], "rb").read()
     assert view_controls.export_view(None, None, "png", "page", "sans", 7)[0] is None
     for bad in (("gif", "page", "sans", 7), ("png", "poster", "sans", 7), ("png", "page", "comic", 7),
-                ("png", "page", "sans", "wide"), ("png", "page", "sans", 400)):
+                ("png", "page", "sans", "wide"), ("png", "page", "sans", 400),
+                ("png", "page", "sans", None, "words"), ("png", "page", "sans", None, "sentence", ["all"])):
         files, note = view_controls.export_view(view, settings, *bad)
         assert files is None and "Cannot do that" in note, bad
 

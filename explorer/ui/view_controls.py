@@ -16,7 +16,7 @@ import gradio as gr
 
 from explorer.core import paths
 from explorer.ui.messages import explain
-from explorer.views.figure_style import DEFAULT_PRESET, FONTS, PRESETS
+from explorer.views.figure_style import ANNOTATIONS, DEFAULT_PRESET, FONTS, HEADERS, PRESETS
 from explorer.views.settings import MAX_MODELS, SettingsError, ViewSettings
 
 PREVIEW_SIDE = 256  # pixels per panel on the page; figures use the working resolution
@@ -95,29 +95,33 @@ def export_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=root))
 
 
-def figure_choices(fmt, preset, font, width) -> tuple[str, dict]:
+def figure_choices(fmt, preset, font, width, header="sentence", annotate="scores") -> tuple[str, dict]:
     """(format, settings) from the export row, checked: a visitor may send anything. An empty or zero width
     is the preset's."""
     if fmt not in EXPORT_FORMATS:
         raise SettingsError(f"a figure is one of {', '.join(EXPORT_FORMATS)}, not {str(fmt)[:40]!r}")
-    if preset not in PRESETS or font not in FONTS:
-        raise SettingsError(f"the preset is one of {', '.join(PRESETS)} and the font one of {', '.join(FONTS)}")
+    for name, value, allowed in (("preset", preset, PRESETS), ("font", font, FONTS), ("header", header, HEADERS),
+                                 ("annotation", annotate, ANNOTATIONS)):
+        if not isinstance(value, str) or value not in allowed:
+            raise SettingsError(f"the {name} is one of {', '.join(allowed)}")
     if width in (None, 0, ""):
-        return fmt, {"preset": preset, "font": font, "width": None}
-    if isinstance(width, bool) or not isinstance(width, (int, float)):
+        width = None
+    elif isinstance(width, bool) or not isinstance(width, (int, float)):
         raise SettingsError("the width is a number of inches")
-    return fmt, {"preset": preset, "font": font, "width": float(width)}
+    return fmt, {"preset": preset, "font": font, "width": None if width is None else float(width), "header": header,
+                 "annotate": annotate}
 
 
 def export_view(view, settings: ViewSettings | None, fmt: str, preset: str = DEFAULT_PRESET, font: str = "sans",
-                width: float | None = None, zoo_root: str | Path | None = None) -> tuple[list[str] | None, str]:
+                width: float | None = None, header: str = "sentence", annotate: str = "scores",
+                zoo_root: str | Path | None = None) -> tuple[list[str] | None, str]:
     """Write the figure, its settings JSON and copies of its inputs; (files for download, message)."""
     from explorer.views.pipeline import bundle_inputs, write_figure
 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."
     try:
-        fmt, style = figure_choices(fmt, preset, font, width)
+        fmt, style = figure_choices(fmt, preset, font, width, header, annotate)
         folder = export_dir()
         settings = bundle_inputs(view, ViewSettings(**{**vars(settings), **style}), folder)
         figure, settings_file = write_figure(view, settings, folder / f"{settings.view}.{fmt}")
@@ -133,37 +137,38 @@ def export_view(view, settings: ViewSettings | None, fmt: str, preset: str = DEF
 class ExportRow:
     """The export row's controls, so a tab can add another figure beside its own (same style choices)."""
 
-    fmt: gr.components.Component
-    preset: gr.components.Component
-    font: gr.components.Component
-    width: gr.components.Component
+    style: tuple  # style_controls' widgets, in export_view's order
     files: gr.components.Component
     note: gr.components.Component
 
     def style_inputs(self) -> list:
-        return [self.fmt, self.preset, self.font, self.width]
+        return list(self.style)
 
 
 def style_controls(prefix: str) -> tuple:
-    """(format, preset, font, width) widgets of a figure export (inside a row)."""
+    """(format, preset, font, width, header, annotation) widgets of a figure export (inside a row)."""
     fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
     preset = gr.Radio(list(PRESETS), value=DEFAULT_PRESET, label="Size (column 3.3 in, page 6.9 in, slide)",
                       elem_id=f"{prefix}-export-preset")
     font = gr.Radio(list(FONTS), value="sans", label="Font (cm: as LaTeX)", elem_id=f"{prefix}-export-font")
     width = gr.Number(value=None, step=0.5, label="Width (inches; empty: the size's)", elem_id=f"{prefix}-export-width")
-    return fmt, preset, font, width
+    header = gr.Radio(list(HEADERS), value="sentence", label="Column headers (number: S1.. and a legend)",
+                      elem_id=f"{prefix}-export-header")
+    annotate = gr.Radio(list(ANNOTATIONS), value="scores", label="Under each map (scores: IoU and hit)",
+                        elem_id=f"{prefix}-export-annotate")
+    return fmt, preset, font, width, header, annotate
 
 
 def export_row(prefix: str, view_state, settings_state, zoo) -> ExportRow:
-    """Format, preset, font, width, button and the files, wired to the view's stored result: the same
-    under every view."""
+    """Format, preset, font, width, headers, notes, button and the files, wired to the view's stored result:
+    the same under every view."""
     with gr.Row():
-        fmt, preset, font, width = style_controls(prefix)
+        style = style_controls(prefix)
         button = gr.Button("Export figure", elem_id=f"{prefix}-export")
     files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
                     elem_id=f"{prefix}-export-files")
     note = gr.Markdown(elem_id=f"{prefix}-export-note")
-    row = ExportRow(fmt, preset, font, width, files, note)
+    row = ExportRow(style, files, note)
     button.click(lambda *values: export_view(*values, zoo_root=zoo.root),
                  inputs=[view_state, settings_state, *row.style_inputs()], outputs=[files, note],
                  api_name=f"export_{prefix}")
