@@ -151,7 +151,7 @@ def style_controls(prefix: str) -> tuple:
     preset = gr.Radio(list(PRESETS), value=DEFAULT_PRESET, label="Size (column 3.3 in, page 6.9 in, slide)",
                       elem_id=f"{prefix}-export-preset")
     font = gr.Radio(list(FONTS), value="sans", label="Font (cm: as LaTeX)", elem_id=f"{prefix}-export-font")
-    width = gr.Number(value=None, step=0.5, label="Width (inches; empty: the size's)", elem_id=f"{prefix}-export-width")
+    width = gr.Number(value=None, step=0.5, label="Width (inches; 0: the size's)", elem_id=f"{prefix}-export-width")
     header = gr.Radio(list(HEADERS), value="sentence", label="Column headers (number: S1.. and a legend)",
                       elem_id=f"{prefix}-export-header")
     annotate = gr.Radio(list(ANNOTATIONS), value="scores", label="Under each map (scores: IoU and hit)",
