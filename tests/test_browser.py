@@ -180,6 +180,31 @@ def test_compare_two_models_then_export_a_pdf(page, photo):
     page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
 
 
+def test_a_sentence_picked_in_the_table_opens_its_large_maps_for_both_models(page, photo):
+    """The focus view: a row of the scores table picks its sentence; its maps open large for every model,
+    and hovering a map reads its value there."""
+    from playwright.sync_api import expect
+
+    status = draw_with(page, photo, ["demo-caft", "demo-flair"])
+    expect(status).to_contain_text("demo-flair", timeout=60_000)
+    scores = page.locator("#maps-scores")
+    expect(scores).to_contain_text("whiskers", timeout=10_000)
+    scores.get_by_text("whiskers").first.click()
+    focus = page.locator("#maps-focus")
+    expect(page.locator("#maps-focus-note")).to_contain_text("whiskers", timeout=30_000)
+    expect(focus).to_contain_text("demo-caft", timeout=30_000)  # a subplot per model, titled by it
+    expect(focus).to_contain_text("demo-flair")
+    expect(page.locator("#maps-focus-sentence input")).to_have_value("2")
+    plots = focus.locator(".nsewdrag")  # plotly's pointer layer, one per subplot
+    expect(plots).to_have_count(2)
+    plots.first.scroll_into_view_if_needed()  # the pointer reaches only what the window shows
+    box = plots.first.bounding_box()
+    plots.first.hover(position={"x": box["width"] * 0.4, "y": box["height"] * 0.5})
+    plots.first.hover(position={"x": box["width"] * 0.5, "y": box["height"] * 0.5})
+    expect(focus.locator(".hoverlayer")).to_contain_text("value", timeout=10_000)
+    page.screenshot(path=str(ARTIFACTS / "focus.png"), full_page=True)
+
+
 def test_an_explainer_map_is_drawn_beside_a_native_one(page, photo):
     """CLIP has no native sentence map: "native" draws its best explainer (Grad-CAM) beside FLAIR's own map;
     an explainer picked by name is drawn for both, and the page says in one line what it computes."""

@@ -76,16 +76,20 @@ def test_maps_figure_writes_settings_that_replay_to_the_same_bytes(zoo, picture,
     assert out.read_bytes() == original
 
 
-def test_png_figure_is_seven_inches_at_300_dpi_by_default(zoo, picture, tmp_path):
+def test_png_figure_is_a_page_wide_at_300_dpi_by_default(zoo, picture, tmp_path):
     assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL,
                     "--out", tmp_path / "x.png") == 0
     with Image.open(tmp_path / "x.png") as image:
-        assert abs(image.width - 2100) <= 1
+        assert abs(image.width - 2070) <= 1  # the page preset: 6.9 in
         assert image.info["dpi"] == pytest.approx((300, 300), rel=1e-3)
     assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL,
                     "--out", tmp_path / "small.png", "--width", 3.5, "--dpi", 100) == 0
     with Image.open(tmp_path / "small.png") as image:
         assert abs(image.width - 350) <= 1
+    assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL,
+                    "--out", tmp_path / "column.png", "--preset", "column", "--dpi", 100) == 0
+    with Image.open(tmp_path / "column.png") as image:
+        assert abs(image.width - 330) <= 1
 
 
 def test_settings_file_with_one_flag_overridden(zoo, picture, tmp_path):
@@ -113,6 +117,22 @@ def test_display_flags_land_in_the_settings(zoo, picture, tmp_path):
         1, 1, 0.4, "shared", 0.3, "generic")  # --page counts from 1, the settings from 0
     with np.load(tmp_path / "maps.npz") as maps:
         assert list(maps) == [MODEL] and maps[MODEL].shape == (3, 48, 64)
+
+
+def test_style_flags_land_in_the_settings_and_replay_restyles(zoo, picture, tmp_path):
+    out = tmp_path / "x.pdf"
+    assert explorer(zoo, "figure", "maps", picture, "--caption", CAPTION, "--model", MODEL, "--font", "cm",
+                    "--header", "number", "--annotate", "all", "--font-size", 9, "--out", out) == 0
+    saved = ViewSettings.load(tmp_path / "x.pdf.json")
+    assert (saved.font, saved.header, saved.annotate, saved.font_size, saved.preset) == ("cm", "number", "all", 9.0,
+                                                                                         "page")
+    assert b"Cmr10" in out.read_bytes()
+    # replay with another preset: its own width and size, the rest as saved
+    assert explorer(zoo, "figure", "replay", tmp_path / "x.pdf.json", "--preset", "slide",
+                    "--out", tmp_path / "slide.pdf") == 0
+    again = ViewSettings.load(tmp_path / "slide.pdf.json")
+    assert (again.preset, again.width, again.font_size, again.font, again.header) == ("slide", None, None, "cm",
+                                                                                      "number")
 
 
 def test_the_old_maps_command_still_works(zoo, picture, tmp_path):
@@ -145,10 +165,86 @@ def test_pca_figure_of_two_pictures(zoo, picture, tmp_path):
     assert explorer(zoo, "figure", "pca", picture, "--images", second, "--model", MODEL, "--fit", "per-image",
                     "--out", out, "--dpi", 100) == 0
     with Image.open(out) as image:
-        assert abs(image.width - 700) <= 1
+        assert abs(image.width - 690) <= 1
     saved = ViewSettings.load(tmp_path / "p.png.json")
     assert saved.view == "pca" and saved.images == [str(second)] and saved.pca_fit == "per-image"
     assert saved.caption == ""  # PCA needs no caption
+
+
+# ---- the figures papers print: map kinds side by side, qualitative retrieval ---------------------------
+
+
+def pixels_of(path: Path) -> np.ndarray:
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def test_kinds_figure_replays_to_the_same_png(zoo, picture, tmp_path, capsys):
+    out = tmp_path / "kinds.png"
+    assert explorer(zoo, "figure", "kinds", picture, "--caption", CAPTION, "--model", MODEL, "--kind", "gradcam",
+                    "--kind", "clearclip", "--kind", "native", "--preset", "column", "--dpi", 100, "--out", out) == 0
+    saved = ViewSettings.load(tmp_path / "kinds.png.json")
+    assert (saved.view, saved.kinds, saved.preset, saved.width) == ("kinds", ["gradcam", "clearclip", "native"],
+                                                                    "column", None)
+    with Image.open(out) as image:
+        assert abs(image.width - 330) <= 1
+    assert explorer(zoo, "figure", "replay", tmp_path / "kinds.png.json", "--out", tmp_path / "again.png") == 0
+    assert (tmp_path / "again.png").read_bytes() == out.read_bytes()
+    # a kind no model offers is refused with what they offer
+    assert explorer(zoo, "figure", "kinds", picture, "--caption", CAPTION, "--model", MODEL, "--kind", "nope",
+                    "--out", tmp_path / "bad.png") == 2
+    assert "offer" in capsys.readouterr().err and not (tmp_path / "bad.png").exists()
+
+
+@pytest.fixture()
+def folder_dataset(tmp_path, monkeypatch) -> Path:
+    """Six pictures with their captions (the plain folder layout); embeddings cached under the test's home."""
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+    root = tmp_path / "data"
+    root.mkdir()
+    for n in range(6):
+        write_picture(root / f"{n}.png", seed=10 + n)
+        (root / f"{n}.txt").write_text(f"Picture {n} is a square of noise. It has a long caption number {n}.")
+    return root
+
+
+@pytest.mark.parametrize("direction, query", [("t2i", "2"), ("i2t", "4")])
+def test_retrieval_figure_replays_to_the_same_png(zoo, folder_dataset, tmp_path, direction, query):
+    out = tmp_path / f"{direction}.png"
+    assert explorer(zoo, "figure", "retrieval", "--data", folder_dataset, "--model", MODEL, "--query", query,
+                    "--query", "0", "--k", 3, "--direction", direction, "--dpi", 80, "--out", out) == 0
+    saved = ViewSettings.load(tmp_path / f"{direction}.png.json")
+    assert (saved.view, saved.queries, saved.k, saved.direction) == ("retrieval", [query, "0"], 3, direction)
+    assert saved.data == str(folder_dataset.resolve())
+    assert explorer(zoo, "figure", "replay", tmp_path / f"{direction}.png.json", "--out", tmp_path / "again.png") == 0
+    assert np.array_equal(pixels_of(tmp_path / "again.png"), pixels_of(out))
+
+
+def test_retrieval_figure_frames_the_right_answer_and_sets_captions_as_text(zoo, folder_dataset):
+    from explorer.views.retrieval_figure import TRUTH_FRAME, compute_retrieval, render_retrieval
+    from explorer.zoo import Zoo
+
+    load = Zoo(zoo).load
+    t2i = ViewSettings(view="retrieval", data=str(folder_dataset), models=[MODEL], queries=["3"], k=6)
+    grid = render_retrieval(compute_retrieval(load, t2i), t2i)
+    framed = [panel for panel in grid.rows[0] if panel.frame]
+    assert len(grid.rows[0]) == 6 and len(framed) == 1 and framed[0].frame == TRUTH_FRAME  # k = the gallery: found
+    assert grid.row_titles[0].startswith("Q1: Picture 3 is a square")
+    i2t = ViewSettings(view="retrieval", data=str(folder_dataset), models=[MODEL], queries=["1"], k=2, direction="i2t")
+    grid = render_retrieval(compute_retrieval(load, i2t), i2t)
+    assert grid.rows[0][0].pixels is not None and all(p.pixels is None and p.body for p in grid.rows[0][1:])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--query", "99"], "no caption #99"),
+    (["--query", "a text", "--direction", "i2t"], "an i2t query is a picture"),
+    (["--k", "0", "--query", "1"], "1 to 20 results"),
+])
+def test_retrieval_figure_refuses_what_the_dataset_cannot_answer(zoo, folder_dataset, tmp_path, capsys, argv,
+                                                                 message):
+    assert explorer(zoo, "figure", "retrieval", "--data", folder_dataset, "--model", MODEL, *argv,
+                    "--out", tmp_path / "r.png") == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "r.png").exists()
 
 
 # ---- errors: exit status 2 and a message, never a traceback ---------------------------------------

@@ -122,18 +122,26 @@ def test_export_writes_the_figure_and_its_settings(zoo, photo, tmp_path, monkeyp
     upload.parent.mkdir()
     upload.write_bytes(photo.read_bytes())
     view, settings, *_ = draw(zoo, MapCache(), upload, "A cat. A dog.")
-    files, note = view_controls.export_view(view, settings, "svg", 3.5, zoo_root="checkpoints")
+    files, note = view_controls.export_view(view, settings, "svg", "column", "cm", 3.5, "number", "all",
+                                            zoo_root="checkpoints")
     assert files[0].endswith("maps.svg") and files[1].endswith("maps.svg.json")
     assert "figure replay" in note and "--checkpoints" in note
     saved = ViewSettings.load(files[1])
-    assert saved.width == 3.5 and saved.image != str(upload) and saved.image.startswith(str(tmp_path / "exports"))
+    assert (saved.width, saved.preset, saved.font, saved.header, saved.annotate) == (3.5, "column", "cm", "number",
+                                                                                      "all")
+    assert saved.image != str(upload) and saved.image.startswith(str(tmp_path / "exports"))
     upload.unlink()  # the upload is gone; the export still replays from its own copy
     from explorer.cli import main
 
     again = tmp_path / "again.svg"
     assert main(["figure", "replay", files[1], "--out", str(again)]) == 0
     assert again.read_bytes() == open(files[0], "rb").read()
-    assert view_controls.export_view(None, None, "png", 7)[0] is None
+    assert view_controls.export_view(None, None, "png", "page", "sans", 7)[0] is None
+    for bad in (("gif", "page", "sans", 7), ("png", "poster", "sans", 7), ("png", "page", "comic", 7),
+                ("png", "page", "sans", "wide"), ("png", "page", "sans", 400),
+                ("png", "page", "sans", None, "words"), ("png", "page", "sans", None, "sentence", ["all"])):
+        files, note = view_controls.export_view(view, settings, *bad)
+        assert files is None and "Cannot do that" in note, bad
 
 
 def test_regions_and_pca_handlers(zoo, photo, owner, tmp_path):
@@ -198,3 +206,66 @@ def test_the_model_list_marks_an_untrained_model_and_follows_the_zoo(tmp_path):
     assert [name for _, name in update["choices"]] == ["a"] and update["value"] == ["a"]
     Manifest(name="b", method="clip", weights="builtin:tiny-clip").write(tmp_path / "b.json")
     assert [name for _, name in refresh_models(zoo, ["a"])["choices"]] == ["a", "b"]  # no restart needed
+
+
+# ---- the focus view: a sentence's maps large, picked by the table, the strip or its number ---------------
+
+
+class Event:
+    """What Gradio hands a select handler (``gr.SelectData``): a visitor chooses ``index``."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+def test_the_focus_view_shows_the_picked_sentence_for_every_model(zoo, photo):
+    view, settings, *_ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.", models=("tiny-untrained",) * 2)
+    figure, note = maps_tab.focus_by_number(view, settings, 2)
+    assert "**S2** of 3: A dog." in note
+    heatmaps = [trace for trace in figure.data if trace.type == "heatmap"]
+    assert len(heatmaps) == 2 and all("value" in trace.hovertemplate for trace in heatmaps)
+    shown = np.asarray(heatmaps[0].z)
+    assert np.allclose(shown, view.models[0].maps[1], atol=1e-6)  # the map's own values, at the working size
+    assert len([trace for trace in figure.data if trace.type == "image"]) == 2
+    # the table's third row is the third sentence of the first model
+    number, figure, note = maps_tab.focus_from_table(view, settings, Event([2, 1]))
+    assert number == 3 and "S3" in note
+    # the strip: the panel under a point of the composed picture
+    from explorer.ui.view_controls import PREVIEW_SIDE
+    from explorer.views.maps_view import render_maps
+    from explorer.views.panels import GAP, LABEL_WIDTH, TITLE_HEIGHT
+
+    grid = render_maps(view, settings, PREVIEW_SIDE)
+    cell = grid.rows[0][0].pixels.shape[1]
+    x = LABEL_WIDTH + 2 * (cell + GAP) + cell // 2  # the second sentence's panel (after the picture)
+    number, figure, note = maps_tab.focus_from_strip(view, settings, Event([x, TITLE_HEIGHT + 5]))
+    assert number == 2 and "S2" in note
+    number, figure, note = maps_tab.focus_from_strip(view, settings, Event([LABEL_WIDTH + 3, TITLE_HEIGHT + 5]))
+    assert figure is None and "not the picture" in note  # the picture itself picks no sentence
+
+
+@pytest.mark.parametrize("value", [0.5, -1, 4, 10**9, float("nan"), float("inf"), "2", True, [1], {"x": 1}])
+def test_the_focus_view_refuses_what_no_sentence_is(zoo, photo, value):
+    view, settings, *_ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.")
+    figure, note = maps_tab.focus_by_number(view, settings, value)
+    assert figure is None and "Cannot do that" in note
+    for handler in (maps_tab.focus_from_table, maps_tab.focus_from_strip):
+        for event in (None, Event(value), Event([value, value]), Event([1, 2, 3])):
+            *_, figure, note = handler(view, settings, event)
+            assert figure is None and note
+    assert maps_tab.focus_by_number(None, None, 1)[0] is None  # nothing drawn yet
+
+
+def test_the_map_kinds_figure_is_exported_from_the_page(zoo, photo, tmp_path, monkeypatch):
+    from explorer.ui import view_controls
+    from explorer.views.settings import ViewSettings
+
+    monkeypatch.setattr(view_controls, "EXPORT_ROOT", tmp_path / "exports")
+    monkeypatch.setattr(maps_tab, "truth_dir", lambda: tmp_path / "truth")
+    view, settings, *_ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.")
+    files, note = maps_tab.export_kinds(zoo.load, MapCache(), view, settings, 3, "png", "column", "sans", None)
+    assert files[0].endswith("kinds.png") and "figure replay" in note
+    saved = ViewSettings.load(files[1])
+    assert (saved.view, saved.page, saved.per_page, saved.preset) == ("kinds", 2, 1, "column")
+    files, note = maps_tab.export_kinds(zoo.load, MapCache(), view, settings, 9, "png", "column", "sans", None)
+    assert files is None and "no sentence 9" in note

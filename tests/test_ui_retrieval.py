@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import gradio as gr
+import numpy as np
 import pytest
+from PIL import Image
 
 from explorer.data import write_dataset
 from explorer.data.retrieval_sets import read_retrieval_set
@@ -128,6 +130,32 @@ def test_a_dataset_picture_finds_its_caption(zoo, indexer, world, indexed, owner
     assert f"{SCENES} images" in note and len(pictures) == SCENES and pictures[5][1] == "#5 · test-000005"
     text, _ = tab.use_caption(owner, *where(world), 5)
     assert text == read_retrieval_set(world, "test").captions[5]
+
+
+def test_the_search_is_exported_as_a_figure_that_replays(zoo, indexer, world, indexed, owner, tmp_path):
+    from explorer.cli import main
+    from explorer.views.settings import ViewSettings
+
+    dataset = read_retrieval_set(world, "test")
+    style = ["png", "column", "sans", None]
+    files, note = tab.export_search_figure(owner, zoo.load, indexer, *where(world), MODELS, "text",
+                                           dataset.captions[3], 0, 5, *style)
+    assert files[0].endswith("retrieval.png") and "figure replay" in note
+    saved = ViewSettings.load(files[1])
+    assert (saved.view, saved.queries, saved.k, saved.direction, saved.models) == (
+        "retrieval", [dataset.captions[3]], 5, "t2i", MODELS)
+    again = tmp_path / "again.png"
+    assert main(["--checkpoints", str(REPO / "checkpoints"), "figure", "replay", files[1], "--out", str(again)]) == 0
+    with Image.open(files[0]) as first, Image.open(again) as second:
+        assert np.array_equal(np.asarray(first), np.asarray(second))
+    files, _ = tab.export_search_figure(owner, zoo.load, indexer, *where(world), MODELS, "picture #", "", 5, 3,
+                                        *style)
+    assert ViewSettings.load(files[1]).direction == "i2t"
+    # not indexed, a bad query kind, number or k: said, nothing written
+    for values in ([NOT_INDEXED], "text", "a cube", 0, 5), (MODELS, "sideways", "", 0, 5), \
+            (MODELS, "picture #", "", "five", 5), (MODELS, "picture #", "", 99, 5), (MODELS, "text", "a", 0, 500):
+        files, note = tab.export_search_figure(owner, zoo.load, indexer, *where(world), *values, *style)
+        assert files is None and "Cannot do that" in note, values
 
 
 def test_recall_table_export_worst_queries_and_grounding(zoo, indexer, world, indexed, home, owner):

@@ -275,7 +275,8 @@ def test_fifty_sentences_make_seven_pages_of_eight(picture, tmp_path, zoo):
     last = render_maps(view, settings(image=str(picture), caption=caption, page=6))
     assert [len(row) for row in last.rows] == [1 + 2, 1 + 2]  # the picture, then sentences 49 and 50
     assert [panel.title.split(" ")[0] for panel in last.rows[0][1:]] == ["S49", "S50"]
-    assert "S49: Thing number 49 is red." in last.caption and "S48" not in last.caption
+    assert [(h.label, h.text) for h in last.headers[1:]] == [("S49", "Thing number 49 is red."),
+                                                             ("S50", "Thing number 50 is red.")]
     first = render_maps(view, settings(image=str(picture), caption=caption, page=0, mask="both"))
     assert [len(row) for row in first.rows] == [1 + 16, 1 + 16]
     beyond = render_maps(view, settings(image=str(picture), caption=caption, page=99))
@@ -568,12 +569,12 @@ def test_export_draws_panels_at_the_size_they_print(monkeypatch, tmp_path):
     from explorer.views.figures import panel_pixels
 
     view = crafted_view({"a": np.stack([bimodal_map(0), bimodal_map(1)])})
-    chosen = settings(width=2.0, dpi=100)
+    chosen = settings(width=1.5, dpi=100, header="number")  # numbered headers: panels as narrow as they go
     sides = []
     original = pipeline.render_view
     monkeypatch.setattr(pipeline, "render_view", lambda v, s, side=None: sides.append(side) or original(v, s, side))
     pipeline.write_figure(view, chosen, tmp_path / "f.png")
-    expected = panel_pixels(original(view, chosen), 2.0, 100)
+    expected = panel_pixels(original(view, chosen), chosen.style(), 100)
     assert sides == [None, expected] and expected < W  # re-rendered smaller, outlines drawn at that size
 
 
@@ -582,13 +583,13 @@ def test_a_figure_too_narrow_for_its_panels_says_how_wide_it_must_be(tmp_path):
 
     view = crafted_view({"a": np.stack([bimodal_map(i) for i in range(8)])})
     grid = render_maps(view, settings(mask="both"))  # 1 + 16 panels per row
-    with pytest.raises(FigureError, match=r"at least [\d.]+ in wide"):
-        save_figure(grid, tmp_path / "narrow.pdf", width=1.5)
+    with pytest.raises(FigureError, match=r"at least [\d.]+ in wide"):  # not even the picture and one map fit
+        save_figure(grid, tmp_path / "narrow.pdf", width=0.6)
     assert not (tmp_path / "narrow.pdf").exists()
 
 
 @pytest.mark.parametrize("data, message", [({"page": "2"}, "page should be int"),
-                                           ({"width": None}, "width should be float"),
+                                           ({"dpi": None}, "dpi should be int"),
                                            ({"models": "clip"}, "models should be a list of strings")])
 def test_settings_json_with_wrong_types_is_refused(data, message):
     with pytest.raises(SettingsError, match=message):

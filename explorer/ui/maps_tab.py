@@ -2,7 +2,9 @@
 
 "Draw maps" runs the models (cached per model, picture, sentences and kind). Every other
 control re-renders the stored result: colour map, opacity, mask style, threshold, colour
-scale and page never run a model.
+scale and page never run a model. Beside the strip, the focus view shows one sentence's maps
+large for every model (``views.focus_view``): picked by its row in the table, its panel in the
+strip, or its number. Every pick is checked on the server: a visitor may send any value.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.ui.examples import truth_dir
 from explorer.ui.messages import explain
 from explorer.ui.budget import HEAVY
-from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, loading_first
+from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, export_view, loading_first
+from explorer.views.focus_view import check_sentence, focus_figure
 from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps, render_maps
-from explorer.views.panels import compose
+from explorer.views.panels import compose, panel_at
 from explorer.views.render import COLORMAPS
 from explorer.views.settings import MASK_MODES, SCALES, ViewSettings
 from explorer.zoo import Zoo
@@ -93,6 +96,82 @@ def rerender(view: MapsView | None, settings: ViewSettings | None, *display):
     return updated, picture, status_text(view, updated), score_rows(view, updated), page_slider(view, updated)
 
 
+FOCUS_HINT = ("**Focus**: pick a sentence (its row in the table below, its panel in the strip, or its number) to "
+              "see its map for every model at the picture's working size; hover to read the map's value, drag to "
+              "zoom.")
+
+
+def show_focus(view: MapsView | None, settings: ViewSettings | None, sentence):
+    """(plot, note) for ``sentence`` (0-based; anything a visitor sends is checked by ``check_sentence``)."""
+    if view is None or settings is None:
+        return None, "Draw the maps first, then pick a sentence."
+    try:
+        i = check_sentence(view, sentence)
+        figure = focus_figure(view, settings, i)
+    except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
+        return None, explain(error)
+    return figure, f"**S{i + 1}** of {len(view.sentences)}: {view.sentences[i]}"
+
+
+def focus_by_number(view, settings, number):
+    """The Sentence box: a number from 1 (the box sends a float, or anything at all); empty: the hint."""
+    if number in (None, 0) and view is not None:  # an empty box (the page sends 0 for it): nothing picked yet
+        return None, FOCUS_HINT
+    if isinstance(number, (int, float)) and not isinstance(number, bool):
+        number = number - 1
+    return show_focus(view, settings, number)
+
+
+def _event_index(event) -> list | None:
+    index = getattr(event, "index", None)
+    return list(index) if isinstance(index, (list, tuple)) and len(index) == 2 else None
+
+
+def focus_from_table(view, settings, event: gr.SelectData = None):
+    """A click on a row of the scores table: that row's sentence."""
+    index = _event_index(event)
+    if view is None or settings is None:
+        return gr.update(), *show_focus(None, None, 0)
+    rows = view.scores(settings.threshold)
+    row = index[0] if index else None
+    if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(rows):
+        return gr.update(), None, "Pick a row of the table."
+    sentence = rows[row]["#"] - 1
+    return sentence + 1, *show_focus(view, settings, sentence)
+
+
+def focus_from_strip(view, settings, event: gr.SelectData = None):
+    """A click on the strip: the sentence of the panel under the pointer (none on a label or the picture)."""
+    index = _event_index(event)
+    if view is None or settings is None:
+        return gr.update(), *show_focus(None, None, 0)
+    if not index or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6 for v in index):
+        return gr.update(), None, "Click a map in the strip."
+    panel = panel_at(render_maps(view, settings, PREVIEW_SIDE), float(index[0]), float(index[1]))
+    if panel is None or panel.sentence is None:
+        return gr.update(), None, "Click a sentence's map in the strip (not the picture or a label)."
+    return panel.sentence + 1, *show_focus(view, settings, panel.sentence)
+
+
+def export_kinds(load, cache: MapCache, view, settings, sentence, *style, zoo_root=None, budget=None, public=False):
+    """The map kinds figure of the drawn picture and models (Grad-CAM, LeGrad, ClearCLIP, NACLIP, each model's
+    own map): the focused sentence, else the first two of the page shown; written as the maps' export is."""
+    from explorer.views.kinds_view import compute_kinds
+
+    if view is None or settings is None:
+        return None, "**Cannot do that:** draw the maps first, then export their kinds."
+    try:
+        picked = sentence not in (None, 0) and not isinstance(sentence, bool)
+        number = sentence - 1 if isinstance(sentence, (int, float)) else sentence
+        first = check_sentence(view, number) if picked else settings.page * settings.per_page
+        page, per_page = (first, 1) if picked else (first // 2, 2)
+        chosen = ViewSettings(**{**vars(settings), "view": "kinds", "kinds": [], "page": page, "per_page": per_page})
+        kinds = compute_kinds(load, chosen, cache, truth_dir=truth_dir())
+    except Exception as error:  # noqa: BLE001
+        return None, explain(error)
+    return export_view(kinds, chosen, *style, zoo_root=zoo_root, budget=budget, public=public)
+
+
 def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     with gr.Row():
         cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map", elem_id="maps-cmap")
@@ -112,21 +191,44 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     # The label goes above the picture, not over it: on the picture it would hide the first row's model name.
     gr.Markdown("**Maps**: a row per model, a panel per sentence.", elem_id="maps-grid-label")
     picture = gr.Image(interactive=False, elem_id="maps-grid", format="png", show_label=False)
+    # The focus view, right under the strip and as wide: the strip stays the overview at its size, and one
+    # sentence's maps get the whole width (two models: about 430 px each at a 1400 px window).
+    with gr.Row(equal_height=True):
+        focus_note = gr.Markdown(FOCUS_HINT, elem_id="maps-focus-note")
+        focus_sentence = gr.Number(value=None, precision=0, label="Sentence # (0: none; Enter)", scale=0,
+                                   min_width=160, elem_id="maps-focus-sentence")
+    focus = gr.Plot(elem_id="maps-focus", show_label=False)
     scores = gr.Dataframe(headers=SCORE_COLUMNS, interactive=False, wrap=True, elem_id="maps-scores",
                           max_height=320, column_widths=SCORE_WIDTHS)
     view_state, settings_state = gr.State(None), gr.State(None)
-    export_row("maps", view_state, settings_state, zoo, access)
+    row = export_row("maps", view_state, settings_state, zoo, access)
+    budget, public = (access.budget, access.public) if access is not None else (None, False)
+    kinds_button = gr.Button("Export the map kinds figure (the focused sentence, or the page's first two: a row per "
+                             "model, a column per explainer and each model's own map)", elem_id="maps-export-kinds")
+    kinds_button.click(lambda *values: export_kinds(zoo.load, cache, *values, zoo_root=zoo.root, budget=budget,
+                                                    public=public),
+                       inputs=[view_state, settings_state, focus_sentence, *row.style_inputs()],
+                       outputs=[row.files, row.note], api_name="export_kinds", **HEAVY)
 
     display = [cmap, opacity, mask, otsu, threshold, scale, page, per_page]
-    budget = access.budget if access is not None else None
-    run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values, budget=budget), status_at=3,
-                            n_outputs=6),
-              inputs=inputs.components() + display,
-              outputs=[view_state, settings_state, picture, status, scores, page], api_name="draw_maps", **HEAVY)
+    drawn = run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values, budget=budget), status_at=3,
+                                    n_outputs=6),
+                      inputs=inputs.components() + display,
+                      outputs=[view_state, settings_state, picture, status, scores, page], api_name="draw_maps",
+                      **HEAVY)
+    # A new drawing or a display change redraws the focused sentence (if one is picked) from the stored maps.
+    focus_again = dict(fn=focus_by_number, inputs=[view_state, settings_state, focus_sentence],
+                       outputs=[focus, focus_note], show_progress="hidden")
+    drawn.then(**focus_again)
+    scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
+                  api_name="focus_table")
+    picture.select(focus_from_strip, inputs=[view_state, settings_state],
+                   outputs=[focus_sentence, focus, focus_note], api_name="focus_strip")
+    focus_sentence.submit(**focus_again, api_name="focus_sentence")
     for control in display:
         # A slider re-renders on "input" (a drag, or a number typed in its box and Enter) with only
         # the latest value kept while one is running; other controls on "change".
         event = control.input if isinstance(control, gr.Slider) else control.change
         event(rerender, inputs=[view_state, settings_state, *display],
               outputs=[settings_state, picture, status, scores, page], api_name=f"rerender_maps_{control.elem_id}",
-              trigger_mode="always_last", **HEAVY)
+              trigger_mode="always_last", **HEAVY).then(**focus_again)

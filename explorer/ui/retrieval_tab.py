@@ -17,7 +17,7 @@ from explorer.retrieval.indexing import Indexer
 from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
-from explorer.ui.view_controls import Inputs, as_list, export_dir, export_root
+from explorer.ui.view_controls import Inputs, as_list, export_dir, export_root, export_view, style_controls
 from explorer.views import retrieval_view as view
 from explorer.views.settings import MAX_MODELS
 from explorer.zoo import Zoo
@@ -195,6 +195,39 @@ def use_caption(access: Access, choice, folder, split, number):
         return gr.update(), explain(error)
 
 
+# ---- the search as a figure -----------------------------------------------------------------------------
+
+FIGURE_QUERIES = ("text", "picture #")  # which query the figure shows: the text (t2i) or the picture (i2t)
+
+
+def export_search_figure(access: Access, load, indexer: Indexer, choice, folder, split, names, which, text, number,
+                         k, *style, zoo_root=None):
+    """The query as a paper figure (``explorer figure retrieval``): each model's top k in a row, the right
+    answer framed; the text finds pictures, a dataset picture finds captions. Every value is checked here."""
+    from explorer.views.retrieval_figure import compute_retrieval
+    from explorer.views.settings import MAX_K, ViewSettings
+
+    try:
+        dataset = open_dataset(access, choice, folder, split)
+        if which not in FIGURE_QUERIES:
+            raise ExplorerError(f"the figure's query is one of {', '.join(FIGURE_QUERIES)}")
+        if which == "text":
+            query, direction = (text if isinstance(text, str) else ""), "t2i"
+        elif isinstance(number, (int, float)) and not isinstance(number, bool) and float(number).is_integer():
+            query, direction = str(int(number)), "i2t"
+        else:
+            raise ExplorerError("give the number of a dataset picture")
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not 1 <= k <= 50:
+            raise ExplorerError("k is a number from 1 to 50")
+        chosen = ViewSettings(view="retrieval", data=str(dataset.root), split=dataset.split, queries=[query],
+                              k=min(int(k), MAX_K), direction=direction, models=as_list(names))
+        figure = compute_retrieval(load, chosen, stores=lambda model, data: view.ready_store(model, data, indexer),
+                                   dataset=dataset)
+    except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
+        return None, explain(error)
+    return export_view(figure, chosen, *style, zoo_root=zoo_root, budget=access.budget, public=access.public)
+
+
 # ---- Recall@K and the worst queries ------------------------------------------------------------------
 
 
@@ -301,6 +334,16 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                 captions = gr.Dataframe(headers=view.CAPTION_COLUMNS, interactive=False, wrap=True, visible=False,
                                         max_height=420, column_widths=CAPTION_WIDTHS, elem_id=f"retrieval-captions-{i}")
             columns += [column, header, gallery, captions]
+    with gr.Accordion("The search as a paper figure (each model's top k in a row, the right answer framed)",
+                      open=False):
+        with gr.Row():
+            figure_query = gr.Radio(list(FIGURE_QUERIES), value="text", label="Query (the text finds pictures; a "
+                                    "picture # finds captions)", elem_id="retrieval-figure-query")
+            style = style_controls("retrieval")
+            figure_button = gr.Button("Export figure", elem_id="retrieval-export")
+        figure_files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
+                               elem_id="retrieval-export-files")
+        figure_note = gr.Markdown(elem_id="retrieval-export-note")
     with gr.Accordion("Recall@K over the whole dataset", open=True):
         with gr.Row():
             evaluate_button = gr.Button("Evaluate", variant="primary", elem_id="retrieval-evaluate")
@@ -345,6 +388,10 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                       outputs=results, api_name="retrieval_search_file", **HEAVY)
     caption_button.click(lambda *values: use_caption(access, *values), inputs=[*where, number], outputs=[text, status],
                          api_name="retrieval_use_caption")
+    figure_button.click(lambda *values: export_search_figure(access, load, indexer, *values, zoo_root=zoo.root),
+                        inputs=[*where, models, figure_query, text, number, k, *style],
+                        outputs=[figure_files, figure_note], api_name="retrieval_export_figure",
+                        **HEAVY)
 
     def pick(evt: gr.SelectData):
         return evt.index

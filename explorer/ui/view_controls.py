@@ -21,7 +21,8 @@ from explorer.core.disk_quota import prune, remove
 from explorer.core.errors import ExplorerError
 from explorer.ui.budget import HEAVY, Budget
 from explorer.ui.messages import explain
-from explorer.views.settings import MAX_MODELS, ViewSettings
+from explorer.views.figure_style import ANNOTATIONS, DEFAULT_PRESET, FONTS, HEADERS, PRESETS
+from explorer.views.settings import MAX_MODELS, SettingsError, ViewSettings
 
 PREVIEW_SIDE = 256  # pixels per panel on the page; figures use the working resolution
 EXPORT_FORMATS = ("png", "pdf", "svg")
@@ -127,43 +128,90 @@ def export_folder(budget: Budget | None = None) -> Iterator[Path]:
         prune(folder.parent, budget.export_bytes, keep=(folder,))
 
 
-def export_view(view, settings: ViewSettings | None, fmt: str, width: float,
+def figure_choices(fmt, preset, font, width, header="sentence", annotate="scores") -> tuple[str, dict]:
+    """(format, settings) from the export row, checked: a visitor may send anything. An empty or zero width
+    is the preset's."""
+    if fmt not in EXPORT_FORMATS:
+        raise SettingsError(f"a figure is one of {', '.join(EXPORT_FORMATS)}, not {str(fmt)[:40]!r}")
+    for name, value, allowed in (("preset", preset, PRESETS), ("font", font, FONTS), ("header", header, HEADERS),
+                                 ("annotation", annotate, ANNOTATIONS)):
+        if not isinstance(value, str) or value not in allowed:
+            raise SettingsError(f"the {name} is one of {', '.join(allowed)}")
+    if width in (None, 0, ""):
+        width = None
+    elif isinstance(width, bool) or not isinstance(width, (int, float)):
+        raise SettingsError("the width is a number of inches")
+    return fmt, {"preset": preset, "font": font, "width": None if width is None else float(width), "header": header,
+                 "annotate": annotate}
+
+
+def export_view(view, settings: ViewSettings | None, fmt: str, preset: str = DEFAULT_PRESET, font: str = "sans",
+                width: float | None = None, header: str = "sentence", annotate: str = "scores",
                 zoo_root: str | Path | None = None, budget: Budget | None = None,
                 public: bool = False) -> tuple[list[str] | None, str]:
-    """Write the figure, its settings JSON and copies of its inputs; (files for download, message). A public
-    page's message names the files, not the server's folders."""
+    """Write the figure, its settings JSON and copies of its inputs; (files for download, message). The
+    exports folder is kept to ``budget``; a public page's message names the files, not the server's folders."""
     from explorer.views.pipeline import bundle_inputs, write_figure
 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."
     try:
+        fmt, style = figure_choices(fmt, preset, font, width, header, annotate)
         with export_folder(budget) as folder:
-            settings = bundle_inputs(view, ViewSettings(**{**vars(settings), "width": float(width)}), folder)
+            settings = bundle_inputs(view, ViewSettings(**{**vars(settings), **style}), folder)
             figure, settings_file = write_figure(view, settings, folder / f"{settings.view}.{fmt}")
     except Exception as error:  # noqa: BLE001 - the page says what went wrong and keeps serving
         return None, explain(error)
     if public:
         return [str(figure), str(settings_file)], (
-            f"Wrote **{figure.name}** ({float(width):g} in wide) and **{settings_file.name}**: download them below. "
+            f"Wrote **{figure.name}** ({settings.figure_width:g} in wide, {settings.font}) and "
+            f"**{settings_file.name}**: download them below. "
             f"The same figure from a shell: `explorer figure replay {settings_file.name}` in the folder you save "
             "them to, with the same models.")
     zoo = f" --checkpoints {Path(zoo_root).resolve()}" if zoo_root else ""
     return [str(figure), str(settings_file)], (
-        f"Wrote **{figure.name}** ({float(width):g} in wide) with its settings and inputs in `{folder}`. "
-        f"The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
+        f"Wrote **{figure.name}** ({settings.figure_width:g} in wide, {settings.font}) with its settings and inputs "
+        f"in `{folder}`. The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
 
 
-def export_row(prefix: str, view_state, settings_state, zoo, access=None) -> None:
-    """Format, width, button and the files, wired to the view's stored result: the same under every view."""
+@dataclass
+class ExportRow:
+    """The export row's controls, so a tab can add another figure beside its own (same style choices)."""
+
+    style: tuple  # style_controls' widgets, in export_view's order
+    files: gr.components.Component
+    note: gr.components.Component
+
+    def style_inputs(self) -> list:
+        return list(self.style)
+
+
+def style_controls(prefix: str) -> tuple:
+    """(format, preset, font, width, header, annotation) widgets of a figure export (inside a row)."""
+    fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
+    preset = gr.Radio(list(PRESETS), value=DEFAULT_PRESET, label="Size (column 3.3 in, page 6.9 in, slide)",
+                      elem_id=f"{prefix}-export-preset")
+    font = gr.Radio(list(FONTS), value="sans", label="Font (cm: as LaTeX)", elem_id=f"{prefix}-export-font")
+    width = gr.Number(value=None, step=0.5, label="Width (inches; 0: the size's)", elem_id=f"{prefix}-export-width")
+    header = gr.Radio(list(HEADERS), value="sentence", label="Column headers (number: S1.. and a legend)",
+                      elem_id=f"{prefix}-export-header")
+    annotate = gr.Radio(list(ANNOTATIONS), value="scores", label="Under each map (scores: IoU and hit)",
+                        elem_id=f"{prefix}-export-annotate")
+    return fmt, preset, font, width, header, annotate
+
+
+def export_row(prefix: str, view_state, settings_state, zoo, access=None) -> ExportRow:
+    """Format, preset, font, width, headers, notes, button and the files, wired to the view's stored result:
+    the same under every view."""
     with gr.Row():
-        fmt = gr.Radio(list(EXPORT_FORMATS), value="png", label="Figure format", elem_id=f"{prefix}-export-format")
-        width = gr.Number(value=7.0, minimum=1.0, maximum=20.0, step=0.5, label="Width (inches)",
-                          elem_id=f"{prefix}-export-width")
+        style = style_controls(prefix)
         button = gr.Button("Export figure", elem_id=f"{prefix}-export")
     files = gr.File(label="Figure and settings", file_count="multiple", interactive=False,
                     elem_id=f"{prefix}-export-files")
     note = gr.Markdown(elem_id=f"{prefix}-export-note")
+    row = ExportRow(style, files, note)
     budget, public = (access.budget, access.public) if access is not None else (None, False)
     button.click(lambda *values: export_view(*values, zoo_root=zoo.root, budget=budget, public=public),
-                 inputs=[view_state, settings_state, fmt, width], outputs=[files, note], api_name=f"export_{prefix}",
-                 **HEAVY)
+                 inputs=[view_state, settings_state, *row.style_inputs()], outputs=[files, note],
+                 api_name=f"export_{prefix}", **HEAVY)
+    return row

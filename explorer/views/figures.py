@@ -1,19 +1,22 @@
-"""Paper figures: a view's panels laid out with matplotlib, saved as PDF, SVG or PNG (300 dpi).
+"""Paper figures: a view's panels laid out with matplotlib, saved as PDF, SVG or PNG.
 
 The page and the CLI both render a view to a ``PanelGrid`` from the same settings and hand it
-here, so an export from the page and ``explorer figure`` give the same file. The layout is computed in inches, so the figure
-is as wide as asked (e.g. 7 in for a two-column paper) with no padding around the content,
-and the files are byte-for-byte reproducible (no dates in PDF/SVG, fixed SVG ids).
+here, so an export from the page and ``explorer figure`` give the same file. The look (fonts, sizes,
+width) is a ``FigureStyle`` (``figure_style``). The layout is computed in inches with every piece of
+text measured in the font and size it is drawn in, so the figure is as wide as asked with no
+padding, text is never scaled after layout, nothing overlaps and nothing leaves the page: a header
+too long for its column is wrapped, then cut with an ellipsis; a figure too narrow for its columns
+wraps them into bands, the picture repeated in each. Files are byte-for-byte reproducible (no dates
+in PDF/SVG, fixed SVG ids).
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-import matplotlib
 import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
@@ -21,7 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from explorer.core.errors import ExplorerError
-from explorer.views.panels import PanelGrid
+from explorer.views.figure_style import SLACK, FigureStyle, figure_style
+from explorer.views.panels import Panel, PanelGrid
 
 
 class FigureError(ExplorerError, ValueError):
@@ -30,20 +34,17 @@ class FigureError(ExplorerError, ValueError):
 
 FORMATS = (".png", ".pdf", ".svg")
 MIN_PANEL = 0.25  # inches: below this a panel is a smudge
+NARROW = 4.0  # inches: a figure this narrow (a column) puts its row labels above the rows
 MIN_MATRIX = 1.2  # inches for a similarity matrix with its labels and colour bar
-FONT_SIZE = 6.5  # points: legible at a paper's column width
+HEADER_EMS = 5.5  # a column headed by a sentence is at least this many ems wide, else the columns wrap into bands
 GAP = 0.04  # inches between panels
-LINE = FONT_SIZE * 1.3 / 72  # inches per line of text
+PAD = 0.03  # inches between a text and the panel it belongs to
+NOTE_LINES = 3  # the note under a panel is cut past this many lines
+BODY_LINES = 9  # a text cell (a retrieved caption) is cut past this many lines
+TITLE_LINES = 3  # a line across the figure (a query, a sentence) is cut past this many lines
+TEXT_CELL_EDGE = "#b0b0b0"
 # Fixed metadata: no creation dates, so the same settings give the same bytes.
 METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None, "Producer": None}, ".svg": {"Date": None}}
-
-
-@dataclass
-class Layout:
-    width: float  # inches
-    label: float  # left column for row labels
-    panel: float  # width of one panel
-    matrix: float  # width given to a row's similarity matrix (0: none)
 
 
 def check_format(out: str | Path) -> Path:
@@ -53,152 +54,440 @@ def check_format(out: str | Path) -> Path:
     return out
 
 
-def save_figure(grid: PanelGrid, out: str | Path, width: float = 7.0, dpi: int = 300) -> Path:
-    """Lay ``grid`` out ``width`` inches wide and save it; the suffix of ``out`` picks the format."""
+def as_style(style: FigureStyle | float | None) -> FigureStyle:
+    """A style, or a width in inches (the default style at that width)."""
+    if isinstance(style, FigureStyle):
+        return style
+    return FigureStyle() if style is None else FigureStyle(width=float(style))
+
+
+def save_figure(grid: PanelGrid, out: str | Path, width: float | None = None, dpi: int = 300,
+                style: FigureStyle | None = None) -> Path:
+    """Lay ``grid`` out in ``style`` (or the default style ``width`` inches wide) and save it; the suffix
+    of ``out`` picks the format."""
     out = check_format(out)
-    if not grid.rows or not any(grid.rows):
-        raise FigureError("there is nothing to draw: the view has no panels")
-    fig = build_figure(grid, width)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context({"svg.hashsalt": "explorer", "pdf.compression": 6}):
+    _check_grid(grid)
+    style = style or as_style(width)
+    with figure_style(style):
+        fig = build_figure(grid, style)
+        out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=dpi, metadata=METADATA[out.suffix.lower()])
     return out
 
 
-def build_figure(grid: PanelGrid, width: float = 7.0) -> Figure:
-    layout = plan(grid, width)
-    rows = [(row, _title_lines(row, layout), _row_height(row, layout)) for row in grid.rows]
-    caption = textwrap.wrap(grid.caption, _chars(width)) if grid.caption else []
-    colorbar = 0.42 if grid.colorbar else 0.0
-    height = sum(h for *_, h in rows) + GAP * (len(rows) - 1) + colorbar + len(caption) * LINE
+def _check_grid(grid: PanelGrid) -> None:
+    if not grid.rows or not any(grid.rows):
+        raise FigureError("there is nothing to draw: the view has no panels")
+
+
+# ---- the plan: every size in inches, every text wrapped, before anything is drawn --------------------
+
+
+@dataclass
+class Layout:
+    style: FigureStyle
+    label: float  # left column for row labels
+    panel: float  # width of one panel
+    matrix: float  # width given to a row's similarity matrix (0: none)
+    bands: list[list[int]]  # the columns of each band, in order
+    width: float = 0.0  # of the content (the figure's width, unless a slide's panels were shrunk to fit)
+    labels_on_top: bool = False  # a label column would break a model's name: each label goes above its row
+
+    @property
+    def columns(self) -> int:
+        return max(len(band) for band in self.bands)
+
+
+@dataclass
+class Block:
+    """A horizontal slice of the figure: its height, and how to draw it given its top (inches from the
+    bottom) and the left edge of the content."""
+
+    height: float
+    draw: Callable[[Figure, float, float, float], None]  # (figure, top, left, figure height)
+
+
+@dataclass
+class Plan:
+    layout: Layout
+    blocks: list[Block] = field(default_factory=list)
+
+    @property
+    def height(self) -> float:
+        return sum(block.height for block in self.blocks)
+
+
+def build_figure(grid: PanelGrid, style: FigureStyle | float | None = None) -> Figure:
+    """The figure (call inside ``figure_style(style)`` to draw with its fonts; ``save_figure`` does)."""
+    style = as_style(style)
+    _check_grid(grid)
+    plan = fitted_plan(grid, style)
+    height = style.height or plan.height
     # matplotlib's object API: no pyplot, so no backend to choose, no global figure list to close
-    fig = Figure(figsize=(width, height))
+    fig = Figure(figsize=(style.width, height))
     fig.patch.set_facecolor("white")
-    top = height
-    for index, (row, titles, row_height) in enumerate(rows):
-        _draw_row(fig, layout, row, titles, top, row_height, height,
-                  grid.row_labels[index] if index < len(grid.row_labels) else "",
-                  grid.extras[index] if index < len(grid.extras) else None)
-        top -= row_height + GAP
-    top += GAP
-    if grid.colorbar:
-        _draw_colorbar(fig, grid.colorbar, width, top, height)
-        top -= colorbar
-    if caption:
-        fig.text(0, top / height, "\n".join(caption), ha="left", va="top", fontsize=FONT_SIZE, linespacing=1.15)
+    left = (style.width - plan.layout.width) / 2  # a slide's content is centred; a paper's fills the width
+    top = height - (height - plan.height) / 2
+    for block in plan.blocks:
+        block.draw(fig, top, left, height)
+        top -= block.height
     return fig
 
 
-def panel_pixels(grid: PanelGrid, width: float, dpi: int) -> int:
+def fitted_plan(grid: PanelGrid, style: FigureStyle) -> Plan:
+    """The plan at the style's width; on a slide (a fixed height) the panels shrink until it fits."""
+    layout = plan(grid, style)
+    full = make_plan(grid, layout)
+    if style.height is None or full.height <= style.height:
+        return full
+    # Narrower panels may wrap their notes onto more lines, so the height is not monotone in the panel
+    # width: try widths from the widest down, and take the first that fits.
+    steps = 48
+    for step in range(1, steps + 1):
+        panel = layout.panel - (layout.panel - MIN_PANEL) * step / steps
+        candidate = make_plan(grid, _with_panel(layout, panel))
+        if candidate.height <= style.height:
+            return candidate
+    raise FigureError(f"the figure does not fit on a {style.width:g} x {style.height:g} in slide: show fewer "
+                      "sentences or models, or give --width to let it grow taller")
+
+
+def _with_panel(layout: Layout, panel: float) -> Layout:
+    columns = layout.columns
+    width = layout.label + columns * panel + GAP * (columns - 1) + layout.matrix
+    return Layout(layout.style, layout.label, panel, layout.matrix, layout.bands, width, layout.labels_on_top)
+
+
+def panel_pixels(grid: PanelGrid, style: FigureStyle | float | None, dpi: int) -> int:
     """How many pixels a panel's longer side takes in the saved figure (at least 16)."""
-    return max(16, math.ceil(plan(grid, width).panel * dpi))
+    style = as_style(style)
+    return max(16, math.ceil(fitted_plan(grid, style).layout.panel * dpi))
 
 
-def plan(grid: PanelGrid, width: float) -> Layout:
-    """Inches for the label column, each panel and the similarity matrices; too narrow a figure is
-    refused with the width it needs."""
-    label = 0.85 if any(grid.row_labels) else 0.0
+def plan(grid: PanelGrid, style: FigureStyle | float) -> Layout:
+    """Inches for the label column, each panel and the similarity matrices, and the bands the columns
+    wrap into; too narrow a figure is refused with the width it needs."""
+    style = as_style(style)
+    width = style.width
+    label = _label_width(grid, style)
+    # No room for a label column (a model's name would break), or a narrow figure that needs every inch for
+    # its panels: each label goes above its row.
+    on_top = label < 0 or (label > 0 and width < NARROW)
+    label = 0.0 if on_top else label
     matrix = 0.5 * (width - label) if grid.extras else 0.0
-    columns = max(len(row) for row in grid.rows)
-    panel = (width - label - matrix - GAP * (columns - 1)) / columns
+    n = max(len(row) for row in grid.rows)
+    least = _least_panel(grid, style)
+    room = width - label - matrix
+    fits = int((room + GAP) // (least + GAP))
+    bands = [list(range(n))]
+    repeat = min(grid.repeat, n - 1)
+    if fits < n and not grid.extras and fits - repeat >= 1:
+        per_band = fits - repeat
+        count = math.ceil((n - repeat) / per_band)
+        per_band = math.ceil((n - repeat) / count)  # as even as the count allows
+        bands = [list(range(repeat)) + list(range(start, min(n, start + per_band)))
+                 for start in range(repeat, n, per_band)]
+    columns = max(len(band) for band in bands)
+    panel = (room - GAP * (columns - 1)) / columns
     if panel < MIN_PANEL or (matrix and matrix < MIN_MATRIX):
-        needed = max(label + columns * MIN_PANEL + GAP * (columns - 1), label + 2 * MIN_MATRIX if matrix else 0)
-        raise FigureError(f"{width:g} in is too narrow for {columns} panel(s) per row"
+        # the least that draws: the picture and one more column in a band, or (beside a similarity matrix,
+        # which takes half the room) every column of the row
+        least = n if grid.extras else min(n, repeat + 1)
+        panels = least * MIN_PANEL + GAP * (least - 1)
+        needed = label + (2 * max(panels, MIN_MATRIX) if grid.extras else panels)
+        raise FigureError(f"{width:g} in is too narrow for {n} panel(s) per row"
                           f"{' and a similarity matrix' if matrix else ''}: make the figure at least "
                           f"{math.ceil(needed * 10) / 10:g} in wide, or show fewer sentences per page")
-    return Layout(width=width, label=label, panel=panel, matrix=matrix)
+    return Layout(style=style, label=label, panel=panel, matrix=matrix, bands=bands,
+                  width=label + columns * panel + GAP * (columns - 1) + matrix, labels_on_top=on_top)
 
 
-def _chars(inches: float) -> int:
-    return max(8, int(inches * 72 / (FONT_SIZE * 0.56)))
+def _label_width(grid: PanelGrid, style: FigureStyle) -> float:
+    """As wide as the widest line of a row label (plus a gap), at most a quarter of the figure; -1 when a
+    word of a label (a model's name) does not fit that quarter: the labels then go above their rows."""
+    lines = [line for label in grid.row_labels for line in label.split("\n") if line.strip()]
+    if not lines:
+        return 0.0
+    measure = style.measure()
+    most = 0.25 * style.width
+    if max(measure.width(word) for line in lines for word in line.split()) + 2 * GAP + SLACK > most:
+        return -1.0
+    return min(max(measure.width(line) for line in lines) + 2 * GAP + SLACK, most)
 
 
-def _title_lines(row, layout: Layout) -> list[list[str]]:
-    """Each panel's title wrapped to its width. (Sentences go in the caption, where they fit.)"""
-    return [textwrap.wrap(panel.title.replace(" · ", "  "), _chars(layout.panel)) or [""] for panel in row]
+def _least_panel(grid: PanelGrid, style: FigureStyle) -> float:
+    """The narrowest column its header allows: a sentence gets ``HEADER_EMS`` ems; a short label (a map
+    kind, a rank) its own width, so it stays on one line."""
+    least = MIN_PANEL
+    if grid.headers:
+        if style.header == "sentence" and any(header.text for header in grid.headers):
+            least = max(least, HEADER_EMS * style.font_size / 72)
+        measure = style.measure()
+        words = [w for header in grid.headers for w in header.label.split()]
+        if words:
+            least = max(least, min(max(measure.width(w) for w in words), HEADER_EMS * style.font_size / 72))
+    return least
 
 
-def _key_lines(panel, layout: Layout) -> list[str]:
-    """The panel's key (e.g. which sentences chose which FLISM region), wrapped to its width; printed
-    under the picture, so nothing is written over it."""
-    width = _chars(layout.panel)
-    return [piece for line in getattr(panel, "key", []) or []
-            for piece in textwrap.wrap(line, width, subsequent_indent="  ") or [""]]
+# ---- blocks ------------------------------------------------------------------------------------------
 
 
-def _key_height(panel, layout: Layout) -> float:
-    lines = _key_lines(panel, layout)
-    return GAP + len(lines) * LINE if lines else 0.0
+def make_plan(grid: PanelGrid, layout: Layout) -> Plan:
+    style = layout.style
+    result = Plan(layout)
+    for b, band in enumerate(layout.bands):
+        if b:
+            result.blocks.append(Block(3 * GAP, _nothing))
+        for r, row in enumerate(grid.rows):
+            title = grid.row_titles[r] if r < len(grid.row_titles) else ""
+            label = grid.row_labels[r] if r < len(grid.row_labels) else ""
+            if title:
+                result.blocks.append(_title_block(title, layout, gap_above=bool(r) or b > 0))
+            if layout.labels_on_top and label.strip():  # above the headers, so each header sits on its column
+                result.blocks.append(_title_block(", ".join(label.split("\n")), layout, gap_above=False))
+                label = ""
+            if grid.headers and r == 0:
+                result.blocks.append(_header_block(grid, layout, band))
+            extra = grid.extras[r] if r < len(grid.extras) else None
+            cells = [row[c] if c < len(row) else None for c in band]
+            result.blocks.append(_row_block(cells, layout, label, extra, titled=not grid.headers))
+            if r < len(grid.rows) - 1:
+                result.blocks.append(Block(GAP, _nothing))
+    if grid.colorbar:
+        result.blocks.append(_colorbar_block(grid.colorbar, layout))
+    caption = " ".join(part for part in (_legend(grid, style), grid.caption) if part)
+    if caption:
+        result.blocks.append(_caption_block(caption, layout))
+    return result
 
 
-def _panel_height(panel, layout: Layout) -> float:
+def _nothing(fig, top, left, height) -> None:
+    return None
+
+
+def _x(layout: Layout, column: int) -> float:
+    """The left edge of the ``column``-th panel of a band, from the content's left edge."""
+    return layout.label + column * (layout.panel + GAP)
+
+
+def header_lines(header, layout: Layout) -> list[str]:
+    style = layout.style
+    measure = style.measure()
+    if style.header == "sentence" and header.text:
+        return measure.wrap(header.text, layout.panel, style.header_lines)
+    return measure.wrap(header.label, layout.panel, 2) if header.label else []
+
+
+def _header_block(grid: PanelGrid, layout: Layout, band: list[int]) -> Block:
+    style = layout.style
+    measure = style.measure()
+    texts = [header_lines(grid.headers[c], layout) if c < len(grid.headers) else [] for c in band]
+    tallest = max((measure.height(len(lines)) for lines in texts), default=0.0)
+    if not tallest:
+        return Block(0.0, _nothing)
+
+    def draw(fig, top, left, height):
+        for column, lines in enumerate(texts):
+            if lines:  # bottom-aligned: each header sits just above its column, however many lines
+                fig.text((left + _x(layout, column)) / style.width, (top - tallest) / height, "\n".join(lines),
+                         ha="left", va="bottom", fontsize=style.font_size)
+
+    return Block(tallest + PAD, draw)
+
+
+def _title_block(title: str, layout: Layout, gap_above: bool) -> Block:
+    style = layout.style
+    measure = style.measure()
+    lines = measure.wrap(title, layout.width, TITLE_LINES)
+    above = 2 * GAP if gap_above else 0.0
+
+    def draw(fig, top, left, height):
+        fig.text(left / style.width, (top - above) / height, "\n".join(lines), ha="left", va="top",
+                 fontsize=style.font_size)
+
+    return Block(above + measure.height(len(lines)) + PAD, draw)
+
+
+def note_lines(panel: Panel, layout: Layout) -> list[str]:
+    """What is printed under a panel: its scores (and its details with --annotate all), then its key."""
+    style = layout.style
+    small = style.measure(style.small)
+    parts = {"none": [], "scores": [panel.scores], "all": [panel.details, panel.scores]}[style.annotate]
+    note = ", ".join(part for part in parts if part)
+    lines = small.wrap(note, layout.panel, NOTE_LINES) if note else []
+    for line in panel.key:
+        wrapped = small.wrap(line, layout.panel - 0.08) or [""]
+        lines += [wrapped[0], *("  " + piece for piece in wrapped[1:])]
+    return lines
+
+
+def _body_lines(panel: Panel, layout: Layout) -> list[str]:
+    style = layout.style
+    return style.measure(style.small).wrap(panel.body, layout.panel - 2 * PAD, BODY_LINES)
+
+
+def _cell_height(panel: Panel | None, layout: Layout) -> float:
+    if panel is None:
+        return 0.0
+    if panel.body:
+        style = layout.style
+        return style.measure(style.small).height(len(_body_lines(panel, layout))) + 2 * PAD
+    if panel.pixels is None:
+        return 0.0
     h, w = panel.pixels.shape[:2]
     return layout.panel * h / w
 
 
-def _row_height(row, layout: Layout) -> float:
-    title = max(len(lines) for lines in _title_lines(row, layout)) * LINE
-    return title + max(_panel_height(panel, layout) + _key_height(panel, layout) for panel in row)
+def _row_block(cells: list[Panel | None], layout: Layout, label: str, matrix, titled: bool) -> Block:
+    style = layout.style
+    measure, small = style.measure(), style.measure(style.small)
+    titles = [measure.wrap(cell.title, layout.panel) if titled and cell is not None and cell.title else []
+              for cell in cells]
+    title_height = max((measure.height(len(lines)) for lines in titles), default=0.0)
+    title_height += PAD if title_height else 0.0
+    notes = [note_lines(cell, layout) if cell is not None else [] for cell in cells]
+    heights = [_cell_height(cell, layout) for cell in cells]
+    below = [small.height(len(lines)) + PAD if lines else 0.0 for lines in notes]
+    label_lines = [piece for line in label.split("\n") for piece in measure.wrap(line, layout.label - 2 * GAP)]
+    body = max([h + n for h, n in zip(heights, below)] + [measure.height(len(label_lines))])
+    row_height = title_height + body
+
+    def draw(fig, top, left, height):
+        width = style.width
+        panels_top = top - title_height
+        if label_lines:
+            fig.text(left / width, panels_top / height, "\n".join(label_lines), ha="left", va="top",
+                     fontsize=style.font_size)
+        for column, (cell, lines, cell_height, note) in enumerate(zip(cells, titles, heights, notes)):
+            if cell is None:
+                continue
+            x = left + _x(layout, column)
+            if lines:
+                fig.text(x / width, top / height, "\n".join(lines), ha="left", va="top", fontsize=style.font_size)
+            _draw_cell(fig, cell, layout, x, panels_top, cell_height, height)
+            if note:
+                fig.text(x / width, (panels_top - cell_height - PAD) / height, "\n".join(note), ha="left",
+                         va="top", fontsize=style.small)
+        if matrix is not None:
+            _draw_matrix(fig, layout, matrix, top, row_height, height, left)
+
+    return Block(row_height, draw)
 
 
-def _draw_row(fig, layout: Layout, row, titles, top: float, row_height: float, height: float, label: str,
-              matrix) -> None:
-    title_height = max(len(lines) for lines in titles) * LINE
-    if label:
-        lines = [piece for line in label.split("\n") for piece in textwrap.wrap(line, _chars(layout.label))]
-        fig.text(0, (top - title_height) / height, "\n".join(lines), ha="left", va="top", fontsize=FONT_SIZE,
-                 linespacing=1.15)
-    for column, (panel, lines) in enumerate(zip(row, titles)):
-        left = layout.label + column * (layout.panel + GAP)
-        panel_height = _panel_height(panel, layout)
-        axis = fig.add_axes([left / layout.width, (top - title_height - panel_height) / height,
-                             layout.panel / layout.width, panel_height / height])
-        axis.imshow(panel.pixels, interpolation="nearest", aspect="auto")
-        axis.set_axis_off()
-        fig.text(left / layout.width, top / height, "\n".join(lines), ha="left", va="top", fontsize=FONT_SIZE,
-                 linespacing=1.15)
-        key = _key_lines(panel, layout)
-        if key:
-            fig.text(left / layout.width, (top - title_height - panel_height - GAP) / height, "\n".join(key),
-                     ha="left", va="top", fontsize=FONT_SIZE, linespacing=1.15)
-    if matrix is not None:
-        _draw_matrix(fig, layout, matrix, top, row_height, height)
+def _draw_cell(fig, cell: Panel, layout: Layout, x: float, top: float, cell_height: float, height: float) -> None:
+    style = layout.style
+    width = style.width
+    box = [x / width, (top - cell_height) / height, layout.panel / width, cell_height / height]
+    if cell.body:
+        fig.add_artist(Rectangle(box[:2], box[2], box[3], transform=fig.transFigure, fill=False,
+                                 edgecolor=cell.frame or TEXT_CELL_EDGE, linewidth=1.5 if cell.frame else 0.5))
+        fig.text((x + PAD) / width, (top - PAD) / height, "\n".join(_body_lines(cell, layout)), ha="left", va="top",
+                 fontsize=style.small)
+        return
+    if cell.pixels is None:
+        return
+    axis = fig.add_axes(box)
+    axis.imshow(cell.pixels, interpolation="nearest", aspect="auto")
+    axis.set_axis_off()
+    if cell.frame:  # inside the panel's edge, so it never reaches the next panel
+        fig.add_artist(Rectangle(box[:2], box[2], box[3], transform=fig.transFigure, fill=False,
+                                 edgecolor=cell.frame, linewidth=2.0))
 
 
-def _draw_matrix(fig, layout: Layout, matrix, top: float, row_height: float, height: float) -> None:
+def _legend(grid: PanelGrid, style: FigureStyle) -> str:
+    """With numbered headers, what each number stands for (the sentences are not above the columns)."""
+    if style.header != "number":
+        return ""
+    return " ".join(f"{header.label}: {header.text}" for header in grid.headers if header.text)
+
+
+def _caption_block(caption: str, layout: Layout) -> Block:
+    style = layout.style
+    measure = style.measure()
+    lines = measure.wrap(caption, layout.width)
+
+    def draw(fig, top, left, height):
+        fig.text(left / style.width, (top - 2 * GAP) / height, "\n".join(lines), ha="left", va="top",
+                 fontsize=style.font_size)
+
+    return Block(2 * GAP + measure.height(len(lines)), draw)
+
+
+def _colorbar_block(colorbar, layout: Layout) -> Block:
+    style = layout.style
+    measure, small = style.measure(), style.measure(style.small)
+    bar = 0.1
+    ticks = small.height(1) + 2 / 72  # tick length and padding
+    inset = small.width("0.00") / 2 + GAP  # the end ticks' labels stay inside the figure
+    bar_x = max(layout.label, inset)
+    bar_width = min(max(0.5 * layout.width, min(2.5, layout.width - layout.label)), layout.width - bar_x - inset)
+    lines = measure.wrap(colorbar.label, bar_width, 2)
+    label = measure.height(len(lines)) + 1 / 72
+    block = 2 * GAP + bar + ticks + label
+
+    def draw(fig, top, left, height):
+        width = style.width
+        bar_left = left + bar_x
+        axis = fig.add_axes([bar_left / width, (top - 2 * GAP - bar) / height, bar_width / width, bar / height])
+        scale = fig.colorbar(ScalarMappable(Normalize(colorbar.low, colorbar.high), colorbar.cmap), cax=axis,
+                             orientation="horizontal")
+        scale.ax.tick_params(labelsize=style.small, length=2, pad=1)
+        scale.ax.xaxis.set_major_locator(_ticks())
+        # the label as a figure text (not the axis label), measured and fitted to the bar's width
+        fig.text(bar_left / width, (top - 2 * GAP - bar - ticks) / height, "\n".join(lines), ha="left", va="top",
+                 fontsize=style.font_size)
+
+    return Block(block, draw)
+
+
+def _ticks():
+    """At most five ticks on a colour bar: their labels never crowd."""
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(nbins=4, min_n_ticks=2)
+
+
+def _draw_matrix(fig, layout: Layout, matrix, top: float, row_height: float, height: float, left: float) -> None:
     """A sentence x region heat map: best region per sentence boxed in white, the best pair in red."""
-    margin_left, margin_bottom, margin_top = 0.35, 0.3, 2 * LINE
-    bar_space = 0.45  # the colour bar and its tick labels, inside the figure
-    left = layout.width - layout.matrix + margin_left
+    style = layout.style
+    small = style.small
+    width = style.width
+    margin_left = 0.15 + style.measure(small).width("S00")
+    margin_bottom = 0.1 + style.measure(small).height(1)
+    margin_top = style.measure().height(1) + 2 * PAD
+    # the colour bar (0.04 in away, 0.07 in wide), its ticks and their labels, inside the figure
+    bar_space = 0.04 + 0.07 + 3 / 72 + style.measure(small).width("−0.00") + GAP
+    x = left + layout.width - layout.matrix + margin_left
     box_height = max(0.5, row_height - margin_bottom - margin_top)
     bottom = (top - margin_top - box_height) / height
     box_width = layout.matrix - margin_left - bar_space
-    axis = fig.add_axes([left / layout.width, bottom, box_width / layout.width, box_height / height])
-    bar_axis = fig.add_axes([(left + box_width + 0.06) / layout.width, bottom, 0.07 / layout.width,
-                             box_height / height])
+    axis = fig.add_axes([x / width, bottom, box_width / width, box_height / height])
+    bar_axis = fig.add_axes([(x + box_width + 0.04) / width, bottom, 0.07 / width, box_height / height])
     values = matrix.values
     image = axis.imshow(values, cmap="viridis", aspect="auto", interpolation="nearest")
     rows, cols = values.shape
-    axis.set_xticks(range(cols), [f"R{j + 1}" for j in range(cols)], fontsize=FONT_SIZE - 1)
-    axis.set_yticks(range(rows), [f"S{i + 1}" for i in range(rows)], fontsize=FONT_SIZE - 1)
+    # every n-th tick label, so that neighbours never touch on a narrow figure
+    across = math.ceil(cols * (style.measure(small).width(f"R{cols}") + 2 / 72) / box_width)
+    down = math.ceil(rows * (style.measure(small).height(1) + 1 / 72) / box_height)
+    axis.set_xticks(range(0, cols, across), [f"R{j + 1}" for j in range(0, cols, across)], fontsize=small)
+    axis.set_yticks(range(0, rows, down), [f"S{i + 1}" for i in range(0, rows, down)], fontsize=small)
     axis.tick_params(length=0, pad=1)
     for i, j in enumerate(matrix.best_region):
         axis.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="white", linewidth=0.8))
     i, j = matrix.best_pair
     axis.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.4))
-    if rows * cols <= 120:
+    cell = min(box_width / cols, box_height / rows) * 72  # points
+    if rows * cols <= 120 and cell >= 2.2 * (small - 1):  # the values only where they fit their cells
         middle = (values.max() + values.min()) / 2
         for (i, j), value in np.ndenumerate(values):
-            axis.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=FONT_SIZE - 2,
+            axis.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=max(4.0, small - 1),
                       color="black" if value > middle else "white")
-    axis.set_title(f"{matrix.title}: cosine, sentence x region", fontsize=FONT_SIZE, loc="left", pad=2)
+    fig.text(x / width, top / height, style.measure().fit(f"{matrix.title}: cosine, sentence x region",
+                                                         layout.matrix - margin_left),
+             ha="left", va="top", fontsize=style.font_size)
     bar = fig.colorbar(image, cax=bar_axis)
-    bar.ax.tick_params(labelsize=FONT_SIZE - 1, length=1)
+    bar.ax.tick_params(labelsize=small, length=1, pad=1)
+    bar.ax.yaxis.set_major_locator(_ticks())
 
 
-def _draw_colorbar(fig, colorbar, width: float, top: float, height: float) -> None:
-    axis = fig.add_axes([0.25 / width, (top - 0.16) / height, 0.5 - 0.25 / width, 0.1 / height])
-    bar = fig.colorbar(ScalarMappable(Normalize(colorbar.low, colorbar.high), colorbar.cmap), cax=axis,
-                       orientation="horizontal")
-    bar.ax.tick_params(labelsize=FONT_SIZE - 1, length=2, pad=1)
-    bar.set_label(colorbar.label, fontsize=FONT_SIZE, labelpad=1)
+__all__ = ["FigureError", "as_style", "build_figure", "check_format", "panel_pixels", "plan", "save_figure"]

@@ -21,8 +21,8 @@ from explorer.evaluation.grounding_eval import native_kind
 from explorer.grounding.masks import otsu_masks
 from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
 from explorer.models.map_kinds import BEST_EXPLAINER, GENERIC_MAP
-from explorer.views.panels import (Colorbar, PanelGrid, fit_size, map_panels, outline, picture_panel, resize_maps,
-                                   resize_masks)
+from explorer.views.panels import (Colorbar, Header, PanelGrid, fit_size, map_panels, outline, picture_panel,
+                                   resize_maps, resize_masks)
 from explorer.views.settings import NATIVE, ViewSettings
 
 if TYPE_CHECKING:  # the page is built before torch is imported
@@ -257,6 +257,7 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
                                                            f"\npointing {100 * s['pointing']:.0f}%")
                  for s in view.summary(settings.threshold) if s["miou"] is not None}
     rows, labels = [], []
+    headers = [Header("")] + [header for i in indices for header in _sentence_headers(view, settings, i)]
     for m, model in enumerate(view.models):
         maps = model.resized(size)
         thresholds = model.thresholds(settings.threshold)
@@ -268,18 +269,35 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
             cut = model.result.maps.n_cut[i]
             if cut:
                 title += f" · {cut} tokens cut"  # the map saw a truncated sentence
+            scores = f"{cut} tokens cut" if cut else ""
             score = scored.get((m, i))
             if score and score.get("IoU") is not None:
-                hit = {True: " · hit", False: " · miss"}.get(score["pointing"], "")
-                title += f" · IoU {score['IoU']:.2f}{hit}"
-            row.extend(map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
-                                  title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask"))
+                iou = score_note(score["IoU"], score["pointing"])
+                title += " · " + iou.replace(", ", " · ")
+                scores = f"{iou}, {scores}" if scores else iou
+            panels = map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
+                                title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask")
+            for panel in panels:  # what a figure prints under it, by --annotate
+                panel.scores, panel.details, panel.sentence = scores, f"t={thresholds[i]:.3g}", i
+            row.extend(panels)
         rows.append(row)
         labels.append(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED")
                       + (f"\n{SAME_MAP_NOTE}" if model.same_for_every_sentence else "") + summaries.get(m, ""))
     colorbar = _colorbar(view, settings)
-    return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar,
-                     caption=" ".join(f"S{i + 1}: {view.sentences[i]}" for i in indices))
+    return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar, headers=headers, repeat=1)
+
+
+def score_note(iou: float, hit: bool | None) -> str:
+    """What a figure prints under a map scored against the truth: "IoU 0.42, hit"."""
+    return f"IoU {iou:.2f}" + {True: ", hit", False: ", miss"}.get(hit, "")
+
+
+def _sentence_headers(view: MapsView, settings: ViewSettings, i: int) -> list[Header]:
+    """A sentence's column header (and its mask's, when both are drawn)."""
+    headers = [Header(f"S{i + 1}", view.sentences[i])]
+    if settings.mask == "both":
+        headers.append(Header(f"S{i + 1} mask"))
+    return headers
 
 
 def _colorbar(view: MapsView, settings: ViewSettings) -> Colorbar | None:

@@ -24,10 +24,23 @@ CONTOUR_EDGE_RGB = (0, 0, 0)
 
 @dataclass
 class Panel:
-    pixels: np.ndarray  # [H, W, 3] uint8
-    title: str  # short: what and which threshold
+    pixels: np.ndarray | None  # [H, W, 3] uint8; None: an empty cell (a model without that map kind)
+    title: str  # short: what and which threshold (the page's preview prints it above the panel)
     text: str = ""  # the sentence the panel shows (the page lists it in its table; figures in the caption)
     key: list[str] = field(default_factory=list)  # lines a figure prints under the panel (e.g. FLISM's region key)
+    scores: str = ""  # a figure's note under the panel: what a reader compares (IoU, hit, a retrieval score)
+    details: str = ""  # the rest of the note, shown only with --annotate all (thresholds)
+    body: str = ""  # text set in the cell instead of a picture (a retrieved caption)
+    frame: str = ""  # a colour to frame the panel in (the right answer of a retrieval)
+    sentence: int | None = None  # which sentence it shows (0-based), so a click on it can pick that sentence
+
+
+@dataclass
+class Header:
+    """A column's header: ``label`` (S1, a map kind) and, for a sentence, its ``text``."""
+
+    label: str
+    text: str = ""
 
 
 @dataclass
@@ -45,6 +58,9 @@ class PanelGrid:
     caption: str = ""
     colorbar: Colorbar | None = None
     extras: list = field(default_factory=list)  # view-specific figure parts (e.g. FLISM similarity matrices)
+    headers: list[Header] = field(default_factory=list)  # one per column, set once above the columns
+    row_titles: list[str] = field(default_factory=list)  # a line across the figure above a row ("" for none)
+    repeat: int = 0  # leading columns (the picture) repeated in each band when a narrow figure wraps columns
 
 
 # ---- building panels ------------------------------------------------------------------------------------
@@ -130,8 +146,8 @@ def compose(grid: PanelGrid) -> Image.Image:
     rows = grid.rows
     if not rows or not any(rows):
         return Image.new("RGB", (1, 1), "white")
-    cell_w = max(p.pixels.shape[1] for row in rows for p in row)
-    cell_h = max(p.pixels.shape[0] for row in rows for p in row)
+    cell_w = max((p.pixels.shape[1] for row in rows for p in row if p.pixels is not None), default=1)
+    cell_h = max((p.pixels.shape[0] for row in rows for p in row if p.pixels is not None), default=1)
     columns = max(len(row) for row in rows)
     width = LABEL_WIDTH + columns * (cell_w + GAP)
     height = len(rows) * (cell_h + TITLE_HEIGHT + GAP)
@@ -146,8 +162,24 @@ def compose(grid: PanelGrid) -> Image.Image:
         for c, panel in enumerate(row):
             left = LABEL_WIDTH + c * (cell_w + GAP)
             draw.text((left, top + 2), _fit(panel.title, cell_w, font), fill="black", font=font)
-            canvas.paste(Image.fromarray(panel.pixels), (left, top + TITLE_HEIGHT))
+            if panel.pixels is not None:
+                canvas.paste(Image.fromarray(panel.pixels), (left, top + TITLE_HEIGHT))
     return canvas
+
+
+def panel_at(grid: PanelGrid, x: float, y: float) -> Panel | None:
+    """The panel under pixel (x, y) of ``compose(grid)`` (None: a label, a gap or outside)."""
+    rows = [row for row in grid.rows if row]
+    if not rows:
+        return None
+    cell_w = max(p.pixels.shape[1] for row in rows for p in row if p.pixels is not None)
+    cell_h = max(p.pixels.shape[0] for row in rows for p in row if p.pixels is not None)
+    r, inside_y = divmod(y, cell_h + TITLE_HEIGHT + GAP)
+    c, inside_x = divmod(x - LABEL_WIDTH, cell_w + GAP)
+    if x < LABEL_WIDTH or not 0 <= r < len(grid.rows) or inside_x >= cell_w or inside_y < TITLE_HEIGHT \
+            or inside_y >= TITLE_HEIGHT + cell_h or not 0 <= c < len(grid.rows[int(r)]):
+        return None
+    return grid.rows[int(r)][int(c)]
 
 
 def _fit(text: str, width: int, font) -> str:

@@ -17,7 +17,7 @@ from PIL import Image
 from explorer.grounding.pca import pca_maps
 from explorer.grounding.sentence_maps import MapCache, working_picture
 from explorer.views.maps_view import Loader
-from explorer.views.panels import Panel, PanelGrid, fit_size, picture_panel
+from explorer.views.panels import Header, Panel, PanelGrid, fit_size, picture_panel
 from explorer.views.settings import ViewSettings
 
 
@@ -133,7 +133,9 @@ def render_pca(view: PcaView, settings: ViewSettings, side: int | None = None) -
         # The explained share belongs to a fit, so it goes where the fit is one: the row, or each panel.
         if settings.pca_fit == "per-image":
             for i, panel in enumerate(row):
-                panel.title += f" · {100 * float(np.sum(explained[(m, i)])):.0f}% var"
+                share = f"{100 * float(np.sum(explained[(m, i)])):.0f}% var"
+                panel.title += f" · {share}"
+                panel.scores = share  # a figure prints it under the panel
             labels.append(name)
         else:
             labels.append(f"{name}\nPC1-3: {100 * share:.0f}% var" + (" (joint)" if settings.pca_fit == "joint" else ""))
@@ -141,4 +143,5 @@ def render_pca(view: PcaView, settings: ViewSettings, side: int | None = None) -
     caption = f"Top 3 principal components of the {what} as RGB ({FIT_WORDS[settings.pca_fit]}). " + " ".join(notes)
     if view.skipped:
         caption += " " + " ".join(f"{note}." for note in view.skipped)
-    return PanelGrid(rows=rows, row_labels=labels, caption=caption.strip())
+    headers = [Header(f"image {i + 1}") for i in range(len(view.pictures))]  # once above the columns, in a figure
+    return PanelGrid(rows=rows, row_labels=labels, caption=caption.strip(), headers=headers)

@@ -8,13 +8,15 @@ import shutil
 from pathlib import Path
 
 from explorer.grounding.sentence_maps import MapCache
+from explorer.views.kinds_view import KindsView, compute_kinds, render_kinds
 from explorer.views.maps_view import Loader, MapsView, compute_maps, render_maps
 from explorer.views.panels import PanelGrid
 from explorer.views.pca_view import PcaView, compute_pca, render_pca
 from explorer.views.regions_view import RegionsView, compute_regions, render_regions
+from explorer.views.retrieval_figure import RetrievalFigureView, compute_retrieval, render_retrieval
 from explorer.views.settings import ViewSettings
 
-View = MapsView | RegionsView | PcaView
+View = MapsView | RegionsView | PcaView | KindsView | RetrievalFigureView
 
 
 def compute_view(load: Loader, settings: ViewSettings, cache: MapCache | None = None,
@@ -24,6 +26,10 @@ def compute_view(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         return compute_maps(load, settings, cache, truth_dir=truth_dir)
     if settings.view == "regions":
         return compute_regions(load, settings, cache)
+    if settings.view == "kinds":
+        return compute_kinds(load, settings, cache, truth_dir=truth_dir)
+    if settings.view == "retrieval":
+        return compute_retrieval(load, settings)
     return compute_pca(load, settings, cache)
 
 
@@ -33,6 +39,10 @@ def render_view(view: View, settings: ViewSettings, side: int | None = None) -> 
         return render_maps(view, settings, side)
     if isinstance(view, RegionsView):
         return render_regions(view, settings, side)
+    if isinstance(view, KindsView):
+        return render_kinds(view, settings, side)
+    if isinstance(view, RetrievalFigureView):
+        return render_retrieval(view, settings, side)
     return render_pca(view, settings, side)
 
 
@@ -47,11 +57,12 @@ def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[P
     """
     from explorer.views.figures import panel_pixels, save_figure
 
+    style = settings.style()
     grid = render_view(view, settings)
-    side = panel_pixels(grid, settings.width, settings.dpi)
-    if side < max(max(p.pixels.shape[:2]) for row in grid.rows for p in row):
+    side = panel_pixels(grid, style, settings.dpi)
+    if side < max(max(p.pixels.shape[:2]) for row in grid.rows for p in row if p.pixels is not None):
         grid = render_view(view, settings, side)
-    figure = save_figure(grid, out, width=settings.width, dpi=settings.dpi)
+    figure = save_figure(grid, out, dpi=settings.dpi, style=style)
     settings_file = figure.with_name(figure.name + ".json")
     settings_file.write_text(settings.to_json())
     return figure, settings_file

@@ -11,9 +11,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from explorer.core.errors import ExplorerError
+from explorer.views.figure_style import ANNOTATIONS, DEFAULT_PRESET, FONTS, HEADERS, PRESETS, FigureStyle, resolve_style
 from explorer.views.render import COLORMAPS
 
-VIEWS = ("maps", "regions", "pca")
+VIEWS = ("maps", "regions", "pca", "kinds", "retrieval")
+DIRECTIONS = ("t2i", "i2t")  # a caption finds pictures, or a picture finds captions
+PATH_FIELDS = ("image", "truth", "truth_dir", "data")  # read relative to the settings file's folder
+MAX_QUERIES, MAX_K = 8, 20
 MASK_MODES = ("contour", "mask", "both", "none")  # how the Otsu (or manual) mask is drawn
 SCALES = ("map", "model", "shared")  # colour range: each map's own, per model, or one for all
 PCA_SOURCES = ("features", "attention")
@@ -50,8 +54,22 @@ class ViewSettings:
     images: list[str] = field(default_factory=list)  # more pictures beside ``image`` (PCA compares them)
     pca_source: str = "features"
     pca_fit: str = "joint"
+    # map kinds compared (`explorer figure kinds`; empty: the explainers and each model's own maps)
+    kinds: list[str] = field(default_factory=list)
+    # qualitative retrieval (`explorer figure retrieval`)
+    data: str = ""  # the dataset folder (or index file)
+    split: str = ""  # empty: the layout's default
+    limit: int | None = None  # only the first N pictures
+    queries: list[str] = field(default_factory=list)  # captions (t2i) or pictures (i2t) by number, or texts
+    k: int = 5
+    direction: str = "t2i"
     # the figure
-    width: float = 7.0  # inches (a two-column paper's text width; 3.5 for one column)
+    preset: str = DEFAULT_PRESET  # column (3.3 in), page (6.9 in), slide (13.3 x 7.5 in)
+    width: float | None = None  # inches; None: the preset's
+    font: str = "sans"  # sans, serif, or cm (Computer Modern, as LaTeX sets it)
+    font_size: float | None = None  # points; None: the preset's (8 pt in print)
+    header: str = "sentence"  # a map's column header: its sentence, or S1.. with a legend
+    annotate: str = "scores"  # under each map: none; IoU and hit when truth is known; all (thresholds too)
     dpi: int = 300  # for PNG
 
     def __post_init__(self):
@@ -65,16 +83,37 @@ class ViewSettings:
         _one_of("scale", self.scale, SCALES)
         _one_of("pca_source", self.pca_source, PCA_SOURCES)
         _one_of("pca_fit", self.pca_fit, PCA_FITS)
+        _one_of("direction", self.direction, DIRECTIONS)
+        _one_of("preset", self.preset, PRESETS)
+        _one_of("font", self.font, FONTS)
+        _one_of("header", self.header, HEADERS)
+        _one_of("annotate", self.annotate, ANNOTATIONS)
+        if self.font_size is not None and not 4 <= float(self.font_size) <= 40:
+            raise SettingsError(f"a font size is 4 to 40 points, not {self.font_size}")
+        if not 1 <= self.k <= MAX_K or len(self.queries) > MAX_QUERIES:
+            raise SettingsError(f"a retrieval figure shows 1 to {MAX_K} results for at most {MAX_QUERIES} queries, "
+                                f"not {self.k} for {len(self.queries)}")
+        if self.limit is not None and self.limit < 1:
+            raise SettingsError(f"limit is at least 1, not {self.limit}")
         if not 0.0 <= float(self.opacity) <= 1.0:
             raise SettingsError(f"opacity is between 0 and 1, not {self.opacity}")
         if self.threshold is not None and not 0.0 <= float(self.threshold) <= 1.0:
             raise SettingsError(f"a manual threshold is a fraction of the map's range (0 to 1), not {self.threshold}")
         if len(self.models) > MAX_MODELS:
             raise SettingsError(f"compare at most {MAX_MODELS} models at once, not {len(self.models)}")
-        if not 0.5 <= float(self.width) <= 40 or not 30 <= int(self.dpi) <= 1200:
-            raise SettingsError(f"a figure is 0.5 to 40 inches wide at 30 to 1200 dpi, not {self.width} in at {self.dpi}")
+        if not 0.5 <= float(self.figure_width) <= 40 or not 30 <= int(self.dpi) <= 1200:
+            raise SettingsError(f"a figure is 0.5 to 40 inches wide at 30 to 1200 dpi, not {self.figure_width} in "
+                                f"at {self.dpi}")
         if self.per_page < 1 or self.page < 0:
             raise SettingsError(f"page {self.page} with {self.per_page} per page makes no sense")
+
+    @property
+    def figure_width(self) -> float:
+        return PRESETS[self.preset].width if self.width is None else float(self.width)
+
+    def style(self) -> FigureStyle:
+        """How the figure looks: the preset's width and font size unless overridden."""
+        return resolve_style(self.preset, self.width, self.font, self.font_size, self.header, self.annotate)
 
     @property
     def all_images(self) -> list[str]:
@@ -99,7 +138,20 @@ class ViewSettings:
             raise SettingsError(f"cannot read the settings file {path}: {error}") from error
         if not isinstance(data, dict):
             raise SettingsError(f"{path} does not hold a settings object")
-        return cls.from_dict(data)
+        return cls.from_dict(relative_to(data, Path(path).resolve().parent))
+
+
+def relative_to(data: dict, folder: Path) -> dict:
+    """Paths saved relative (a gallery in the repository) are read from the settings file's folder."""
+    data = dict(data)
+    for name in PATH_FIELDS:
+        value = data.get(name)
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            data[name] = str(folder / value)
+    if isinstance(data.get("images"), list):
+        data["images"] = [str(folder / p) if isinstance(p, str) and p and not Path(p).expanduser().is_absolute()
+                          else p for p in data["images"]]
+    return data
 
 
 def _one_of(name: str, value, allowed) -> None:
@@ -120,6 +172,8 @@ def _check_types(settings: ViewSettings) -> None:
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif expected == "float":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif expected == "int | None":
+            ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
         elif expected == "float | None":
             ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
         else:

@@ -1,0 +1,114 @@
+"""One sentence's maps, large: a plotly image per model side by side, to zoom into and read values from.
+
+The strip of the maps view shows every sentence small; this shows the one picked at the working size
+of the picture, with the map's value under the pointer (plotly's hover), the Otsu contour (white)
+and, when the truth is known, the truth's outline (green dashed) on top. The map is drawn from the
+same stored result as the strip (``MapsView``): no model runs here.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+
+from explorer.core.errors import ExplorerError
+from explorer.views.maps_view import MapsView
+from explorer.views.panels import draw_contour, fit_size, outline, resize_maps
+from explorer.views.render import overlay
+from explorer.views.settings import ViewSettings
+
+HOVER_SIDE = 256  # map values sent to the browser per side at most (the hover reads them; the picture is full size)
+PLOT_WIDTH = 880  # pixels the page gives the plot at a 1400 px window: the height follows, so maps fill it
+TRUTH_COLOUR = "#00e676"
+TURBO = "Turbo"
+PLOTLY_SCALES = {"turbo": "Turbo", "viridis": "Viridis", "jet": "Jet"}
+
+
+class FocusError(ExplorerError):
+    """A sentence that the drawn maps do not have."""
+
+
+def check_sentence(view: MapsView, sentence) -> int:
+    """``sentence`` (0-based) as an int the view has; anything else is refused with the range."""
+    if isinstance(sentence, bool) or not isinstance(sentence, (int, np.integer, float)) or \
+            (isinstance(sentence, float) and not sentence.is_integer()):
+        raise FocusError(f"pick a sentence by its number (1 to {len(view.sentences)})")
+    number = int(sentence)
+    if not 0 <= number < len(view.sentences):
+        raise FocusError(f"there is no sentence {number + 1}: the caption has {len(view.sentences)}")
+    return number
+
+
+def _data_uri(pixels: np.ndarray) -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _outline_xy(mask: np.ndarray) -> tuple[list, list]:
+    """The mask's outlines as one polyline (None between pieces), in pixel coordinates."""
+    from skimage.measure import find_contours
+
+    xs, ys = [], []
+    for contour in find_contours(np.pad(mask.astype(np.float32), 1), 0.5):
+        xs += [*(contour[:, 1] - 1).tolist(), None]
+        ys += [*(contour[:, 0] - 1).tolist(), None]
+    return xs, ys
+
+
+def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
+    """A plotly figure: for every model, sentence ``sentence``'s map over the picture at working size."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    i = check_sentence(view, sentence)
+    width, height = view.picture.size
+    titles = [f"{m.name} ({m.kind})" for m in view.models]
+    figure = make_subplots(rows=1, cols=len(view.models), subplot_titles=titles, horizontal_spacing=0.03)
+    truth = None
+    if view.truth is not None and i < len(view.truth.masks) and view.truth.masks[i] is not None:
+        truth = _outline_xy(np.asarray(view.truth.masks[i]))
+    hover = fit_size((width, height), HOVER_SIDE)
+    scale_x, scale_y = width / hover[0], height / hover[1]
+    for m, model in enumerate(view.models):
+        column = m + 1
+        values = model.maps[i]
+        low, high = view.colour_range(settings.scale, m)
+        low = float(values.min()) if low is None else low
+        high = float(values.max()) if high is None else high
+        mask = model.masks(settings.threshold)[i]
+        pixels = np.asarray(overlay(view.picture, values, settings.cmap, settings.opacity, low, high))
+        if settings.mask != "none":
+            pixels = draw_contour(pixels, outline(mask))
+        figure.add_trace(go.Image(source=_data_uri(pixels), hoverinfo="skip"), row=1, col=column)
+        # The values, invisible, on the same pixels: the hover reads them (a shrunk copy for a large picture).
+        shown = values if hover == (width, height) else resize_maps(values[None], hover)[0]
+        figure.add_trace(go.Heatmap(z=shown.astype(np.float32), x0=(scale_x - 1) / 2, dx=scale_x,
+                                    y0=(scale_y - 1) / 2, dy=scale_y, zmin=low, zmax=high, opacity=0.0,
+                                    colorscale=PLOTLY_SCALES.get(settings.cmap, TURBO), showscale=False,
+                                    name=model.name,
+                                    hovertemplate="x %{x:.0f}, y %{y:.0f}<br>value %{z:.4g}<extra>"
+                                                  + model.name + "</extra>"), row=1, col=column)
+        if truth is not None:
+            figure.add_trace(go.Scatter(x=truth[0], y=truth[1], mode="lines", name="truth",
+                                        line=dict(color=TRUTH_COLOUR, width=2, dash="dash"), hoverinfo="skip",
+                                        showlegend=m == 0), row=1, col=column)
+        figure.update_xaxes(range=[-0.5, width - 0.5], showticklabels=False, row=1, col=column)
+        anchor = "x" if column == 1 else f"x{column}"  # square pixels
+        figure.update_yaxes(range=[height - 0.5, -0.5], showticklabels=False, scaleanchor=anchor, row=1, col=column)
+    threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of the range"
+    side = PLOT_WIDTH / len(view.models) * height / width
+    figure.update_layout(height=int(min(720, max(260, side + 90))), margin=dict(l=10, r=10, t=40, b=40),
+                         hovermode="closest", legend=dict(orientation="h", y=-0.02),
+                         annotations=list(figure.layout.annotations) + [dict(
+                             text=f"white: the {threshold} mask's outline" + (", green: the truth" if truth else ""),
+                             showarrow=False, xref="paper", yref="paper", x=0, y=-0.06, xanchor="left",
+                             font=dict(size=11))])
+    return figure
+
+
+__all__ = ["FocusError", "check_sentence", "focus_figure"]
