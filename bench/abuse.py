@@ -249,7 +249,7 @@ def disk(server: Server) -> dict:
     exports = [outcome(visitor.call("export_maps", maps_export_format="pdf")[1]) for _ in range(40)]
     return {"uploads refused": refused, "upload folder bytes": server.disk(server.uploads),
             "exports ok": exports.count("ok"), "exports folder bytes": server.disk(server.home / "exports"),
-            "export folders": len(list((server.home / "exports").glob("*"))) if (server.home / "exports").exists() else 0}
+            "export folders": len(list((server.home / "exports").glob("*")))}
 
 
 def latency(server: Server, rounds: int = 3) -> dict:

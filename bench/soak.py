@@ -122,7 +122,7 @@ def session_round(client, recorder: Recorder, session: int, round_index: int, pi
     recorder.call(client, session, "draw_maps", *common, "turbo", 0.55, "contour", True, 0.5, "map", 1, 8)
     recorder.call(client, session, "rerender_maps_maps-page", "turbo", 0.55, "contour", True, 0.5, "map", 2, 8)
     recorder.call(client, session, "rerender_maps_maps-cmap", "viridis", 0.55, "contour", True, 0.5, "map", 2, 8)
-    recorder.call(client, session, "export_maps", "png", 7.0)
+    recorder.call(client, session, "export_maps", "png", "page", "sans", 0, "sentence", "scores")
     recorder.call(client, session, "find_regions", *common[:2], models[:1], *common[3:], "")
     recorder.call(client, session, "draw_pca", *common[:2], models[:2], *common[3:], [], "features", "joint")
 

@@ -157,7 +157,8 @@ def cap_sessions(app: gr.Blocks, cap: int, heavy_cap: int | None = None) -> None
                 if len(held) >= cap:
                     message = (f"this page already has {len(held)} requests waiting or running (at most {cap}): "
                                "wait for them")
-                elif heavy_cap is not None and fn is not None and fn.concurrency_id == heavy and held_heavy >= heavy_cap:
+                elif (heavy_cap is not None and fn is not None and fn.concurrency_id == heavy
+                      and held_heavy >= heavy_cap):
                     message = (f"this page already has {held_heavy} pictures, maps or searches waiting or running "
                                f"(at most {heavy_cap}): wait for them")
                 else:

@@ -36,7 +36,8 @@ def draw(load, cache: MapCache, *values, budget=None):
     common, extra, source, fit = values[:6], values[6], values[7], values[8]
     try:
         extra = [str(p) for p in (extra or [])][:MAX_EXTRA_IMAGES]
-        settings = ViewSettings(**base_settings("pca", *common, budget=budget), images=extra, pca_source=source, pca_fit=fit)
+        settings = ViewSettings(**base_settings("pca", *common, budget=budget), images=extra, pca_source=source,
+                                pca_fit=fit)
         view = compute_pca(load, settings, cache)
         picture = compose(render_pca(view, settings, PREVIEW_SIDE))
     except Exception as error:  # noqa: BLE001

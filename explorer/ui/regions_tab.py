@@ -67,7 +67,8 @@ def find_regions(access: Access, load, cache: MapCache, *values):
     try:
         typed = detector.strip() if isinstance(detector, str) else ""
         folder = str(access.path(typed, "detector folder")) if typed else ""
-        settings = ViewSettings(**base_settings("regions", *common, budget=access.budget), detector=detector_setting(folder))
+        settings = ViewSettings(**base_settings("regions", *common, budget=access.budget),
+                                detector=detector_setting(folder))
         view = compute_regions(load, settings, cache)
         picture = compose(render_regions(view, settings, REGIONS_PREVIEW_SIDE))
         plot = similarity_plot([similarity_matrix(view, i) for i in range(len(view.names))])

@@ -42,8 +42,10 @@ def install(app: gr.Blocks, budget: Budget, public: bool = False) -> None:
     replace_gradio_error_texts()
     for block_fn in app.fns.values():
         if block_fn.fn is not None and not getattr(block_fn.fn, "_explorer_checked", False):
-            texts = {i for i, block in enumerate(block_fn.outputs) if isinstance(block, TEXT_OUTPUTS)} if public else set()
-            block_fn.fn = checked(block_fn.fn, budget, texts, len(block_fn.outputs))
+            texts = ({i for i, block in enumerate(block_fn.outputs) if isinstance(block, TEXT_OUTPUTS)} if public
+                     else set())
+            sent = {i for i, block in enumerate(block_fn.inputs) if not isinstance(block, gr.State)}
+            block_fn.fn = checked(block_fn.fn, budget, texts, len(block_fn.outputs), sent)
         if block_fn.concurrency_id == HEAVY["concurrency_id"]:
             block_fn.concurrency_limit = budget.heavy_at_once
 
@@ -84,13 +86,15 @@ def scrub_outputs(result, texts: set[int], n_outputs: int):
     return result
 
 
-def checked(fn, budget: Budget, texts: set[int] = frozenset(), n_outputs: int = 0):
-    """``fn`` behind the text check (and its text outputs, positions ``texts``, through ``scrub_paths``),
+def checked(fn, budget: Budget, texts: set[int] = frozenset(), n_outputs: int = 0, sent: set[int] | None = None):
+    """``fn`` behind the text check of the inputs a visitor sends (positions ``sent``, default all: a
+    ``gr.State`` is the server's own) and its text outputs (positions ``texts``) through ``scrub_paths``,
     keeping its kind (plain, coroutine, generator) and its signature (Gradio reads it to pass ``gr.Request``
     and progress)."""
 
     def check(args, kwargs):
-        text = first_long_text([*args, *kwargs.values()], budget.caption_chars)
+        given = [value for i, value in enumerate(args) if sent is None or i in sent]
+        text = first_long_text([*given, *kwargs.values()], budget.caption_chars)
         if text is not None:
             try:
                 budget.check_text(text, "text")

@@ -91,7 +91,8 @@ def offered_datasets() -> dict[str, Path]:
     names, not paths: the page (and its ``/config``) never shows the server's folders."""
     candidates = [(DEMO_BUILD, paths.demo_build_dir() / "data")]
     if datasets_root().is_dir():
-        candidates += sorted((p.name, p) for p in datasets_root().iterdir() if p.is_dir() and not p.name.startswith("."))
+        candidates += sorted((p.name, p) for p in datasets_root().iterdir()
+                             if p.is_dir() and not p.name.startswith("."))
     return {value: folder for value, folder in candidates if folder != synthetic_root() and folder.is_dir()}
 
 
