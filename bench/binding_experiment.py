@@ -1,0 +1,168 @@
+"""Does a base CLIP bind attributes when its batches hold counterfactual twins? (issue 34)
+
+    OMP_NUM_THREADS=2 python bench/binding_experiment.py --name cf-long --captions long --twins all --steps 600
+
+Trains the demo zoo's base CLIP (``demo_architecture``, the "clip-base" recipe of ``RUNS``: lr 5e-4,
+warm-up 5 %, weight decay 0.1, clip 1.0, batch 32, seed 0) on the demo world's training split (seed 0,
+5,400 scenes, 64 px, 2-6 objects, generated in memory: the same scenes ``write_world`` writes), then
+scores it on the held-out world (seed 1, test split, first 300 scenes: what ``explorer eval`` uses):
+long / short T2I R@1 and ``hard_negative_acc[/<attribute>]`` from ``explorer.evaluation.runner``, plus
+the per-attribute accuracy over negatives whose changed words lie within the 77-token context
+("reach", issue 34's fair test; not yet the README's metric).
+
+``--twins``: none = random batches (the current recipe); a list of attributes (or "all") = every
+scene in a batch brings one twin per attribute (one object, chosen at random, changed;
+``explorer.data.counterfactual``), and the batch is filled scene by scene to the same 32 pictures,
+so pictures per step are identical and the unchanged InfoNCE loss sees twins as negatives.
+With long captions, a twin whose change lies past the 77-token cut is redrawn on another object
+(its caption would be the original's after the cut).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from explorer.data.counterfactual import ATTRIBUTES, counterfactual_twin
+from explorer.data.synthetic import generate_scenes
+from explorer.models.tokenizer import encode
+from explorer.training.demo_zoo import (DEMO_SCENES, DEMO_SEED, EVAL_SEED, IMAGE_SIZE, WARMUP_RATIO, WEIGHT_DECAY,
+                                        WORLD_OBJECTS, build_method, demo_run)
+from explorer.training.samples import TrainingSample, collate
+
+CONTEXT = 77
+TRAIN_SCENES = int(DEMO_SCENES * 0.9)  # write_world's train share
+EVAL_LIMIT = 300  # explorer eval's default
+
+
+def sample_of(scene, captions: str) -> TrainingSample:
+    return TrainingSample(image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption)
+
+
+def visible(text: str) -> list[int]:
+    """The tokens a 77-token context keeps (SOT and EOT aside)."""
+    return encode(text)[:CONTEXT - 2]
+
+
+class CounterfactualBatches:
+    """A ``BatchSource``: each batch is scenes in a seeded random order, each followed by its twins, cut at
+    ``batch_size`` pictures."""
+
+    def __init__(self, scenes, preprocess, batch_size: int, attributes, captions: str, seed: int = 0):
+        self.scenes, self.preprocess, self.batch_size = scenes, preprocess, batch_size
+        self.attributes, self.captions, self.seed = tuple(attributes), captions, seed
+        self.per_scene = 1 + len(self.attributes)
+
+    def __len__(self) -> int:
+        return len(self.scenes) // -(-self.batch_size // self.per_scene)
+
+    def group(self, scene, rng) -> list[TrainingSample]:
+        out = [sample_of(scene, self.captions)]
+        seen = {tuple(visible(out[0].caption))} if self.captions == "long" else {out[0].caption}
+        for attribute in self.attributes:
+            for k in rng.permutation(len(scene.objects)):
+                twin = counterfactual_twin(scene, attribute, int(k), rng, WORLD_OBJECTS)
+                if twin is None:
+                    continue
+                sample = sample_of(twin, self.captions)
+                key = tuple(visible(sample.caption)) if self.captions == "long" else sample.caption
+                if key not in seen:  # a caption the batch already has would be a false negative
+                    seen.add(key)
+                    out.append(sample)
+                    break
+        return out
+
+    def batches(self, epoch: int, start: int = 0):
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(len(self.scenes), generator=generator).tolist()
+        per_batch = -(-self.batch_size // self.per_scene)
+        for b in range(start, len(self)):
+            samples = []
+            for i in order[b * per_batch:(b + 1) * per_batch]:
+                rng = np.random.default_rng([self.seed, epoch, i])
+                samples.extend(self.group(self.scenes[i], rng))
+            i = (b + 1) * per_batch
+            while len(samples) < self.batch_size:  # a scene lacked a twin: fill with further scenes
+                samples.extend(self.group(self.scenes[order[i % len(order)]], np.random.default_rng([self.seed, epoch, i])))
+                i += 1
+            yield collate(samples[:self.batch_size], self.preprocess)
+
+
+def within_reach(negative) -> bool:
+    """The changed words end inside the 77-token context."""
+    return len(encode(negative.caption[:negative.start + len(negative.replacement)])) <= CONTEXT - 2
+
+
+def evaluate(model, scenes) -> dict:
+    from explorer.evaluation.retrieval_metrics import recall_at_k
+    from explorer.evaluation.runner import encode_images, hard_negative_metrics, score_captions
+
+    features = encode_images(model, [s.image for s in scenes])
+    out = {"long_t2i_R@1": recall_at_k(score_captions(model, features, [s.long_caption for s in scenes]),
+                                       ks=(1,)).text_to_image[1],
+           "short_t2i_R@1": recall_at_k(score_captions(model, features, [s.short_caption for s in scenes]),
+                                        ks=(1,)).text_to_image[1]}
+    hard, _ = hard_negative_metrics(model, features, scenes)
+    out.update(hard)
+    wins: dict[str, list[bool]] = {a: [] for a in ATTRIBUTES}
+    for i, scene in enumerate(scenes):
+        scores = model.similarity(features[torch.as_tensor([i])],
+                                  [scene.long_caption, *(n.caption for n in scene.hard_negatives)])[0]
+        for negative, score in zip(scene.hard_negatives, scores[1:]):
+            if within_reach(negative):
+                wins[negative.attribute].append(bool(scores[0] > score))
+    for attribute, values in wins.items():
+        out[f"reach_acc/{attribute}"] = float(np.mean(values)) if values else None
+        out[f"reach_n/{attribute}"] = len(values)
+    return out
+
+
+def main() -> None:
+    from explorer.models.model import Model
+    from explorer.training.loop import TrainConfig, train
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--captions", choices=("short", "long"), default="short")
+    parser.add_argument("--twins", default="none", help="none, all, or attributes joined by commas")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/binding"))
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    attributes = () if args.twins == "none" else ATTRIBUTES if args.twins == "all" else tuple(args.twins.split(","))
+
+    clock = time.perf_counter()
+    scenes = list(generate_scenes(TRAIN_SCENES, DEMO_SEED, IMAGE_SIZE, split="train", n_objects=WORLD_OBJECTS))
+    run = demo_run("clip-base")
+    method, _ = build_method(run, args.out, None)
+    dataset = ([sample_of(s, args.captions) for s in scenes] if not attributes
+               else CounterfactualBatches(scenes, method.preprocess, run.batch_size, attributes, args.captions))
+    config = TrainConfig(max_steps=args.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
+                         lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
+                         clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED, checkpoint_every=args.steps,
+                         precision="auto", name=f"binding-{args.name}")
+    world_s = time.perf_counter() - clock
+    clock = time.perf_counter()
+    result = train(method, dataset, config, args.out / args.name, progress=False)
+    train_s = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    held_out = list(generate_scenes(EVAL_LIMIT, EVAL_SEED, IMAGE_SIZE, split="test", n_objects=WORLD_OBJECTS))
+    metrics = evaluate(Model(method, name=args.name, device="cpu"), held_out)
+    eval_s = time.perf_counter() - clock
+    record = {"name": args.name, "captions": args.captions, "twins": list(attributes), "steps": result.steps,
+              "batch_size": run.batch_size, "last_loss": (result.last or {}).get("loss"),
+              "seconds": {"world": round(world_s, 1), "train": round(train_s, 1), "eval": round(eval_s, 1)},
+              "metrics": metrics}
+    print(json.dumps(record))
+    with open(args.out / "results.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
