@@ -38,6 +38,7 @@ from explorer.training.samples import TrainingSample, collate
 CONTEXT = 77
 TRAIN_SCENES = int(DEMO_SCENES * 0.9)  # write_world's train share
 EVAL_LIMIT = 300  # explorer eval's default
+PROBE_CHUNK = 32  # scene / twin pairs scored at once
 
 
 def sample_of(scene, captions: str) -> TrainingSample:
@@ -53,10 +54,12 @@ class CounterfactualBatches:
     """A ``BatchSource``: each batch is scenes in a seeded random order, each followed by its twins, cut at
     ``batch_size`` pictures."""
 
-    def __init__(self, scenes, preprocess, batch_size: int, attributes, captions: str, seed: int = 0):
+    def __init__(self, scenes, preprocess, batch_size: int, attributes, captions: str, seed: int = 0,
+                 per_scene: int | None = None):
         self.scenes, self.preprocess, self.batch_size = scenes, preprocess, batch_size
         self.attributes, self.captions, self.seed = tuple(attributes), captions, seed
-        self.per_scene = 1 + len(self.attributes)
+        self.twins = per_scene or len(self.attributes)  # twins per scene, attributes drawn in random order
+        self.per_scene = 1 + self.twins
 
     def __len__(self) -> int:
         return len(self.scenes) // -(-self.batch_size // self.per_scene)
@@ -64,7 +67,10 @@ class CounterfactualBatches:
     def group(self, scene, rng) -> list[TrainingSample]:
         out = [sample_of(scene, self.captions)]
         seen = {tuple(visible(out[0].caption))} if self.captions == "long" else {out[0].caption}
-        for attribute in self.attributes:
+        for a in rng.permutation(len(self.attributes)):
+            if len(out) > self.twins:
+                break
+            attribute = self.attributes[a]
             for k in rng.permutation(len(scene.objects)):
                 twin = counterfactual_twin(scene, attribute, int(k), rng, WORLD_OBJECTS)
                 if twin is None:
@@ -122,6 +128,35 @@ def evaluate(model, scenes) -> dict:
     return out
 
 
+def twin_probe(model, scenes, captions: str, seed: int = 0) -> dict:
+    """In the run's own caption format, on held-out scenes and one twin per attribute (a random object):
+    ``twin_t2i/<a>``: the scene's caption scores its own picture above the twin's picture;
+    ``twin_i2t/<a>``: the picture scores its own caption above the twin's caption (None where the
+    format does not say the attribute, e.g. size in a short caption). A tie is a miss."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for attribute in ATTRIBUTES:
+        pairs = []  # (scene, twin)
+        for scene in scenes:
+            twin = counterfactual_twin(scene, attribute, int(rng.integers(len(scene.objects))), rng, WORLD_OBJECTS)
+            if twin is not None:
+                pairs.append((scene, twin))
+        t2i, i2t = [], []
+        for start in range(0, len(pairs), PROBE_CHUNK):
+            chunk = pairs[start:start + PROBE_CHUNK]
+            n = len(chunk)
+            images = [s.image for s, _ in chunk] + [t.image for _, t in chunk]
+            texts = [sample_of(s, captions).caption for s, _ in chunk] + [sample_of(t, captions).caption for _, t in chunk]
+            scores = model.similarity(model.encode_image(images), texts)  # [2n images, 2n captions]
+            for j in range(n):
+                t2i.append(bool(scores[j, j] > scores[n + j, j]))
+                if visible(texts[j]) != visible(texts[n + j]):
+                    i2t.append(bool(scores[j, j] > scores[j, n + j]))
+        out[f"twin_t2i/{attribute}"] = float(np.mean(t2i)) if t2i else None
+        out[f"twin_i2t/{attribute}"] = float(np.mean(i2t)) if i2t else None
+    return out
+
+
 def main() -> None:
     from explorer.models.model import Model
     from explorer.training.loop import TrainConfig, train
@@ -130,18 +165,38 @@ def main() -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--captions", choices=("short", "long"), default="short")
     parser.add_argument("--twins", default="none", help="none, all, or attributes joined by commas")
+    parser.add_argument("--twins-per-scene", type=int, help="twins per scene (default: one per attribute)")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--out", type=Path, default=Path("/tmp/binding"))
+    parser.add_argument("--probe", type=Path, help="only probe these trained weights with twins (twin_probe)")
+    parser.add_argument("--init", type=Path, help="start from these weights (a run's model.safetensors) instead of "
+                                                  "from scratch; the recipe (warm-up included) starts afresh")
     args = parser.parse_args()
     torch.set_num_threads(2)
     attributes = () if args.twins == "none" else ATTRIBUTES if args.twins == "all" else tuple(args.twins.split(","))
 
+    if args.probe:
+        from explorer.models.io.loading import load_method
+
+        held_out = list(generate_scenes(EVAL_LIMIT, EVAL_SEED, IMAGE_SIZE, split="test", n_objects=WORLD_OBJECTS))
+        model = Model(load_method(args.probe)[0], name=args.name, device="cpu")
+        record = {"name": args.name, "captions": args.captions, "probe": twin_probe(model, held_out, args.captions)}
+        print(json.dumps(record))
+        with open(args.out / "probes.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return
     clock = time.perf_counter()
     scenes = list(generate_scenes(TRAIN_SCENES, DEMO_SEED, IMAGE_SIZE, split="train", n_objects=WORLD_OBJECTS))
     run = demo_run("clip-base")
-    method, _ = build_method(run, args.out, None)
+    if args.init:
+        from explorer.models.io.loading import load_method
+
+        method, _ = load_method(args.init)
+    else:
+        method, _ = build_method(run, args.out, None)
     dataset = ([sample_of(s, args.captions) for s in scenes] if not attributes
-               else CounterfactualBatches(scenes, method.preprocess, run.batch_size, attributes, args.captions))
+               else CounterfactualBatches(scenes, method.preprocess, run.batch_size, attributes, args.captions,
+                                             per_scene=args.twins_per_scene))
     config = TrainConfig(max_steps=args.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
                          lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
                          clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED, checkpoint_every=args.steps,
@@ -153,9 +208,11 @@ def main() -> None:
 
     clock = time.perf_counter()
     held_out = list(generate_scenes(EVAL_LIMIT, EVAL_SEED, IMAGE_SIZE, split="test", n_objects=WORLD_OBJECTS))
-    metrics = evaluate(Model(method, name=args.name, device="cpu"), held_out)
+    model = Model(method, name=args.name, device="cpu")
+    metrics = evaluate(model, held_out)
+    metrics.update(twin_probe(model, held_out, args.captions))
     eval_s = time.perf_counter() - clock
-    record = {"name": args.name, "captions": args.captions, "twins": list(attributes), "steps": result.steps,
+    record = {"name": args.name, "init": str(args.init) if args.init else None, "captions": args.captions, "twins": list(attributes), "twins_per_scene": args.twins_per_scene, "steps": result.steps,
               "batch_size": run.batch_size, "last_loss": (result.last or {}).get("loss"),
               "seconds": {"world": round(world_s, 1), "train": round(train_s, 1), "eval": round(eval_s, 1)},
               "metrics": metrics}
