@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--twins", default="none", help="none, all, or attributes joined by commas")
     parser.add_argument("--twins-per-scene", type=int, help="twins per scene (default: one per attribute)")
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--logit-scale", type=float, help="initial exp(logit_scale) (default: the model's, 1/0.07)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/binding"))
     parser.add_argument("--probe", type=Path, help="only probe these trained weights with twins (twin_probe)")
     parser.add_argument("--init", type=Path, help="start from these weights (a run's model.safetensors) instead of "
@@ -194,6 +195,9 @@ def main() -> None:
         method, _ = load_method(args.init)
     else:
         method, _ = build_method(run, args.out, None)
+    if args.logit_scale:  # a sharper softmax from the start: twins are much closer than scenes
+        with torch.no_grad():
+            method.logit_scale.fill_(float(np.log(args.logit_scale)))
     dataset = ([sample_of(s, args.captions) for s in scenes] if not attributes
                else CounterfactualBatches(scenes, method.preprocess, run.batch_size, attributes, args.captions,
                                              per_scene=args.twins_per_scene))
@@ -212,7 +216,8 @@ def main() -> None:
     metrics = evaluate(model, held_out)
     metrics.update(twin_probe(model, held_out, args.captions))
     eval_s = time.perf_counter() - clock
-    record = {"name": args.name, "init": str(args.init) if args.init else None, "captions": args.captions, "twins": list(attributes), "twins_per_scene": args.twins_per_scene, "steps": result.steps,
+    record = {"name": args.name, "init": str(args.init) if args.init else None, "captions": args.captions, "twins": list(attributes), "twins_per_scene": args.twins_per_scene,
+              "logit_scale_init": args.logit_scale, "steps": result.steps,
               "batch_size": run.batch_size, "last_loss": (result.last or {}).get("loss"),
               "seconds": {"world": round(world_s, 1), "train": round(train_s, 1), "eval": round(eval_s, 1)},
               "metrics": metrics}
