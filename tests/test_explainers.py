@@ -104,6 +104,25 @@ def test_legrad_gives_relevance_only_to_the_column_that_carries_a_value():
     assert torch.allclose(others, torch.zeros_like(others), atol=1e-6)
 
 
+def test_legrad_keeps_only_the_gradients_that_raise_the_score():
+    """LeGrad sums ReLU(d score / d A): a sentence pointing away from the lit patch's value gives that column
+    gradients of both signs, and only the positive ones count. Summed with their signs, the lit patch would
+    fall below the zero patches and min-max would light all fifteen of them."""
+    method, pixels, patch = one_patch_tower(pool="avg")
+    last = method.visual.transformer.resblocks[-1]
+
+    def towards_the_patch_value(tokens):
+        with torch.no_grad():
+            _, _, v = (t for t in F.linear(last.ln_1(tokens), last.attn.in_proj_weight).chunk(3, dim=-1))
+        return tokens + last.attn.out_proj(v[:, 1 + patch:2 + patch])
+
+    towards = pulled_towards(method, pixels, towards_the_patch_value)
+    away = TextFeatures(eot=-towards.eot, tokens=-towards.tokens, mask=towards.mask)
+    maps = explain(method, pixels, away, LEGRAD)[0].flatten()
+    others = torch.cat([maps[:patch], maps[patch + 1:]])
+    assert torch.count_nonzero(others) == 0 and maps[patch] == 1.0
+
+
 # ---- the pieces, against independent computations --------------------------------------------------------
 
 
