@@ -32,7 +32,7 @@ from PIL import Image
 
 from explorer.core.errors import ExplorerError, ImageError
 from explorer.core.files import atomic_write
-from explorer.core.images import decode_image, image_digest, open_image
+from explorer.core.images import decode_image, decode_slot, image_digest, open_image
 from explorer.grounding.metrics import score_maps
 
 log = logging.getLogger(__name__)
@@ -146,28 +146,30 @@ def _read_labels(path, name: str, notes: list[str]) -> tuple[np.ndarray, bool]:
         if opened.format == "JPEG":
             raise MaskError(f"{name} is a JPEG: lossy compression changes label values along edges, so it "
                             "cannot be read as a mask. Save the mask as PNG (or another lossless format).")
-        try:
-            image = decode_image(opened, label, notes)
-        except ImageError as error:
-            raise MaskError(f"The mask cannot be read: {error}") from error
-        mode = image.mode
-        if mode == "1":
-            return np.asarray(image, dtype=np.uint8), True
-        if mode in ("L", "P") or mode == "I" or mode.startswith("I;16"):
-            return np.asarray(image), False
-        if mode in ("LA", "PA"):
-            notes.append(f"the mask's transparency ({mode}) was ignored")
-            return np.asarray(image)[..., 0], False
-        if mode in ("RGB", "RGBA"):
-            rgb = np.asarray(image)[..., :3]
-            if (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 0] == rgb[..., 2]).all():
-                notes.append(f"{mode} mask with equal channels read as a grey label image")
-                return np.ascontiguousarray(rgb[..., 0]), False
+        with decode_slot():  # a full-size decode: one of the process's slots, as every picture's
+            try:
+                image = decode_image(opened, label, notes)
+            except ImageError as error:
+                raise MaskError(f"The mask cannot be read: {error}") from error
+            mode = image.mode
+            if mode == "1":
+                return np.asarray(image, dtype=np.uint8), True
+            if mode in ("L", "P") or mode == "I" or mode.startswith("I;16"):
+                return np.asarray(image), False
+            if mode in ("LA", "PA"):
+                notes.append(f"the mask's transparency ({mode}) was ignored")
+                return np.asarray(image)[..., 0], False
+            if mode in ("RGB", "RGBA"):
+                rgb = np.asarray(image)[..., :3]
+                if (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 0] == rgb[..., 2]).all():
+                    notes.append(f"{mode} mask with equal channels read as a grey label image")
+                    return np.ascontiguousarray(rgb[..., 0]), False
+                raise MaskError(f"a mask is a single-channel label image (grey or palette: pixel value k marks "
+                                f"sentence k, 0 marks nothing), but {name} is a colour {mode} image whose channels "
+                                "differ. Save it as an 8-bit greyscale PNG.")
             raise MaskError(f"a mask is a single-channel label image (grey or palette: pixel value k marks "
-                            f"sentence k, 0 marks nothing), but {name} is a colour {mode} image whose channels "
-                            "differ. Save it as an 8-bit greyscale PNG.")
-        raise MaskError(f"a mask is a single-channel label image (grey or palette: pixel value k marks sentence "
-                        f"k, 0 marks nothing), but {name} has mode {mode}. Save it as an 8-bit greyscale PNG.")
+                            f"sentence k, 0 marks nothing), but {name} has mode {mode}. Save it as an 8-bit "
+                            "greyscale PNG.")
     finally:
         opened.close()
 
