@@ -218,12 +218,12 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
                       **HEAVY)
     # A new drawing or a display change redraws the focused sentence (if one is picked) from the stored maps.
     focus_again = dict(fn=focus_by_number, inputs=[view_state, settings_state, focus_sentence],
-                       outputs=[focus, focus_note], show_progress="hidden")
+                       outputs=[focus, focus_note], show_progress="hidden", **HEAVY)
     drawn.then(**focus_again)
     scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
-                  api_name="focus_table")
+                  api_name="focus_table", **HEAVY)
     picture.select(focus_from_strip, inputs=[view_state, settings_state],
-                   outputs=[focus_sentence, focus, focus_note], api_name="focus_strip")
+                   outputs=[focus_sentence, focus, focus_note], api_name="focus_strip", **HEAVY)
     focus_sentence.submit(**focus_again, api_name="focus_sentence")
     for control in display:
         # A slider re-renders on "input" (a drag, or a number typed in its box and Enter) with only

@@ -123,11 +123,17 @@ class Measure:
         lines: list[str] = []
         width -= SLACK
         for word in text.split():
+            if max_lines is not None and len(lines) > max_lines:
+                break  # the rest is cut anyway: a visitor's 20,000-letter word is not measured to the end
             if lines and self.width(f"{lines[-1]} {word}") <= width:
                 lines[-1] = f"{lines[-1]} {word}"
                 continue
             while self.width(word) > width and len(word) > 1:  # break a word no line holds, after a hyphen if it can
-                cut = max(n for n in range(1, len(word) + 1) if n == 1 or self.width(word[:n]) <= width)
+                if max_lines is not None and len(lines) > max_lines:
+                    break
+                cut = 1  # the longest prefix that fits, grown from the start (widths grow with the prefix)
+                while cut < len(word) and self.width(word[:cut + 1]) <= width:
+                    cut += 1
                 hyphen = word.rfind("-", 0, cut)
                 cut = hyphen + 1 if hyphen > 0 else cut
                 lines.append(word[:cut])

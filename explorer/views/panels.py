@@ -141,13 +141,19 @@ def ui_font(size: int) -> ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
+def _cell_size(rows) -> tuple[int, int]:
+    """(width, height) of one panel's picture in ``compose``'s layout: the largest of the grid's."""
+    cell_w = max((p.pixels.shape[1] for row in rows for p in row if p.pixels is not None), default=1)
+    cell_h = max((p.pixels.shape[0] for row in rows for p in row if p.pixels is not None), default=1)
+    return cell_w, cell_h
+
+
 def compose(grid: PanelGrid) -> Image.Image:
     """All panels in one picture: a label column, then the panels, each with its title above."""
     rows = grid.rows
     if not rows or not any(rows):
         return Image.new("RGB", (1, 1), "white")
-    cell_w = max((p.pixels.shape[1] for row in rows for p in row if p.pixels is not None), default=1)
-    cell_h = max((p.pixels.shape[0] for row in rows for p in row if p.pixels is not None), default=1)
+    cell_w, cell_h = _cell_size(rows)
     columns = max(len(row) for row in rows)
     width = LABEL_WIDTH + columns * (cell_w + GAP)
     height = len(rows) * (cell_h + TITLE_HEIGHT + GAP)
@@ -172,8 +178,7 @@ def panel_at(grid: PanelGrid, x: float, y: float) -> Panel | None:
     rows = [row for row in grid.rows if row]
     if not rows:
         return None
-    cell_w = max(p.pixels.shape[1] for row in rows for p in row if p.pixels is not None)
-    cell_h = max(p.pixels.shape[0] for row in rows for p in row if p.pixels is not None)
+    cell_w, cell_h = _cell_size(rows)
     r, inside_y = divmod(y, cell_h + TITLE_HEIGHT + GAP)
     c, inside_x = divmod(x - LABEL_WIDTH, cell_w + GAP)
     if x < LABEL_WIDTH or not 0 <= r < len(grid.rows) or inside_x >= cell_w or inside_y < TITLE_HEIGHT \
