@@ -35,8 +35,9 @@ import torch.nn.functional as F
 from explorer.core.sentences import split_sentences
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
-from explorer.models.methods.base import GENERIC_MAP
+from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
 from explorer.models.methods.clip import ClipFamily
+from explorer.models.nn.losses import info_nce
 from explorer.models.nn.positional import SHORT_CONTEXT
 
 GROUPING_MAP = "grouping"
@@ -117,7 +118,7 @@ class DreamLipMethod(ClipFamily):
     @staticmethod
     def multi_positive(images: torch.Tensor, texts: torch.Tensor, owner: torch.Tensor, scale) -> torch.Tensor:
         """L_mpc: images [N, d], texts [T, d], owner [T] (the image of each sub-caption)."""
-        logits = scale * F.normalize(images, dim=-1) @ F.normalize(texts, dim=-1).T  # [N, T]
+        logits = scale * cosine_matrix(images, texts)  # [N, T]
         positive = owner[None, :] == torch.arange(len(images), device=owner.device)[:, None]
         log_p = logits.log_softmax(dim=1)
         image_to_text = -(log_p * positive).sum(dim=1) / positive.sum(dim=1).clamp_min(1)
@@ -131,9 +132,5 @@ class DreamLipMethod(ClipFamily):
         for i in range(len(patches)):
             mine = texts[owner == i]  # [K_i, d]
             groups = grouping_weights(mine, patches[i]) @ patches[i].float()  # g_ik [K_i, d]
-            logits = scale * F.normalize(groups, dim=-1) @ F.normalize(mine.float(), dim=-1).T  # [K_i, K_i]
-            target = torch.arange(len(mine), device=logits.device)
-            both = F.cross_entropy(logits, target, reduction="none") + F.cross_entropy(logits.T, target,
-                                                                                         reduction="none")
-            terms.append(both / 2)
-        return torch.cat(terms).mean()
+            terms.append(info_nce(scale * cosine_matrix(groups, mine)) * len(mine))  # [K_i, K_i] logits
+        return sum(terms) / len(texts)  # the mean over every sub-caption

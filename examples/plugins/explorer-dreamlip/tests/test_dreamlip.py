@@ -3,6 +3,7 @@
 import math
 
 import torch
+import torch.nn.functional as F
 
 from explorer.testing import check_method
 from explorer_dreamlip.method import DreamLipMethod, grouping_weights
@@ -43,3 +44,20 @@ def test_sub_captions_are_distinct_sentences_of_their_own_caption_and_come_from_
             mine = [t for t, o in zip(texts, owner) if o == i]
             assert mine and len(mine) == len(set(mine)) <= SUB_CAPTIONS
             assert all(t in batch.captions[i] for t in mine)
+
+
+def test_grouping_loss_is_the_mean_over_sub_captions_of_both_directions():
+    """L_grp by hand: for each image, logits = scale * cos(group_k, sub-caption_j); each sub-caption's term is
+    the mean of its row's and its column's cross-entropy; the loss averages those terms over every sub-caption."""
+    torch.manual_seed(0)
+    patches, texts = torch.randn(2, 5, 8), torch.randn(5, 8)
+    owner, scale = torch.tensor([0, 0, 0, 1, 1]), torch.tensor(3.0)
+    terms = []
+    for i in range(2):
+        mine = texts[owner == i]
+        groups = grouping_weights(mine, patches[i]) @ patches[i]
+        logits = scale * F.normalize(groups, dim=-1) @ F.normalize(mine, dim=-1).T
+        rows, cols = logits.log_softmax(dim=1), logits.log_softmax(dim=0)
+        terms += [-(rows[k, k] + cols[k, k]) / 2 for k in range(len(mine))]
+    expected = torch.stack(terms).mean()
+    assert math.isclose(float(DreamLipMethod.grouping(patches, texts, owner, scale)), float(expected), rel_tol=1e-5)
