@@ -378,8 +378,8 @@ def test_a_typed_sdxl_folder_is_named_and_generate_draws_the_stock_and_the_swapp
     expect(grid).to_be_visible(timeout=30_000)
     assert grid.evaluate("img => img.naturalWidth") > 2 * 64  # two columns of 64 px, and their titles
     reads = page.locator("#generation-reads")
-    expect(reads).to_contain_text("stock SDXL (77 tokens)")  # the two columns: stock, and the swapped model
-    expect(reads).to_contain_text("demo-finelip (248 tokens)")
+    expect(reads).to_contain_text("stock SDXL (77 tokens)", timeout=30_000)  # the two columns: stock, the swapped
+    expect(reads).to_contain_text("demo-finelip (248 tokens)", timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "generation.png"), full_page=True)
 
 
