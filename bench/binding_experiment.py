@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -43,6 +44,133 @@ PROBE_CHUNK = 32  # scene / twin pairs scored at once
 
 def sample_of(scene, captions: str) -> TrainingSample:
     return TrainingSample(image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption)
+
+
+def caption_of(scene, kind: str, rng) -> str:
+    """One training text of ``scene``: "long", "short", or "object" (one of its object sentences, at random)."""
+    if kind == "object":
+        sentences = [s.text for s in scene.sentences if s.kind == "object"]
+        return sentences[int(rng.integers(len(sentences)))]
+    return scene.short_caption if kind == "short" else scene.long_caption
+
+
+ATTRIBUTE_CLASSES = {"colour": ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white"),
+                     "shape": ("square", "circle", "triangle", "star", "ring", "cross", "diamond", "heart"),
+                     "size": ("small", "medium", "large"), "texture": ("solid", "striped", "dotted", "checkered")}
+
+
+def patch_targets(scene, grid: int) -> torch.Tensor:
+    """[4, grid * grid] long: per patch, the class of the object covering most of its object pixels (at least a quarter of it) for colour, shape, size and
+    texture (0 = background, k + 1 = the attribute's k-th value)."""
+    labels = scene.labels
+    side = labels.shape[0] // grid
+    blocks = labels[:grid * side, :grid * side].reshape(grid, side, grid, side).transpose(0, 2, 1, 3).reshape(grid * grid, -1)
+    counts = np.stack([np.bincount(b, minlength=8) for b in blocks])[:, 1:]  # object pixels per patch
+    # a patch belongs to the object covering at least a quarter of it (small objects keep their patches)
+    owner = np.where(counts.max(1) * 4 >= side * side, counts.argmax(1) + 1, 0)
+    out = np.zeros((4, grid * grid), dtype=np.int64)
+    for a, (attribute, values) in enumerate(ATTRIBUTE_CLASSES.items()):
+        table = np.array([0] + [values.index(getattr(o, attribute)) + 1 for o in scene.objects])
+        out[a] = table[owner]
+    return torch.as_tensor(out)
+
+
+def object_sentences(scene) -> list[str]:
+    return [s.text for s in scene.sentences if s.kind == "object"]
+
+
+def add_objectives(method, objectives: set, dense_weight: float, grid: int):
+    """Wrap ``method.losses`` with the experiment's extra terms (bench only; the heads are dropped after)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    base_losses = method.losses
+    if "dense" in objectives:
+        dim = method.encode_image(torch.zeros(1, 3, IMAGE_SIZE, IMAGE_SIZE)).patches.shape[-1]
+        method.aux_heads = nn.ModuleList([nn.Linear(dim, len(v) + 1) for v in ATTRIBUTE_CLASSES.values()])
+
+    def losses(batch):
+        out = {}
+        image = method.encode_image(batch.pixels)
+        image_n = F.normalize(image.cls, dim=-1)
+        scale = method.logit_scale.exp()
+        text = F.normalize(method.encode_captions(batch.captions).eot, dim=-1)
+        logits = scale * image_n @ text.T
+        target = torch.arange(len(batch), device=logits.device)
+        out["contrastive"] = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+        if "multi" in objectives:  # every object sentence of the batch against every picture
+            sentences = batch.extras["object_sentences"]
+            flat = [t for group in sentences for t in group]
+            owner = torch.as_tensor([i for i, group in enumerate(sentences) for _ in group])
+            emb = F.normalize(method.encode_captions(flat).eot, dim=-1)
+            sl = scale * emb @ image_n.T  # [S, B]
+            t2i = F.cross_entropy(sl, owner)
+            positive = owner[None, :] == torch.arange(len(batch))[:, None]  # [B, S]
+            il = sl.T
+            i2t = -(torch.logsumexp(il.masked_fill(~positive, -1e4), 1) - torch.logsumexp(il, 1)).mean()
+            out["objects"] = (t2i + i2t) / 2
+        if "dense" in objectives:
+            targets = batch.extras["patch_targets"]  # [B, 4, P]
+            terms = [F.cross_entropy(head(image.patches).flatten(0, 1), targets[:, a].flatten())
+                     for a, head in enumerate(method.aux_heads)]
+            out["dense"] = dense_weight * sum(terms) / len(terms)
+        return out
+
+    method.losses = losses
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, start: int):
+    """The scene indices of each batch of ``epoch`` from batch ``start`` on (a seeded shuffle per epoch)."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(n, generator=generator).tolist()
+    for b in range(start, n // batch_size):
+        yield order[b * batch_size:(b + 1) * batch_size]
+
+
+class ObjectiveBatches:
+    """Random batches (as ``SampleLoader`` shuffles) with the extras the experiment's objectives read."""
+
+    def __init__(self, scenes, preprocess, batch_size: int, captions: str, grid: int, seed: int = 0):
+        self.scenes, self.preprocess, self.batch_size, self.captions, self.grid, self.seed = (
+            scenes, preprocess, batch_size, captions, grid, seed)
+        self.targets = {}
+
+    def __len__(self) -> int:
+        return len(self.scenes) // self.batch_size
+
+    def batches(self, epoch: int, start: int = 0):
+        for indices in epoch_batches(len(self.scenes), self.batch_size, self.seed, epoch, start):
+            chosen = [self.scenes[i] for i in indices]
+            batch = collate([sample_of(s, self.captions) for s in chosen], self.preprocess)
+            for s in chosen:
+                if s.id not in self.targets:
+                    self.targets[s.id] = patch_targets(s, self.grid)
+            batch.extras["patch_targets"] = torch.stack([self.targets[s.id] for s in chosen])
+            batch.extras["object_sentences"] = [object_sentences(s) for s in chosen]
+            yield batch
+
+
+class MixedCaptionBatches:
+    """A ``BatchSource`` of random batches (the base recipe's), each picture's text drawn per epoch from
+    ``mix`` ({"object": p, "long": p, "short": p}): an object sentence names one object's colour, shape,
+    size, texture and place, so, unlike a whole caption (told apart by its colours alone), it needs them
+    all to find its picture among 32."""
+
+    def __init__(self, scenes, preprocess, batch_size: int, mix: dict, seed: int = 0):
+        self.scenes, self.preprocess, self.batch_size, self.seed = scenes, preprocess, batch_size, seed
+        self.kinds, self.weights = list(mix), np.asarray(list(mix.values()), dtype=float) / sum(mix.values())
+
+    def __len__(self) -> int:
+        return len(self.scenes) // self.batch_size
+
+    def batches(self, epoch: int, start: int = 0):
+        for indices in epoch_batches(len(self.scenes), self.batch_size, self.seed, epoch, start):
+            samples = []
+            for i in indices:
+                rng = np.random.default_rng([self.seed, epoch, i])
+                kind = self.kinds[int(rng.choice(len(self.kinds), p=self.weights))]
+                samples.append(TrainingSample(image=self.scenes[i].image, caption=caption_of(self.scenes[i], kind, rng)))
+            yield collate(samples, self.preprocess)
 
 
 def visible(text: str) -> list[int]:
@@ -166,6 +294,10 @@ def main() -> None:
     parser.add_argument("--captions", choices=("short", "long"), default="short")
     parser.add_argument("--twins", default="none", help="none, all, or attributes joined by commas")
     parser.add_argument("--twins-per-scene", type=int, help="twins per scene (default: one per attribute)")
+    parser.add_argument("--mix", help='random batches whose texts are drawn per picture, e.g. "object:0.5,long:0.5"')
+    parser.add_argument("--objectives", default="", help="extra terms: multi (every object sentence vs every "
+                        "picture, multi-positive), dense (per-patch attribute heads)")
+    parser.add_argument("--dense-weight", type=float, default=1.0)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--logit-scale", type=float, help="initial exp(logit_scale) (default: the model's, 1/0.07)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/binding"))
@@ -173,7 +305,7 @@ def main() -> None:
     parser.add_argument("--init", type=Path, help="start from these weights (a run's model.safetensors) instead of "
                                                   "from scratch; the recipe (warm-up included) starts afresh")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 2)))
     attributes = () if args.twins == "none" else ATTRIBUTES if args.twins == "all" else tuple(args.twins.split(","))
 
     if args.probe:
@@ -198,7 +330,14 @@ def main() -> None:
     if args.logit_scale:  # a sharper softmax from the start: twins are much closer than scenes
         with torch.no_grad():
             method.logit_scale.fill_(float(np.log(args.logit_scale)))
-    dataset = ([sample_of(s, args.captions) for s in scenes] if not attributes
+    mix = {k: float(v) for k, v in (part.split(":") for part in args.mix.split(","))} if args.mix else None
+    objectives = set(filter(None, args.objectives.split(",")))
+    if objectives:
+        grid = IMAGE_SIZE // 4
+        add_objectives(method, objectives, args.dense_weight, grid)
+    dataset = (ObjectiveBatches(scenes, method.preprocess, run.batch_size, args.captions, IMAGE_SIZE // 4) if objectives
+               else MixedCaptionBatches(scenes, method.preprocess, run.batch_size, mix) if mix
+               else [sample_of(s, args.captions) for s in scenes] if not attributes
                else CounterfactualBatches(scenes, method.preprocess, run.batch_size, attributes, args.captions,
                                              per_scene=args.twins_per_scene))
     config = TrainConfig(max_steps=args.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
@@ -216,7 +355,7 @@ def main() -> None:
     metrics = evaluate(model, held_out)
     metrics.update(twin_probe(model, held_out, args.captions))
     eval_s = time.perf_counter() - clock
-    record = {"name": args.name, "init": str(args.init) if args.init else None, "captions": args.captions, "twins": list(attributes), "twins_per_scene": args.twins_per_scene,
+    record = {"name": args.name, "init": str(args.init) if args.init else None, "captions": args.captions, "mix": mix, "objectives": sorted(objectives), "dense_weight": args.dense_weight, "twins": list(attributes), "twins_per_scene": args.twins_per_scene,
               "logit_scale_init": args.logit_scale, "steps": result.steps,
               "batch_size": run.batch_size, "last_loss": (result.last or {}).get("loss"),
               "seconds": {"world": round(world_s, 1), "train": round(train_s, 1), "eval": round(eval_s, 1)},

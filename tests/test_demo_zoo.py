@@ -50,3 +50,51 @@ def test_world_vocabulary_covers_every_caption_word():
     for scene in scenes:
         for word in re.findall(r"[a-z]+", scene.long_caption.lower()):
             assert word in vocab
+
+
+def test_build_demo_resumes_and_keeps_what_it_built(tmp_path):
+    """Run again, a build keeps the runs it finished (same recipe) and records where its time went; a killed
+    run resumes from its checkpoint (``train``'s own resume, tested in test_training_loop)."""
+    out, work = tmp_path / "demo", tmp_path / "work"
+    logged = []
+    kwargs = dict(out=out, work=work, n_scenes=40, scale=0.001, only=["clip-base"], progress=False, min_steps=2)
+    build_demo(**kwargs, log=logged.append)
+    first = (out / "clip-base.safetensors").stat().st_mtime_ns
+    build_demo(**kwargs, log=logged.append)
+    assert (out / "clip-base.safetensors").stat().st_mtime_ns == first
+    assert any("built already" in line for line in logged)
+    build = json.loads((out / "BUILD.txt").read_text())
+    assert build["runs"]["clip-base"]["steps"] == 2 and build["runs"]["clip-base"]["samples_seen"] == 64
+    assert {"world", "clip-base"} <= set(build["minutes"])
+    manifest = json.loads((out / "clip-base.json").read_text())
+    assert manifest["recipe"]["samples_seen"] == 64 and "wall_minutes" in manifest["recipe"]
+    # a changed recipe row is not "built already"
+    build_demo(**{**kwargs, "min_steps": 3}, log=logged.append)
+    assert json.loads((out / "BUILD.txt").read_text())["runs"]["clip-base"]["steps"] == 3
+
+
+def test_background_build_runs_alone_and_reports(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from explorer.jobs import demo_build
+
+    out, work = tmp_path / "demo", tmp_path / "work"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ["zoo", "build-demo", "--out", str(out), "--work", str(work), "--scenes", "40", "--scale", "0.001",
+            "--only", "clip-base"]
+    started = subprocess.run([sys.executable, "-m", "explorer.cli", *args, "--background"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0 and "build.log" in started.stdout, started.stderr
+    assert demo_build.running(work) is not None
+    again = subprocess.run([sys.executable, "-m", "explorer.cli", *args, "--background"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "already running" in (again.stdout + again.stderr)
+    deadline = time.monotonic() + 240
+    while demo_build.running(work) is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert demo_build.running(work) is None and (out / "clip-base.safetensors").exists()
+    status = demo_build.status(work)
+    assert "not running" in status and "clip-base: built" in status

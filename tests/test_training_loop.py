@@ -337,3 +337,20 @@ def test_sample_loader_collates_every_field_and_refuses_half_filled_ones():
     shuffled = SampleLoader(SAMPLES, tiny_clip().preprocess, 2, seed=1)
     assert shuffled.order(0) == shuffled.order(0) and shuffled.order(0) != shuffled.order(1)
     assert sorted(shuffled.order(3)) == list(range(6))
+
+
+def test_checkpoint_minutes_writes_checkpoints_by_wall_time(tmp_path, monkeypatch):
+    """A background build loses at most ``checkpoint_minutes`` of work: a checkpoint follows once that much
+    wall time passed, whatever ``checkpoint_every`` says (0 here: only at the end)."""
+    import explorer.training.loop as loop
+
+    clock = iter(float(i) * 40 for i in range(10_000))  # every perf_counter call moves 40 s on
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: next(clock))
+    model = tiny_clip()
+    config = TrainConfig(max_steps=4, checkpoint_every=0, checkpoint_minutes=1.0, name="timed", **FAST)
+    result = train(model, BatchList([fixed_batch(model)]), config, tmp_path / "run", progress=False)
+    events = [e["event"] for e in read_jsonl(result.run_log_path)]
+    assert events.count("checkpoint") >= 2 and events[-1] == "finish"
+    untimed = train(tiny_clip(), BatchList([fixed_batch(model)]), TrainConfig(max_steps=4, name="untimed", **FAST),
+                    tmp_path / "run2", progress=False)
+    assert [e["event"] for e in read_jsonl(untimed.run_log_path)] == ["start", "finish"]

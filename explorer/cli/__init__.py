@@ -108,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenes", type=int, default=6000)
     demo.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (e.g. 0.1 for a quick try)")
     demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")
+    demo.add_argument("--background", action="store_true",
+                      help="start the build as its own process and return; output goes to <work>/build.log. "
+                           "Run the same command again to resume a stopped build")
+    demo.add_argument("--status", action="store_true", help="say whether a background build runs, and its progress")
     demo.set_defaults(run=_run_build_demo)
 
     figures.add_commands(commands)
@@ -246,10 +250,20 @@ def _run_data_synth(args) -> int:
 
 def _run_build_demo(args) -> int:
     from explorer.core import paths
+    from explorer.jobs import demo_build as background_build
     from explorer.training.demo_zoo import build_demo
 
-    written = build_demo(out=args.out or paths.demo_zoo_root(), work=args.work or paths.demo_build_dir(), n_scenes=args.scenes,
-                         scale=args.scale, only=args.only)
+    out, work = args.out or paths.demo_zoo_root(), args.work or paths.demo_build_dir()
+    if args.status:
+        print(background_build.status(work))
+        return 0
+    if args.background:
+        argv = ["--out", str(out), "--work", str(work), "--scenes", str(args.scenes), "--scale", str(args.scale)]
+        argv += ["--only", *args.only] if args.only else []
+        print(background_build.start(work, argv))
+        return 0
+    with background_build.holding(work):
+        written = build_demo(out=out, work=work, n_scenes=args.scenes, scale=args.scale, only=args.only)
     print(f"demo zoo: {len(written)} model(s) written")
     return 0
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Fields that may change when a run is resumed; any other change would make it another run.
-RESUMABLE_CHANGES = frozenset({"device", "precision", "checkpoint_every", "keep_checkpoints", "log_every",
+RESUMABLE_CHANGES = frozenset({"device", "precision", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "log_every",
                                "workers", "command"})
 
 
@@ -30,6 +30,7 @@ class TrainConfig:
     device: str = "auto"  # auto picks CUDA when available
     seed: int = 0
     checkpoint_every: int = 0  # optimizer steps between checkpoints; 0: only at the end
+    checkpoint_minutes: float = 0.0  # also a checkpoint once this much wall time passed since the last; 0: off
     keep_checkpoints: int = 1  # resumable checkpoints kept on disk
     log_every: int = 1
     shuffle: bool = True

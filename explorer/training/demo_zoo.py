@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -237,63 +238,179 @@ def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, op
     manifest = Manifest(
         name=f"demo-{run.name}", method=method.name, weights=weights.name, architecture=architecture_name(method),
         context_length=method.context_length, source=f"{source}; `{COMMAND}` (seed {DEMO_SEED})",
-        format=f"explorer ({method.name})", options=dict(options or {}), recipe=run.recipe(steps_done),
+        format=f"explorer ({method.name})", options=dict(options or {}),
+        recipe={**run.recipe(steps_done), "samples_seen": steps_done * run.batch_size,
+                "wall_minutes": round(seconds / 60, 1)},
         notes=f"{steps_done} steps, batch {run.batch_size}, {seconds / 60:.1f} min on CPU; "
               f"lr backbone {run.lr_backbone:g}, new modules {run.lr_new:g}")
     manifest.write(out / f"{run.name}.json")
     return weights
 
 
+CHECKPOINT_MINUTES = 5.0  # a killed build loses at most this much of the run it was in
+
+
 def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int = DEMO_SCENES, scale: float = 1.0,
                only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print,
                min_steps: int = 10) -> list[Path]:
     """Train the demo zoo; returns the weight files written. A run trains ``scale`` times its steps, and at
-    least ``min_steps`` (a test of the recipe's plumbing asks for fewer)."""
+    least ``min_steps`` (a test of the recipe's plumbing asks for fewer).
+
+    Run again with the same arguments, it resumes: a published run is kept as it is, an interrupted one
+    continues from its newest checkpoint (written every ``CHECKPOINT_MINUTES``), and the wall time of every
+    part is summed over the calls in ``<work>/build-state.json`` and written to ``<out>/BUILD.txt``."""
     from explorer.data import read_dataset
+
+    out, work = Path(out or paths.demo_zoo_root()), Path(work or paths.demo_build_dir())
+    out.mkdir(parents=True, exist_ok=True)
+    state = BuildState(work / "build-state.json")
+    with state.timing("world"):
+        data = write_world(work, log, n_scenes)
+        scenes = read_dataset(data, split="train")
+    vocab_file = out / "seps-vocab.txt"
+    if not vocab_file.exists():
+        vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
+    context = _BuildContext(out, work, scenes, vocab_file, state, log, progress)
+    written = []
+    for run in all_runs():
+        if only and run.name not in only:
+            continue
+        run = _scaled(run, scale, min_steps)
+        weights = out / f"{run.name}.safetensors"
+        if state.finished(run) and weights.exists():
+            log(f"{run.name}: built already ({state.runs[run.name]['steps']} steps); kept")
+            written.append(weights)
+            continue
+        written.append(_train_run(run, context))
+    (out / "BUILD.txt").write_text(json.dumps({"command": COMMAND, "seed": DEMO_SEED, "n_scenes": n_scenes,
+                                               "scale": scale, "image_size": IMAGE_SIZE, **state.summary()},
+                                              indent=2) + "\n")
+    return written
+
+
+def _scaled(run: DemoRun, scale: float, min_steps: int) -> DemoRun:
+    run = replace(run, steps=max(min_steps, int(run.steps * scale)))
+    if "mean_violation_steps" in run.extra:  # the warm-up keeps its share of a scaled run
+        run = replace(run, extra={**run.extra, "mean_violation_steps": int(run.extra["mean_violation_steps"] * scale)})
+    return run
+
+
+@dataclass
+class _BuildContext:
+    out: Path
+    work: Path
+    scenes: list
+    vocab_file: Path
+    state: "BuildState"
+    log: Callable[[str], None]
+    progress: bool
+    local_pairs: dict | None = None
+
+
+def _train_run(run: DemoRun, context: _BuildContext) -> Path:
+    """Train (or resume) one run of the recipe table and publish it to the zoo."""
     from explorer.models.methods import get_method
     from explorer.models.model import Model
     from explorer.training.loop import TrainConfig, train
 
-    out, work = Path(out or paths.demo_zoo_root()), Path(work or paths.demo_build_dir())
-    out.mkdir(parents=True, exist_ok=True)
-    data = write_world(work, log, n_scenes)
-    scenes = read_dataset(data, split="train")
-    vocab_file = out / "seps-vocab.txt"
-    if not vocab_file.exists():
-        vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
-    written, local_pairs = [], None
-    for run in all_runs():
-        if only and run.name not in only:
-            continue
-        steps = max(min_steps, int(run.steps * scale))
-        if "mean_violation_steps" in run.extra:  # the warm-up keeps its share of a scaled run
-            warmup = int(run.extra["mean_violation_steps"] * scale)
-            run = replace(run, extra={**run.extra, "mean_violation_steps": warmup})
-        method, report = build_method(run, out, vocab_file)
-        cls = get_method(run.method)
-        if cls.needs_local_pairs and local_pairs is None:  # mined with the run's init, as FAST-GOAL mines with CLIP
-            base_file = out / f"{run.init}.safetensors"
-            base = _load(base_file) if base_file.exists() else Model(
-                build_method(demo_run(run.init), out, vocab_file)[0], device="cpu")
-            local_pairs = mine_local_pairs(base, scenes, log)
-        samples = training_samples(scenes, run.captions, local_pairs if cls.needs_local_pairs else None)
-        config = TrainConfig(max_steps=steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
-                             lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
-                             clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
-                             checkpoint_every=max(50, steps // 4), precision="auto", name=f"demo-{run.name}",
-                             command=f"{COMMAND} (run {run.name})")
-        start = time.perf_counter()
-        run_dir = work / "runs" / run.name
-        resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
-        result = train(method, samples, config, run_dir, init=report, resume=resume, progress=progress)
-        seconds = time.perf_counter() - start
-        options = {"vocab_file": vocab_file.name} if cls.needs_word_vocabulary else None
-        written.append(publish(method, run, out, result.steps, seconds, options))
-        last = result.last or {}
-        log(f"{run.name}: {result.steps} steps in {seconds / 60:.1f} min, last loss {last.get('loss', float('nan')):.4f}")
-    (out / "BUILD.txt").write_text(json.dumps({"command": COMMAND, "seed": DEMO_SEED, "n_scenes": n_scenes,
-                                               "scale": scale, "image_size": IMAGE_SIZE}, indent=2) + "\n")
-    return written
+    out, state, log = context.out, context.state, context.log
+    method, report = build_method(run, out, context.vocab_file)
+    cls = get_method(run.method)
+    if cls.needs_local_pairs and context.local_pairs is None:  # mined with the init, as FAST-GOAL mines with CLIP
+        base_file = out / f"{run.init}.safetensors"
+        base = _load(base_file) if base_file.exists() else Model(
+            build_method(demo_run(run.init), out, context.vocab_file)[0], device="cpu")
+        with state.timing("local pairs"):
+            context.local_pairs = mine_local_pairs(base, context.scenes, log)
+    samples = training_samples(context.scenes, run.captions, context.local_pairs if cls.needs_local_pairs else None)
+    config = TrainConfig(max_steps=run.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
+                         lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
+                         clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
+                         checkpoint_every=max(50, run.steps // 4), checkpoint_minutes=CHECKPOINT_MINUTES,
+                         precision="auto", name=f"demo-{run.name}", command=f"{COMMAND} (run {run.name})")
+    run_dir = context.work / "runs" / run.name
+    if state.started(run) and run_dir.exists():  # trained with another row of the recipe table: start afresh
+        log(f"{run.name}: the recipe changed since {run_dir} was trained; training it afresh")
+        shutil.rmtree(run_dir)
+    resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
+    if resume:
+        log(f"{run.name}: resuming {run_dir}")
+    with state.timing(run.name) as clock:
+        result = train(method, samples, config, run_dir, init=report, resume=resume, progress=context.progress)
+    seconds = float((result.last or {}).get("elapsed_s", clock.seconds))  # summed over resumed calls by train
+    state.finish(run, result.steps, result.steps * run.batch_size, seconds)
+    options = {"vocab_file": context.vocab_file.name} if cls.needs_word_vocabulary else None
+    weights = publish(method, run, out, result.steps, seconds, options)
+    last = result.last or {}
+    log(f"{run.name}: {result.steps} steps in {seconds / 60:.1f} min, last loss {last.get('loss', float('nan')):.4f}")
+    return weights
+
+
+class BuildState:
+    """What a build has done so far, kept in a JSON file so that a resumed build knows it: finished runs,
+    and the wall time spent in each part (world, local pairs, each run), summed over calls."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        self.runs: dict = saved.get("runs", {})
+        self.seconds: dict = saved.get("seconds", {})
+
+    def finished(self, run: DemoRun) -> bool:
+        done = self.runs.get(run.name)
+        return bool(done) and done.get("finished", False) and done.get("recipe") == _recipe_key(run)
+
+    def started(self, run: DemoRun) -> bool:
+        """True when ``run`` was begun with another recipe (its run folder is stale); marks it begun with this one."""
+        before = self.runs.get(run.name, {}).get("recipe")
+        if before != _recipe_key(run):
+            self.runs[run.name] = {"recipe": _recipe_key(run), "finished": False}
+            self.save()
+        return before is not None and before != _recipe_key(run)
+
+    def finish(self, run: DemoRun, steps: int, samples: int, seconds: float) -> None:
+        self.runs[run.name] = {"steps": steps, "samples_seen": samples, "train_seconds": round(seconds, 1),
+                               "recipe": _recipe_key(run), "finished": True}
+        self.save()
+
+    def timing(self, part: str):
+        return _Timing(self, part)
+
+    def add(self, part: str, seconds: float) -> None:
+        self.seconds[part] = round(self.seconds.get(part, 0.0) + seconds, 1)
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"runs": self.runs, "seconds": self.seconds}, indent=2) + "\n")
+        tmp.replace(self.path)
+
+    def summary(self) -> dict:
+        """For BUILD.txt: where the wall time went (minutes per part) and each run's steps and samples."""
+        return {"minutes": {part: round(s / 60, 1) for part, s in self.seconds.items()},
+                "total_minutes": round(sum(self.seconds.values()) / 60, 1),
+                "runs": {name: {k: v for k, v in done.items() if k not in ("recipe", "finished")}
+                         for name, done in self.runs.items() if done.get("finished")}}
+
+
+class _Timing:
+    def __init__(self, state: BuildState, part: str):
+        self.state, self.part, self.seconds = state, part, 0.0
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+        self.state.add(self.part, self.seconds)  # also when interrupted: that time was spent
+        return False
+
+
+def _recipe_key(run: DemoRun) -> str:
+    """A run counts as built only for the recipe it was built with (a changed row retrains it)."""
+    return json.dumps(run.recipe(run.steps), sort_keys=True)
 
 
 def _load(path: Path):

@@ -229,7 +229,7 @@ class _Run:
         self.init_source = init.source if init is not None else (saved.state.get("init_source") if saved else None)
         self.command = config.command or "explorer.training.train (Python)"
         self.history: list[dict] = []
-        self.t_start = time.perf_counter()
+        self.t_start = self.last_checkpoint_at = time.perf_counter()
         self.run_log.write({
             "event": "resume" if saved else "start", "step": self.step, "total_steps": self.total,
             "time": time.time(), "method": method.name, "config": config.to_dict(), "seed": config.seed,
@@ -257,7 +257,7 @@ class _Run:
                     logged = self.step % config.log_every == 0 or self.step == self.total
                     if logged:
                         self.metrics.write(row)
-                    if self.step < self.total and config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                    if self.step < self.total and self.checkpoint_due():
                         self.checkpoint(finished=False)
                     if logged and on_metrics is not None:
                         on_metrics(row)
@@ -278,6 +278,15 @@ class _Run:
         self.stopped = True
         self.run_log.write({"event": "stop", "step": self.step, "time": time.time(), "reason": "should_stop",
                             "checkpoint": self.step > 0})
+
+    def checkpoint_due(self) -> bool:
+        """Every ``checkpoint_every`` steps, or once ``checkpoint_minutes`` of wall time passed since the last
+        checkpoint (a killed background build then loses at most that much work)."""
+        every, minutes = self.config.checkpoint_every, self.config.checkpoint_minutes
+        if every and self.step % every == 0:
+            return True
+        # ranks' clocks differ: under DDP a checkpoint is due when any rank says so
+        return bool(minutes) and self.agree(time.perf_counter() - self.last_checkpoint_at >= 60 * minutes)
 
     def agree(self, flag: bool) -> bool:
         """``flag``, or under DDP whether any rank says yes (every rank asks at the same point)."""
@@ -358,6 +367,7 @@ class _Run:
         metadata = {"training": {"step": self.step, "total_steps": self.total, "seed": self.config.seed,
                                  "command": self.command, "init": self.init_source, "finished": finished}}
         save_checkpoint(self.out_dir, self.method, state, metadata, keep_last=self.config.keep_checkpoints)
+        self.last_checkpoint_at = time.perf_counter()
         write_manifest(self.out_dir, self.name, self.method, source=f"trained by explorer: {self.command}",
                        notes=_manifest_notes(self.step, self.total, self.config, self.init_source, finished))
         self.run_log.write({"event": "finish" if finished else "checkpoint", "step": self.step, "time": time.time()})
