@@ -130,9 +130,14 @@ def test_eval_retrieval_writes_recall_both_ways_and_matches_explorer_eval(world,
     assert explorer("eval", "--data", world, "--split", "train", "--limit", LIMIT, "--grounding-limit", 0,
                     "--model", models[0], "--model", models[1], "--out", tmp_path / "eval.json",
                     "--no-progress") == 0
-    capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "| model | ctx | all five (scenes) | colour |" in printed and "unseen position |" in printed
     reference = json.loads((tmp_path / "eval.json").read_text())["models"]
     assert sorted(row["name"] for row in reference) == sorted(models)
+    # the fair hard-negative test: CAFT reads every chunk and FineLIP 248 tokens, so no change is out of reach
+    assert all(row["metrics"][f"hard_negative_unseen/{a}"] == 0.0 for row in reference
+               for a in ("colour", "shape", "size", "texture", "position"))
+    assert all(row["counts"]["hard_negative_scenes_in_reach"] == LIMIT for row in reference)
     for row in reference:
         keys = ("t2i_R@1", "t2i_R@5", "i2t_R@1", "i2t_R@5")
         assert [results["models"][row["name"]][key] for key in keys] == [row["metrics"][f"long_{key}"] for key in keys]

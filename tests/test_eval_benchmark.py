@@ -18,15 +18,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from explorer.data import Background, Scene, SceneObject, Sentence, read_dataset, write_dataset
 from explorer.evaluation.baselines import baselines, centre_box_mask
 from explorer.evaluation.grounding_eval import native_kind, object_sentences
-from explorer.evaluation.report import results_markdown, results_table, update_readme
-from explorer.evaluation.results import METRIC_KEYS, write_results
-from explorer.evaluation.runner import evaluate_model, evaluate_zoo
+from explorer.evaluation.report import hard_negatives_table, results_markdown, results_table, update_readme
+from explorer.evaluation.results import ATTRIBUTES, METRIC_KEYS, write_results
+from explorer.evaluation.runner import evaluate_model, evaluate_zoo, in_reach
 from explorer.grounding.flism import crop_regions, region_proposals
 from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.methods.caft import CaftMethod
+from explorer.models.methods.clip import ClipMethod, LongClipMethod, example_architecture
+from explorer.models.model import Model
+from explorer.models.tokenizer import EOT_ID, SOT_ID, encode
 from explorer.zoo import Zoo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +114,9 @@ class Oracle:
             eot[row, int(np.argmax(ious))] = 1.0
         return TextFeatures(eot=eot, tokens=eot[:, None], mask=torch.ones(len(texts), 1, dtype=torch.bool))
 
+    def ids_read(self, texts):
+        return [tuple(text.encode()) for text in texts]  # reads every character: nothing is cut
+
     def similarity(self, image_features, captions):
         indices = image_features.cls[:, 0].long().tolist()
         scores = torch.zeros(len(indices), len(captions))
@@ -164,7 +172,7 @@ def test_oracle_is_perfect_everywhere(scenes):
     result = evaluate_model(oracle, scenes, caption_chunk=5, image_batch=5)  # several chunks and batches
     metrics = result["metrics"]
     for key in METRIC_KEYS:
-        assert metrics[key] == 1.0, key
+        assert metrics[key] == (0.0 if key.startswith("hard_negative_unseen/") else 1.0), key
     # the preferred native map is the one the model's method names, not the model's first
     assert result["native_kind"] == "subcaption-alpha"
     assert list(result["map_kinds"]) == ["generic", "subcaption-alpha", "attention-pool"]  # every kind offered
@@ -199,6 +207,119 @@ def test_hard_negatives_per_attribute_and_wrong_maps(scenes):
                                        preferred_native_map="late-interaction")) == "late-interaction"
     # a preferred map the instance does not offer is no native map
     assert native_kind(SimpleNamespace(map_kinds=("generic",), preferred_native_map="late-interaction")) is None
+
+
+# ---- the fair hard-negative test -----------------------------------------------------------------
+
+
+class PerfectReader(Oracle):
+    """The oracle reading captions as a real tiny model does (``Model.ids_read``: its tokenizer, its cut): a
+    caption scores 1 on a scene's image when the model reads it as that scene's long caption, else 0. It
+    tells apart every change it can read; a change past its cut reads as the caption itself and ties."""
+
+    def __init__(self, scenes, method):
+        super().__init__(scenes)
+        self.model = Model(method, device="cpu")
+        self.context_length = self.model.context_length
+
+    def ids_read(self, texts):
+        return self.model.ids_read(texts)
+
+    def similarity(self, image_features, captions):
+        truth = self.ids_read([self.scenes[i].long_caption for i in image_features.cls[:, 0].long().tolist()])
+        read = self.ids_read(captions)
+        return torch.tensor([[float(ids == own) for ids in read] for own in truth])
+
+
+def tiny_clip(context: int) -> ClipMethod:
+    return ClipMethod(example_architecture("tiny", context))
+
+
+def first_changed_token(scene, negative) -> int:
+    """The position of the change's first token (the start token is position 0), counted from the text."""
+    return 1 + len(encode(scene.long_caption[:negative.start]))
+
+
+def last_changed_token(scene, negative) -> int:
+    """The position of the change's last token, in the caption or in the negative, whichever lies further."""
+    return max(len(encode(scene.long_caption[:negative.start + len(negative.original)])),
+               len(encode(negative.caption[:negative.start + len(negative.replacement)])))
+
+
+@pytest.mark.parametrize("context", [24, 77])
+def test_fair_test_scores_only_the_changes_within_reach(scenes, context):
+    reader = PerfectReader(scenes, tiny_clip(context))
+    result = evaluate_model(reader, scenes, grounding_limit=0, caption_chunk=7)
+    metrics, counts = result["metrics"], result["counts"]
+    # By hand, from the text: a change that starts at or past the last kept token (the cut keeps context - 1
+    # tokens and an end token) is unseen; one that ends before it is read.
+    unseen = {a: [] for a in ATTRIBUTES}
+    full = 0
+    for scene in scenes:
+        reach = in_reach(reader, scene)
+        for negative, within in zip(scene.hard_negatives, reach):
+            if first_changed_token(scene, negative) >= context - 1:
+                assert not within, (context, negative.caption)
+            elif last_changed_token(scene, negative) < context - 1:
+                assert within, (context, negative.caption)
+            unseen[negative.attribute].append(not within)
+        full += all(reach)
+    assert any(any(values) for values in unseen.values())  # the cut hides some changes ...
+    assert any(not all(values) for values in unseen.values())  # ... and leaves some in reach
+    for attribute, left_out in unseen.items():
+        assert metrics[f"hard_negative_unseen/{attribute}"] == pytest.approx(np.mean(left_out)), attribute
+        # the reader tells apart every change it reads: no tie from identical inputs is left
+        assert metrics[f"hard_negative_acc/{attribute}"] == (None if all(left_out) else 1.0), attribute
+    assert counts["hard_negative_scenes"] == len(scenes) and counts["hard_negative_scenes_in_reach"] == full
+    assert metrics["hard_negative_acc"] == (1.0 if full else None)  # over the fully reachable scenes only
+
+
+class FooledByColour(PerfectReader):
+    """The perfect reader, fooled by every colour change it reads: such a change scores 2, above the caption."""
+
+    def similarity(self, image_features, captions):
+        scores = super().similarity(image_features, captions)
+        scores[:, [self.negative.get(caption) == "colour" for caption in captions]] = 2.0
+        return scores
+
+
+def test_fair_test_all_five_is_over_the_fully_reachable_scenes(scenes):
+    # A scene counts in the all-five figure only when all of its changes are read, and then it fails (its
+    # colour change wins); a scene whose colour change lies past the cut is left out, not counted a win.
+    reader = FooledByColour(scenes, tiny_clip(77))
+    within = {scene.id: in_reach(reader, scene) for scene in scenes}
+    result = evaluate_model(reader, scenes, grounding_limit=0, caption_chunk=7)
+    metrics, counts = result["metrics"], result["counts"]
+    full = sum(all(reach) for reach in within.values())
+    assert 0 < full < len(scenes)
+    assert counts["hard_negative_scenes_in_reach"] == full
+    assert metrics["hard_negative_acc"] == 0.0  # every fully reachable scene has a colour change that wins
+    assert metrics["hard_negative_acc/colour"] == 0.0
+    assert metrics["hard_negative_acc/shape"] == 1.0
+
+
+def test_a_long_context_model_sees_more(scenes):
+    short, long = tiny_clip(77), LongClipMethod.example("tiny")
+    caft = CaftMethod.example("tiny")  # 77 tokens a chunk, but it reads every chunk of the caption
+    assert (short.context_length, long.context_length, caft.context_length) == (77, 248, 77)
+    unseen = {}
+    for name, method in (("clip", short), ("longclip", long), ("caft", caft)):
+        reader = PerfectReader(scenes, method)
+        unseen[name] = sum(not within for scene in scenes for within in in_reach(reader, scene))
+    assert unseen["clip"] > 0 and unseen["longclip"] == 0 and unseen["caft"] == 0
+
+
+def test_ids_read_are_the_ids_the_model_scores():
+    model = Model(tiny_clip(7), device="cpu")
+    caption, changed = "a red square and a blue circle", "a red square and a green circle"
+    first, second = model.ids_read([caption, changed])
+    assert len(first) == 7 and first[0] == SOT_ID and first[-1] == EOT_ID
+    assert first == second  # "blue" lies past the cut at 7 tokens (start, 5 words, end)
+    image = Image.new("RGB", (64, 64), "white")
+    scores = model.similarity([image], [caption, changed])
+    assert scores[0, 0] == scores[0, 1]  # read alike, scored alike
+    short = model.ids_read(["a cube"])[0]
+    assert short == (SOT_ID, *encode("a cube"), EOT_ID)  # no padding
 
 
 # ---- baselines -----------------------------------------------------------------------------------
@@ -292,6 +413,24 @@ def test_results_table_has_a_row_per_model_and_baseline(untrained_result):
     assert lines[5].startswith("| baseline: uniform map |") and lines[6].startswith("| chance |")
     assert results_table(untrained_result).count("\n") == 3  # one result alone: header, rule, its row
     assert table in results_markdown(results)
+
+
+def test_hard_negatives_table_says_what_is_scored_and_what_is_unseen(untrained_result):
+    metrics = {**untrained_result["metrics"], "hard_negative_acc": 0.5, "hard_negative_acc/colour": 0.75,
+               "hard_negative_unseen/colour": 0.2, "hard_negative_acc/size": None, "hard_negative_unseen/size": 1.0}
+    clip = {**untrained_result, "name": "clip-77", "context_length": 77, "metrics": metrics,
+            "counts": {**untrained_result["counts"], "hard_negative_scenes_in_reach": 9}}
+    chance = {"metrics": {"hard_negative_acc": 1 / 6, **{f"hard_negative_acc/{a}": 0.5 for a in ATTRIBUTES}}}
+    results = {"models": [clip], "errors": {}, "baselines": {"chance": chance}, "dataset": {"split": "test"}}
+    lines = hard_negatives_table(results).strip().splitlines()
+    assert lines[0] == ("| model | ctx | all five (scenes) | colour | shape | size | texture | position | unseen colour "
+                        "| unseen shape | unseen size | unseen texture | unseen position |")
+    assert len(lines) == 4 and all(line.count(" | ") == lines[0].count(" | ") for line in lines[2:])
+    assert lines[2].startswith("| clip-77 | 77 | 50.0 (9) | 75.0 |")
+    assert lines[2].split(" | ")[5] == "—" and lines[2].split(" | ")[8] == "20.0" and lines[2].split(" | ")[10] == "100.0"
+    assert lines[3].startswith("| chance | — | 16.7 | 50.0 |")
+    markdown = results_markdown(results)
+    assert hard_negatives_table(results) in markdown and "within the model's reach" in markdown
 
 
 def test_update_readme_replaces_only_the_marked_section_and_is_idempotent(tmp_path):

@@ -158,7 +158,7 @@ def test_exact_evaluation_equals_explorer_eval(name, indexed, synthetic, scenes,
 
     # explorer eval's retrieval numbers (hard negatives are not what is compared here: skipped for time),
     # and the ranks behind them (its first recall_at_k call is the long captions')
-    monkeypatch.setattr(runner, "hard_negative_metrics", lambda *args, **kwargs: ({}, 0))
+    monkeypatch.setattr(runner, "hard_negative_metrics", lambda *args, **kwargs: ({}, {}))
     computed = []
     monkeypatch.setattr(runner, "recall_at_k", lambda *args, **kwargs: computed.append(recall_at_k(*args, **kwargs))
                         or computed[-1])

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from explorer.core.files import atomic_write
+from explorer.evaluation.results import ATTRIBUTES
 
 DASH = "—"
 HEADINGS = "## Evaluation"
@@ -65,6 +66,24 @@ def results_table(results) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hard_negatives_table(results) -> str:
+    """A Markdown table of the fair hard-negative test: per model, the all-five accuracy with the scenes it
+    is over, each attribute's accuracy within reach and the share of its negatives out of reach; then chance."""
+    models, baselines, _ = _parts(results)
+    header = ["model", "ctx", "all five (scenes)", *ATTRIBUTES, *(f"unseen {a}" for a in ATTRIBUTES)]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+    rows = [(model.get("name") or "?", str(model.get("context_length") or DASH), model.get("metrics", {}),
+             model.get("counts", {}).get("hard_negative_scenes_in_reach")) for model in models]
+    if "chance" in baselines:
+        rows.append((BASELINE_NAMES["chance"], DASH, baselines["chance"].get("metrics", {}), None))
+    for name, ctx, metrics, scenes in rows:
+        every = _percent(metrics.get("hard_negative_acc")) + (f" ({scenes})" if scenes is not None else "")
+        cells = [_escape(name), ctx, every, *(_percent(metrics.get(f"hard_negative_acc/{a}")) for a in ATTRIBUTES),
+                 *(_percent(metrics.get(f"hard_negative_unseen/{a}")) for a in ATTRIBUTES)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n" if models else ""
+
+
 KIND_COLUMNS = (("mIoU", "miou"), ("pointing", "pointing"), ("AUROC", "auroc"), ("AUROC vs others", "auroc_others"))
 
 
@@ -85,6 +104,16 @@ def kinds_table(results) -> str:
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
+HARD_NEGATIVE_LEGEND = (
+    "Hard negatives, the fair test: each scene's long caption against its five one-attribute changes, on its "
+    "own image. A change is scored only when it is within the model's reach: the token ids the model reads for "
+    "it, after its cut at ctx tokens (or CAFT's 77-token chunks), differ from the caption's. A change past the "
+    "cut reads as the caption itself; it would tie, and a tie counts as a miss, so it is left out and counted "
+    "as unseen. Per attribute: the share of changes within reach that the caption outscores (chance 50); "
+    "unseen: the share left out; all five: the caption outscores all five, over the scenes (count in brackets) "
+    "whose five changes are all within reach.")
+
+
 def results_markdown(results) -> str:
     """The table with a line saying what it was computed on, and a legend: what the README section holds."""
     dataset = results.get("dataset", {}) if isinstance(results, dict) else {}
@@ -100,7 +129,8 @@ def results_markdown(results) -> str:
     parts.append(results_table(results).rstrip("\n"))
     parts.append(
         "Percentages. Retrieval: images vs long (or short) captions, ties count against the model. "
-        "Hard-neg acc: the long caption outscores all of its one-attribute-changed negatives. mIoU: Otsu mask "
+        "Hard-neg acc: the long caption outscores all of its one-attribute-changed negatives, over the scenes "
+        "whose negatives are all within the model's reach (the fair test, below). mIoU: Otsu mask "
         "of each object sentence's map vs the object's mask; pointing: the map's peak lies in the object. "
         "AUROC: the chance that a pixel of the named object outscores a background pixel (vs others: a pixel "
         "of another object of the scene); 50 = no preference. "
@@ -108,6 +138,10 @@ def results_markdown(results) -> str:
         "FLISM acc: each object sentence's region (4 quadrants + centre) is the one its box overlaps most. "
         "Score: what the model's retrieval ranked by (FineLIP*, CAFT++, SEPS's late interaction, a cosine...). "
         "Written by `explorer eval`.")
+    hard = hard_negatives_table(results)
+    if hard:
+        parts.append(HARD_NEGATIVE_LEGEND)
+        parts.append(hard.rstrip("\n"))
     kinds = kinds_table(results)
     if kinds:
         parts.append("Every map kind each model offers, on the same object sentences (bold: the model's best mIoU). "
@@ -180,4 +214,4 @@ def _escape(text) -> str:
     return re.sub(r"\s+", " ", str(text)).replace("|", "\\|")
 
 
-__all__ = ["COLUMNS", "results_markdown", "results_table", "update_readme"]
+__all__ = ["COLUMNS", "hard_negatives_table", "results_markdown", "results_table", "update_readme"]

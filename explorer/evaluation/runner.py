@@ -6,7 +6,7 @@
     write_results(results, "results.json")
 
 ``evaluate_model(model, scenes)`` measures one model (anything with the public
-``explorer.Model`` surface: ``encode_image``, ``encode_text``, ``similarity``,
+``explorer.Model`` surface: ``encode_image``, ``encode_text``, ``similarity``, ``ids_read``,
 ``sentence_maps``, ``map_kinds``, ``method_name``, ``context_length``). What it
 computes, on the scenes given (retrieval) and on the first ``grounding_limit``
 of them (grounding and FLISM):
@@ -19,11 +19,17 @@ Retrieval (``recall_at_k``; ties count against the model)
     e.g. CAFT++ over chunks for CAFT), so memory stays at [n_images, caption_chunk].
     ``short_t2i_R@1``: the same with the short captions, text -> image.
 
-Hard negatives (``hard_negative_accuracy``; a tie is a miss)
-    ``hard_negative_acc``: share of scenes whose long caption outscores every one of its
-    hard negatives on its own image. ``hard_negative_acc/<attribute>`` (colour, shape,
-    size, texture, position): share of that attribute's negatives that the long caption
-    beats. The long caption and its negatives are scored in the same call.
+Hard negatives (``hard_negative_accuracy``; a tie is a miss), the fair test
+    A negative (the long caption with one attribute changed) is scored only when it is within
+    the model's reach: the token ids the model reads for it (``model.ids_read``, after its cut
+    at ``context_length``, or CAFT's chunks) differ from the long caption's. A change past the
+    cut reads as the caption itself, would tie and count as a miss, and says nothing of the model.
+    ``hard_negative_acc/<attribute>`` (colour, shape, size, texture, position): share of that
+    attribute's negatives within reach that the long caption beats; ``hard_negative_unseen/<attribute>``:
+    share of that attribute's negatives out of reach (left out). ``hard_negative_acc``: share of
+    the scenes whose negatives are all within reach (``counts["hard_negative_scenes_in_reach"]``)
+    whose long caption outscores every one of them on its own image. The long caption and its
+    negatives are scored in the same call.
 
 Grounding (``miou_*``, ``pointing_*``) and FLISM (``flism_acc``)
     ``explorer.evaluation.grounding_eval``.
@@ -100,9 +106,9 @@ def evaluate_model(model, scenes: Sequence, *, grounding_limit: int | None = DEF
         seconds["retrieval"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
-        hard, n_hard = hard_negative_metrics(model, features, scenes, caption_chunk)
+        hard, hard_counts = hard_negative_metrics(model, features, scenes, caption_chunk)
         metrics.update(hard)
-        counts["hard_negative_scenes"] = n_hard
+        counts.update(hard_counts)
         seconds["hard_negatives"] = time.perf_counter() - clock
         del features
 
@@ -149,15 +155,20 @@ def score_captions(model, image_features, captions: Sequence[str], chunk: int = 
 
 
 def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = DEFAULT_CAPTION_CHUNK
-                          ) -> tuple[dict[str, float | None], int]:
-    """Overall and per-attribute hard-negative accuracy; also the number of scenes that have negatives.
+                          ) -> tuple[dict[str, float | None], dict[str, int]]:
+    """Overall and per-attribute hard-negative accuracy over the negatives within the model's reach, the
+    share of each attribute's negatives out of reach, and the counts: scenes with negatives
+    (``hard_negative_scenes``) and scenes whose negatives are all within reach (``hard_negative_scenes_in_reach``,
+    those of ``hard_negative_acc``).
 
-    Scenes are scored in groups whose captions (long caption + negatives) fit in ``chunk``; each
-    scene's captions are read off its own image's row of the group's score matrix.
+    Scenes are scored in groups whose captions (long caption + negatives within reach) fit in ``chunk``;
+    each scene's captions are read off its own image's row of the group's score matrix.
     """
-    items = [i for i, scene in enumerate(scenes) if scene.hard_negatives]
-    positives, negatives = [], []
+    reach = {i: in_reach(model, scene) for i, scene in enumerate(scenes) if scene.hard_negatives}
+    kept = {i: [n for n, within in zip(scenes[i].hard_negatives, seen) if within] for i, seen in reach.items()}
+    positives, negatives = [], []  # the scenes whose negatives are all within reach
     per_attribute: dict[str, list[bool]] = {a: [] for a in ATTRIBUTES}
+    unseen: dict[str, list[bool]] = {a: [] for a in ATTRIBUTES}
     group: list[int] = []
 
     def flush():
@@ -167,21 +178,25 @@ def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = 
         for i in group:
             spans.append(len(captions))
             captions.append(scenes[i].long_caption)
-            captions.extend(n.caption for n in scenes[i].hard_negatives)
+            captions.extend(n.caption for n in kept[i])
         rows = torch.as_tensor(group)
         scores = score_captions(model, image_features[rows], captions, max(chunk, len(captions)))
         for row, (i, start) in enumerate(zip(group, spans)):
-            scene = scenes[i]
-            own = scores[row, start:start + 1 + len(scene.hard_negatives)].double().numpy()
-            positives.append(own[0])
-            negatives.append(own[1:])
-            for negative, score in zip(scene.hard_negatives, own[1:]):
-                per_attribute.setdefault(negative.attribute, []).append(bool(own[0] > score))
+            own = scores[row, start:start + 1 + len(kept[i])].double().numpy()
+            if all(reach[i]):
+                positives.append(own[0])
+                negatives.append(own[1:])
+            for negative, score in zip(kept[i], own[1:]):
+                per_attribute.setdefault(negative.attribute, []).append(bool(own[0] > score))  # a tie is a miss
         group.clear()
 
     size = 0
-    for i in items:
-        need = 1 + len(scenes[i].hard_negatives)
+    for i, seen in reach.items():
+        for negative, within in zip(scenes[i].hard_negatives, seen):
+            unseen.setdefault(negative.attribute, []).append(not within)
+        if not kept[i]:
+            continue
+        need = 1 + len(kept[i])
         if group and size + need > chunk:
             flush()
             size = 0
@@ -189,19 +204,30 @@ def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = 
         size += need
     flush()
 
-    metrics: dict[str, float | None] = {f"hard_negative_acc/{a}": None for a in ATTRIBUTES}
+    metrics: dict[str, float | None] = {f"hard_negative_{kind}/{a}": None for kind in ("acc", "unseen")
+                                        for a in ATTRIBUTES}
+    for attribute, left_out in unseen.items():  # every negative, within reach or not
+        if left_out:
+            metrics[f"hard_negative_unseen/{attribute}"] = float(np.mean(left_out))
+        if per_attribute.get(attribute):
+            metrics[f"hard_negative_acc/{attribute}"] = float(np.mean(per_attribute[attribute]))
+    counts = {"hard_negative_scenes": len(reach), "hard_negative_scenes_in_reach": len(positives)}
     if not positives:
         metrics["hard_negative_acc"] = None
-        return metrics, 0
+        return metrics, counts
     width = max(len(n) for n in negatives)
     padded = np.full((len(negatives), width), -np.inf)  # a missing negative loses to anything
     for row, values in enumerate(negatives):
         padded[row, :len(values)] = values
     metrics["hard_negative_acc"] = hard_negative_accuracy(np.asarray(positives), padded)
-    for attribute, wins in per_attribute.items():
-        if wins:
-            metrics[f"hard_negative_acc/{attribute}"] = float(np.mean(wins))
-    return metrics, len(positives)
+    return metrics, counts
+
+
+def in_reach(model, scene) -> list[bool]:
+    """Whether the model reads each hard negative of ``scene`` apart from its long caption: the token ids it
+    reads differ (``model.ids_read``). A change past the model's cut reads the same and cannot be scored."""
+    caption, *changed = model.ids_read([scene.long_caption, *(n.caption for n in scene.hard_negatives)])
+    return [ids != caption for ids in changed]
 
 
 # ---- a zoo ------------------------------------------------------------------------------------------
@@ -302,4 +328,4 @@ def _seeded(seed: int):
 
 
 __all__ = ["DEFAULT_CAPTION_CHUNK", "DEFAULT_GROUNDING_LIMIT", "DEFAULT_IMAGE_BATCH", "DEFAULT_LIMIT",
-           "encode_images", "evaluate_model", "evaluate_zoo", "hard_negative_metrics", "score_captions"]
+           "encode_images", "evaluate_model", "evaluate_zoo", "hard_negative_metrics", "in_reach", "score_captions"]

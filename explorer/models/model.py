@@ -164,6 +164,10 @@ class Model:
         """The method's own token counting (CLIP BPE, or SEPS's BERT word pieces)."""
         return self.method.token_counter
 
+    def ids_read(self, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        """The token ids the model reads for each text when it scores it, after its cut (or CAFT's chunks)."""
+        return self.method.ids_read(list(texts))
+
     def pixels(self, images: Sequence, fit: str = "crop") -> torch.Tensor:
         """The pictures as the method's tower reads them, on the model's device and precision."""
         pictures = [_as_pil(image) for image in images]

@@ -155,6 +155,13 @@ class Method:
         device = image.cls.device
         return self.similarity(image, self.encode_text(self.tokenize(list(captions)).ids.to(device)))
 
+    def ids_read(self, texts: list[str]) -> list[tuple[int, ...]]:
+        """The token ids ``score_captions`` reads for each text, after the method's cut: two texts read
+        alike score alike. Default: ``tokenize``'s row, up to its end token. A method that reads a text as
+        several sequences (CAFT's chunks) overrides this and gives them one after another."""
+        batch = self.tokenize(list(texts))
+        return [tuple(row[:min(n, len(row))].tolist()) for row, n in zip(batch.ids, batch.n_tokens)]
+
     def sentence_maps(self, image: ImageFeatures, text: TextFeatures, kind: str = GENERIC_MAP) -> torch.Tensor:
         """[M, rows, cols] maps over the patch grid of one image, one per sentence."""
         if kind == GENERIC_MAP:

@@ -477,6 +477,13 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
         """Raw long captions are scored with CAFT++ (chunked), not cut at 77 tokens."""
         return self.similarity_long(image, captions)
 
+    def ids_read(self, texts: list[str]) -> list[tuple[int, ...]]:
+        """Each caption's chunks, each cut at 77 tokens, one after another (what ``score_captions`` reads)."""
+        read = []
+        for chunks in self.long_caption_chunks(texts):
+            read.append(sum(super().ids_read([c for c in chunks if c]), ()))
+        return read
+
     def similarity_long(self, image: ImageFeatures, captions: Sequence[str], alpha: float | None = None):
         """[n_images, n_captions] CAFT++ scores of whole long captions (``alpha`` = 0: plain CAFT)."""
         whole, parts, mask = self.encode_long_captions(captions)
