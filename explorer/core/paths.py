@@ -6,6 +6,8 @@
 - ``repo_root()``: the source checkout (the package's parent folder), where ``checkpoints/`` sits.
 - ``checkpoints_root()``: ``$EXPLORER_CHECKPOINTS``, else the checkout's ``checkpoints/``, else
   ``./checkpoints``.
+- ``assets_dir()``: ``$EXPLORER_ASSETS``, else the checkout's ``assets/`` (the page's example files; an
+  installed package has none unless one is named).
 
 Functions, not constants: the environment is read when a path is needed, not at import.
 Folders are made on first use by whoever writes into them (``ensure``).
@@ -18,6 +20,7 @@ from pathlib import Path
 
 HOME_ENV = "EXPLORER_HOME"
 CHECKPOINTS_ENV = "EXPLORER_CHECKPOINTS"
+ASSETS_ENV = "EXPLORER_ASSETS"
 
 
 def home() -> Path:
@@ -40,6 +43,12 @@ def checkpoints_root() -> Path:
 def demo_zoo_root() -> Path:
     """The demo zoo that ships with the checkout (``explorer zoo build-demo`` rewrites it)."""
     return repo_root() / "checkpoints" / "demo"
+
+
+def assets_dir() -> Path:
+    """The example pictures, captions and truth masks the page opens on (``explorer assets write`` makes it)."""
+    env = os.environ.get(ASSETS_ENV)
+    return Path(env).expanduser() if env else repo_root() / "assets"
 
 
 def examples_dir() -> Path:
