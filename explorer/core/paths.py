@@ -1,7 +1,7 @@
 """Where explorer keeps things: the one place that decides paths.
 
-- ``home()``: ``$EXPLORER_HOME``, else ``~/.cache/explorer``. Caches, exports, example pictures
-  and the demo-zoo work folder live under it, so a test or a tool can isolate them by setting
+- ``home()``: ``$EXPLORER_HOME``, else ``~/.cache/explorer``. Caches, exports, the examples' truth
+  registry and the demo-zoo work folder live under it, so a test or a tool can isolate them by setting
   one variable.
 - ``repo_root()``: the source checkout (the package's parent folder), where ``checkpoints/`` sits.
 - ``checkpoints_root()``: ``$EXPLORER_CHECKPOINTS``, else the checkout's ``checkpoints/``, else
@@ -52,6 +52,7 @@ def assets_dir() -> Path:
 
 
 def examples_dir() -> Path:
+    """What the app derives from its examples (their truth registry); the examples themselves are ``assets_dir()``."""
     return home() / "examples"
 
 

@@ -114,7 +114,8 @@ def write_examples(out: str | os.PathLike) -> list[Path]:
 
 def _write_scene(out: Path, scene, index: int) -> tuple[dict, list[Path]]:
     name = f"synthetic-{scene.id}"
-    files = [_save_png(scene.image, out / f"{name}.png"), write_text_atomic(out / f"{name}.txt", scene.long_caption + "\n")]
+    files = [_save_png(scene.image, out / f"{name}.png"),
+             write_text_atomic(out / f"{name}.txt", scene.long_caption + "\n")]
     objects = []
     for obj in scene.objects:
         mask = f"{MASKS}/{name}.object-{obj.index + 1}.png"

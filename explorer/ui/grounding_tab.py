@@ -79,8 +79,9 @@ def model_summary(zoo: Zoo, name: str | None) -> str:
 
 
 def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
-    """(label, name) for the model list: each model with its method and the map kinds it offers (its
-    method's name alone on a page built before the method modules are imported)."""
+    """(label, name) for the model list, real checkpoints first (``Zoo.choice_order``): each model with its
+    method and the map kinds it offers (its method's name alone on a page built before the method modules
+    are imported)."""
     choices = []
     for manifest in zoo.choice_order():
         try:
