@@ -45,6 +45,13 @@ def test_the_command_writes_the_committed_folder_again(tmp_path, capsys):
     assert sum(path.stat().st_size for path in committed.values()) < 1_000_000  # the folder stays small
 
 
+def test_a_folder_that_cannot_be_written_is_an_error_line(tmp_path, capsys):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    assert main(["assets", "write", "--out", str(blocked)]) == 2
+    assert "cannot write the examples into" in capsys.readouterr().err
+
+
 def test_writing_again_removes_what_the_old_manifest_listed_and_keeps_the_rest(tmp_path, monkeypatch):
     from explorer.data import examples
 
@@ -82,6 +89,7 @@ def test_the_page_opens_on_the_files_and_finds_their_truth(tmp_path, monkeypatch
     first = read_examples(ASSETS)[0]
     truth = find_truth(first.image, list(first.sentence_texts), tmp_path / "truth")
     assert truth is not None and all(mask is not None and mask.any() for mask in truth.masks)
+    assert truth.source == "synthetic scene test-000000"  # the world's own id, as the page always said
 
 
 @pytest.mark.parametrize("damage", ["absent", "empty", "bad json", "missing picture"])

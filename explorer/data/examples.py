@@ -64,10 +64,11 @@ class Example:
     sentence_texts: tuple[str, ...] = ()  # the sentences that have truth (synthetic scenes)
     sentence_mask_files: tuple[tuple[Path, ...], ...] = ()  # per sentence, the object masks it covers
     licence: str = ""
+    scene_id: str = ""  # the synthetic world's id of the scene ('test-000000'); '' for a photo
 
     @property
-    def id(self) -> str:  # what the truth registry names it by (``save_scene_truth``)
-        return self.name
+    def id(self) -> str:  # what the truth registry names it by (``save_scene_truth``): 'synthetic scene <id>'
+        return self.scene_id or self.name
 
     @property
     def image(self) -> Image.Image:
@@ -90,7 +91,10 @@ def write_examples(out: str | os.PathLike) -> list[Path]:
     from explorer.data.synthetic import generate_scenes
 
     out = Path(out)
-    (out / MASKS).mkdir(parents=True, exist_ok=True)
+    try:
+        (out / MASKS).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ExamplesError(f"cannot write the examples into {out}: {error}") from error
     before = set(_listed_files(out)) if (out / MANIFEST).is_file() else set()
     entries, written = [], []
     scenes = generate_scenes(SYNTHETIC["count"], seed=SYNTHETIC["seed"], image_size=SYNTHETIC["image_size"],
@@ -159,7 +163,7 @@ def read_examples(folder: str | os.PathLike) -> list[Example]:
     for entry in manifest["examples"]:
         try:
             examples.append(_example(folder, entry))
-        except (KeyError, TypeError, ValueError) as error:
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise ExamplesError(f"{folder / MANIFEST}: a malformed example entry ({error!r}); write the folder "
                                 f"again with `{COMMAND} --out {folder}`.") from error
     return examples
@@ -187,7 +191,8 @@ def _example(folder: Path, entry: dict) -> Example:
     return Example(name=str(entry["name"]), kind=str(entry["kind"]), picture=picture, caption=str(entry["caption"]),
                    sentence_texts=tuple(str(s["text"]) for s in sentences),
                    sentence_mask_files=tuple(tuple(_existing(folder, m) for m in s["masks"]) for s in sentences),
-                   licence=str(entry.get("licence", "")))
+                   licence=str(entry.get("licence", "")),
+                   scene_id=str(entry["source"].get("synthetic_world", {}).get("scene_id", "")))
 
 
 def _existing(folder: Path, relative: str) -> Path:
