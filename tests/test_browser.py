@@ -304,6 +304,20 @@ def test_the_first_minute_shows_the_budget_a_picture_and_two_models(page, app_ur
     expect(page.locator("#grounding-status")).to_contain_text("demo-clip-base")
 
 
+def test_a_photo_example_opens_from_assets_beside_its_label(page, app_url):
+    """The examples are the files in assets/; the photos say what the demo models' maps on them are worth."""
+    from playwright.sync_api import expect
+
+    page.goto(app_url, wait_until="domcontentloaded")
+    page.locator("#grounding-run").wait_for(timeout=60_000)
+    expect(page.locator("#photo-note")).to_contain_text("trained on synthetic shapes", timeout=20_000)
+    caption = (Path(__file__).resolve().parents[1] / "assets" / "chelsea.txt").read_text().strip()
+    page.get_by_text(caption[:30]).first.click()
+    expect(page.locator("#grounding-caption textarea")).to_have_value(caption, timeout=20_000)
+    expect(page.locator("#image-note")).to_contain_text("320x213", timeout=20_000)  # the shipped file
+    page.screenshot(path=str(ARTIFACTS / "examples.png"), full_page=True)
+
+
 def test_a_model_added_in_the_models_tab_is_drawn_without_a_restart(page, photo, zoo_root):
     from playwright.sync_api import expect
 

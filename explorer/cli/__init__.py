@@ -1,6 +1,6 @@
 """The same operations as the app, from the shell: `explorer --help`.
 
-One module per group of commands: this one (app, models, train, data, zoo, eval), figures
+One module per group of commands: this one (app, models, train, data, zoo, assets, eval), figures
 (`explorer figure ...`), retrieval (`explorer index | search | eval-retrieval`),
 grounding (`explorer eval-grounding`), jobs (`explorer jobs ...`),
 generation (`explorer generate | export-text-encoder`), methods (`explorer methods | check-method |
@@ -113,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
                            "Run the same command again to resume a stopped build")
     demo.add_argument("--status", action="store_true", help="say whether a background build runs, and its progress")
     demo.set_defaults(run=_run_build_demo)
+
+    assets = commands.add_parser("assets", help="the example files the page opens on").add_subparsers(title="assets")
+    write = assets.add_parser("write", help="write the examples (pictures, long captions, truth masks, manifest): "
+                                            "the same files every time")
+    write.add_argument("--out", type=Path, help="default: $EXPLORER_ASSETS, else the repository's assets/")
+    write.set_defaults(run=_run_assets_write)
 
     figures.add_commands(commands)
 
@@ -265,6 +271,17 @@ def _run_build_demo(args) -> int:
     with background_build.holding(work):
         written = build_demo(out=out, work=work, n_scenes=args.scenes, scale=args.scale, only=args.only)
     print(f"demo zoo: {len(written)} model(s) written")
+    return 0
+
+
+def _run_assets_write(args) -> int:
+    from explorer.core import paths
+    from explorer.data.examples import write_examples
+
+    out = args.out or paths.assets_dir()
+    written = write_examples(out)
+    size = sum(path.stat().st_size for path in written)
+    print(f"wrote {len(written)} files ({size / 1024:.0f} KiB) to {out}")
     return 0
 
 

@@ -1,11 +1,13 @@
 """Where explorer keeps things: the one place that decides paths.
 
-- ``home()``: ``$EXPLORER_HOME``, else ``~/.cache/explorer``. Caches, exports, example pictures
-  and the demo-zoo work folder live under it, so a test or a tool can isolate them by setting
+- ``home()``: ``$EXPLORER_HOME``, else ``~/.cache/explorer``. Caches, exports, the examples' truth
+  registry and the demo-zoo work folder live under it, so a test or a tool can isolate them by setting
   one variable.
 - ``repo_root()``: the source checkout (the package's parent folder), where ``checkpoints/`` sits.
 - ``checkpoints_root()``: ``$EXPLORER_CHECKPOINTS``, else the checkout's ``checkpoints/``, else
   ``./checkpoints``.
+- ``assets_dir()``: ``$EXPLORER_ASSETS``, else the checkout's ``assets/`` (the page's example files; an
+  installed package has none unless one is named).
 
 Functions, not constants: the environment is read when a path is needed, not at import.
 Folders are made on first use by whoever writes into them (``ensure``).
@@ -18,6 +20,7 @@ from pathlib import Path
 
 HOME_ENV = "EXPLORER_HOME"
 CHECKPOINTS_ENV = "EXPLORER_CHECKPOINTS"
+ASSETS_ENV = "EXPLORER_ASSETS"
 
 
 def home() -> Path:
@@ -42,7 +45,14 @@ def demo_zoo_root() -> Path:
     return repo_root() / "checkpoints" / "demo"
 
 
+def assets_dir() -> Path:
+    """The example pictures, captions and truth masks the page opens on (``explorer assets write`` makes it)."""
+    env = os.environ.get(ASSETS_ENV)
+    return Path(env).expanduser() if env else repo_root() / "assets"
+
+
 def examples_dir() -> Path:
+    """What the app derives from its examples (their truth registry); the examples themselves are ``assets_dir()``."""
     return home() / "examples"
 
 

@@ -26,6 +26,7 @@ from typing import Callable
 
 from explorer.core import paths
 from explorer.core.jsonl import write_jsonl
+from explorer.zoo.manifest import DEMO_COMMAND
 
 DEMO_SEED = 0
 IMAGE_SIZE = 64
@@ -33,7 +34,7 @@ PATCH_SIZE = 4  # a 16 x 16 grid: measured against 8 px patches in the README ("
 SEPS_PATCH_SIZE = 8  # SEPS's own ViT (no CLIP backbone); see its run below
 WORLD_OBJECTS = (2, 6)  # objects per scene, in the training world and the held-out one
 BASE_POOL = "avg"
-COMMAND = "explorer zoo build-demo"
+COMMAND = DEMO_COMMAND  # recorded in every manifest: how the zoo tells a demo model (Manifest.is_demo)
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,35 @@
-"""Example pictures for the Grounding tab: held-out scenes of the synthetic world (the demo
-models were trained on that world, so their maps mean something there), then real photos that
-scikit-image ships (no download)."""
+"""Example pictures for the Grounding tab, read from the examples folder (``assets/``, written by
+``explorer assets write``): held-out scenes of the synthetic world (the demo models were trained on
+that world, so their maps mean something there, and each carries its truth), then photos that
+scikit-image ships, labelled as what they are for the demo models."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from PIL import Image
-
 from explorer.core import paths
+from explorer.core.errors import ExplorerError
 
-PHOTOS = {  # scikit-image name -> a caption that talks about it sentence by sentence
-    "astronaut": "An astronaut in a white space suit smiles at the camera. An American flag hangs behind her "
-                 "on the left. She holds a helmet in her arm. The background is a dark studio wall.",
-    "chelsea": "A ginger tabby cat looks to the left. Its whiskers are long and white. "
-               "The background is a blurred wooden floor.",
-    "coffee": "A cup of coffee sits on a saucer. A spoon lies beside the cup. "
-              "The table under it is made of dark wood.",
-    "rocket": "A rocket stands on a launch pad. The sky behind it is clear and blue. "
-              "A tall service tower rises on the right.",
-}
+log = logging.getLogger("explorer.ui")
+
+PHOTO_NOTE = ("**Photos:** the demo models (`demo-…`) were trained on synthetic shapes only, so their maps on "
+              "these photos mean nothing until a real checkpoint is added (Models tab); real checkpoints are "
+              "listed first in the model choice.")
 
 
-def cache_dir() -> Path:
-    return paths.ensure(paths.examples_dir())
+@dataclass
+class PageExamples:
+    """What the tab offers: (picture, caption) pairs of each kind, and a line when something is missing."""
+
+    scenes: list[tuple[Path, str]] = field(default_factory=list)
+    photos: list[tuple[Path, str]] = field(default_factory=list)
+    problem: str = ""
+
+    @property
+    def first(self) -> tuple[Path, str] | None:
+        return (self.scenes + self.photos or [None])[0]
 
 
 def truth_dir() -> Path:
@@ -32,40 +37,30 @@ def truth_dir() -> Path:
     return paths.ensure(paths.example_truth_dir())
 
 
-SYNTHETIC_EXAMPLES = 4
+def page_examples(folder: Path | None = None) -> PageExamples:
+    """The examples in ``folder`` (default ``paths.assets_dir()``), each scene's truth registered for the maps.
+    A missing or damaged folder is a line on the page, never a failed build."""
+    from explorer.data.examples import read_examples
+
+    try:
+        examples = read_examples(folder or paths.assets_dir())
+    except ExplorerError as error:
+        log.warning("no examples: %s", error)
+        return PageExamples(problem=f"No examples: {error}")
+    found = PageExamples()
+    for example in examples:
+        if example.sentence_texts:
+            register_truth(example)
+        (found.scenes if example.kind == "synthetic" else found.photos).append((example.picture, example.caption))
+    return found
 
 
-def synthetic_examples() -> list[tuple[Path, str]]:
-    """Test-split scenes (never trained on) with their long captions, rendered once into the cache,
-    their ground truth alongside (so the Grounding tab can score maps drawn on them)."""
-    from explorer.data import generate_scenes
+def register_truth(example) -> None:
+    """Store a scene's truth under its picture's digest, once (the maps find it by the picture's pixels)."""
     from explorer.grounding.truth import save_scene_truth, truth_path
 
-    pairs = []
-    for scene in generate_scenes(SYNTHETIC_EXAMPLES, seed=0, image_size=224, split="test"):
-        path = cache_dir() / f"synthetic-{scene.id}.png"
-        if not path.exists():
-            scene.image.save(path)
-        if not truth_path(scene.image, truth_dir()).exists():
-            try:
-                save_scene_truth(scene, truth_dir())
-            except OSError as error:  # the example still works, only without scores
-                logging.getLogger("explorer.ui").warning("could not store the truth of %s: %s", scene.id, error)
-        pairs.append((path, scene.long_caption))
-    return pairs
-
-
-def example_images() -> list[tuple[Path, str]]:
-    """(path, caption) pairs, writing the pictures to the cache the first time."""
-    from skimage import data
-
-    pairs = synthetic_examples()
-    for name, caption in PHOTOS.items():
-        path = cache_dir() / f"{name}.png"
-        if not path.exists():
-            try:
-                Image.fromarray(getattr(data, name)()).save(path)
-            except Exception:  # noqa: BLE001 - an example that cannot be made is simply not offered
-                continue
-        pairs.append((path, caption))
-    return pairs
+    try:
+        if not truth_path(example.image, truth_dir()).exists():
+            save_scene_truth(example, truth_dir())
+    except (OSError, ExplorerError) as error:  # the example still works, only without scores
+        log.warning("could not store the truth of %s: %s", example.name, error)

@@ -17,7 +17,7 @@ from explorer.models.methods import discover_methods, get_method, imported_metho
 from explorer.ui import grounding_dataset_panel, maps_tab, pca_tab, regions_tab
 from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
-from explorer.ui.examples import example_images
+from explorer.ui.examples import PHOTO_NOTE, page_examples
 from explorer.ui.messages import explain
 from explorer.ui.view_controls import Inputs, as_list
 from explorer.views.settings import MAX_MODELS, NATIVE
@@ -79,10 +79,11 @@ def model_summary(zoo: Zoo, name: str | None) -> str:
 
 
 def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
-    """(label, name) for the model list: each model with its method and the map kinds it offers (its
-    method's name alone on a page built before the method modules are imported)."""
+    """(label, name) for the model list, real checkpoints first (``Zoo.choice_order``): each model with its
+    method and the map kinds it offers (its method's name alone on a page built before the method modules
+    are imported)."""
     choices = []
-    for manifest in zoo.manifests():
+    for manifest in zoo.choice_order():
         try:
             cls = imported_method(manifest.method)
             if cls is None:
@@ -153,15 +154,14 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     # serves at once; the page-load handlers fill in the caption's budget, the model labels and map kinds.
     choices = model_choices(zoo)
     defaults = zoo.default_names(2)
-    examples = example_images()
-    first_caption = examples[0][1] if examples else ""
+    examples = page_examples()
+    first_picture, first_caption = (str(examples.first[0]), examples.first[1]) if examples.first else (None, "")
     with gr.Row():
         with gr.Column(scale=1):
             # A File input, not gr.Image: Gradio would decode an Image upload itself, before our
             # checks (corrupt files, 16-bit, decompression bombs) could say what is wrong.
             # The page opens on the first example (picture, caption, its token budget) and two models whose
             # maps differ, so the first click on Draw shows what the app is for.
-            first_picture = str(examples[0][0]) if examples else None
             image = gr.File(value=first_picture, label="Image file (PNG, JPEG, WebP, TIFF...)", type="filepath",
                             file_count="single", elem_id="grounding-image", height=90,
                             file_types=access.picture_types)
@@ -194,8 +194,15 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
                             "examples carry their own truth.")
                 truth = gr.File(label="Label mask (PNG)", type="filepath", file_count="single",
                                 elem_id="grounding-truth", height=90, file_types=access.picture_types)
-            if examples:
-                gr.Examples([[str(p), c] for p, c in examples], inputs=[image, caption], label="Examples")
+            if examples.scenes:
+                gr.Examples([[str(p), c] for p, c in examples.scenes], inputs=[image, caption],
+                            label="Examples: synthetic scenes (the demo models' world; each carries its truth)")
+            if examples.photos:
+                gr.Examples([[str(p), c] for p, c in examples.photos], inputs=[image, caption],
+                            label="Examples: photos (scikit-image)")
+                gr.Markdown(PHOTO_NOTE, elem_id="photo-note")
+            if examples.problem:
+                gr.Markdown(examples.problem, elem_id="examples-note")
             inputs = Inputs(image=image, caption=caption, models=models, kind=kind, dense_caption=dense_caption,
                             truth=truth)
             grounding_dataset_panel.build(access, inputs)

@@ -35,9 +35,10 @@ CAPTION_WIDTHS = ["12%", "16%", "14%", "40%", "18%"]  # a picture query's captio
 
 
 def model_choices(zoo: Zoo) -> list[tuple[str, str]]:
-    """(label, name): each model with its method and context (what decides which captions it cuts)."""
+    """(label, name), real checkpoints first: each model with its method and context (what decides which
+    captions it cuts)."""
     choices = []
-    for manifest in zoo.manifests():
+    for manifest in zoo.choice_order():
         try:  # the method's name alone on a page built before the method modules are imported
             cls = imported_method(manifest.method)
             title = cls.title if cls else manifest.method

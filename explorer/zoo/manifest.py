@@ -8,7 +8,9 @@ A manifest says what a model is and where its weights are:
 
 optional: "format" (as detected), "options" (architecture overrides such
 as {"quick_gelu": false}), "allow_pickle" (the user's recorded opt-in),
-"trained" (false for the built-in untrained model), "notes".
+"trained" (false for the built-in untrained model), "notes", "recipe".
+A *demo* model is one ``explorer zoo build-demo`` trained on the synthetic shapes (its recipe's command
+or its source says so); a *real* one is any other trained model (``is_real``).
 Relative weight paths are relative to the manifest. Nothing is ever fetched:
 a manifest points at a local file.
 """
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from explorer.models.model import Model
 
 REQUIRED = ("name", "method", "weights")
+DEMO_COMMAND = "explorer zoo build-demo"  # what the demo zoo's manifests record (explorer.training.demo_zoo)
 
 
 @dataclass
@@ -78,6 +81,17 @@ class Manifest:
     @property
     def is_builtin(self) -> bool:
         return self.weights.startswith(BUILTIN_PREFIX)
+
+    @property
+    def is_demo(self) -> bool:
+        """Trained by the demo build on the synthetic shapes: its maps mean something on that world only."""
+        command = self.recipe.get("command", "") if isinstance(self.recipe, dict) else ""
+        return str(command).startswith(DEMO_COMMAND) or DEMO_COMMAND in self.source
+
+    @property
+    def is_real(self) -> bool:
+        """Trained weights that are not the demo's (a released checkpoint, or one trained here)."""
+        return self.trained and not self.is_demo
 
     def weights_path(self) -> Path:
         weights = Path(self.weights).expanduser()

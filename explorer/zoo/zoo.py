@@ -75,6 +75,11 @@ class Zoo:
     def manifests(self) -> list[Manifest]:
         return [entry.manifest for entry in self.entries(check_weights=False) if entry.manifest is not None]
 
+    def choice_order(self) -> list[Manifest]:
+        """The manifests as the page's model lists offer them: real checkpoints first (the demo models were
+        trained on synthetic shapes only), then the rest; folder order within each."""
+        return sorted(self.manifests(), key=lambda manifest: not manifest.is_real)
+
     def entries(self, check_weights: bool = True) -> list[ZooEntry]:
         """Every manifest, readable or not, with whether its weights load (a malformed one is listed, not fatal)."""
         entries, paths = [], self.manifest_paths()
