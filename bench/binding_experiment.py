@@ -32,10 +32,13 @@ import torch
 from explorer.data.counterfactual import ATTRIBUTES, counterfactual_twin
 from explorer.data.synthetic import generate_scenes
 from explorer.models.tokenizer import encode
-from explorer.training.demo_zoo import (DEMO_SCENES, DEMO_SEED, EVAL_SEED, IMAGE_SIZE, WARMUP_RATIO, WEIGHT_DECAY,
-                                        WORLD_OBJECTS, build_method, demo_run)
+from explorer.training.demo_zoo import (DEMO_SCENES, DEMO_SEED, EVAL_SEED, WARMUP_RATIO, WEIGHT_DECAY,
+                                        WORLD_OBJECTS, demo_run)
 from explorer.training.samples import TrainingSample, collate
 
+# The world's resolution and the ViT's depth (--image-size, --vision-layers): the patch grid stays 16 x 16.
+IMAGE_SIZE = int(os.environ.get("BINDING_IMAGE_SIZE", 64))
+GRID = 16
 CONTEXT = 77
 TRAIN_SCENES = int(DEMO_SCENES * 0.9)  # write_world's train share
 EVAL_LIMIT = 300  # explorer eval's default
@@ -73,6 +76,36 @@ def patch_targets(scene, grid: int) -> torch.Tensor:
         table = np.array([0] + [values.index(getattr(o, attribute)) + 1 for o in scene.objects])
         out[a] = table[owner]
     return torch.as_tensor(out)
+
+
+def scratch_model(vision_layers: int):
+    """The base CLIP of the demo zoo at this run's resolution and depth (16 x 16 patches), seeded."""
+    import dataclasses
+
+    from explorer.models.methods.clip import ClipMethod
+    from explorer.training.demo_zoo import demo_architecture
+
+    torch.manual_seed(DEMO_SEED)
+    arch = dataclasses.replace(demo_architecture(), image_size=IMAGE_SIZE, patch_size=IMAGE_SIZE // GRID,
+                               vision_layers=vision_layers)
+    return ClipMethod(arch)
+
+
+def dense_probe(method, scenes) -> dict:
+    """Accuracy of the per-patch attribute heads on held-out object patches (None without heads): does the
+    image tower see each attribute at all?"""
+    if not hasattr(method, "aux_heads"):
+        return {}
+    pixels = collate([TrainingSample(image=s.image, caption="-") for s in scenes[:100]], method.preprocess).pixels
+    scenes = scenes[:100]
+    targets = torch.stack([patch_targets(s, GRID) for s in scenes])
+    with torch.no_grad():
+        patches = method.encode_image(pixels).patches
+    out = {}
+    for a, (name, head) in enumerate(zip(ATTRIBUTE_CLASSES, method.aux_heads)):
+        on_object = targets[:, a] > 0
+        out[f"patch_acc/{name}"] = float((head(patches).argmax(-1)[on_object] == targets[:, a][on_object]).float().mean())
+    return out
 
 
 def object_sentences(scene) -> list[str]:
@@ -227,33 +260,44 @@ class CounterfactualBatches:
             yield collate(samples[:self.batch_size], self.preprocess)
 
 
-def within_reach(negative) -> bool:
-    """The changed words end inside the 77-token context."""
-    return len(encode(negative.caption[:negative.start + len(negative.replacement)])) <= CONTEXT - 2
-
-
 def evaluate(model, scenes) -> dict:
+    """Long / short T2I R@1 and the fair hard-negative test of ``explorer eval`` (issue 34) on ``scenes``."""
     from explorer.evaluation.retrieval_metrics import recall_at_k
     from explorer.evaluation.runner import encode_images, hard_negative_metrics, score_captions
 
     features = encode_images(model, [s.image for s in scenes])
-    out = {"long_t2i_R@1": recall_at_k(score_captions(model, features, [s.long_caption for s in scenes]),
-                                       ks=(1,)).text_to_image[1],
-           "short_t2i_R@1": recall_at_k(score_captions(model, features, [s.short_caption for s in scenes]),
-                                        ks=(1,)).text_to_image[1]}
+    out = {f"{kind}_t2i_R@1": recall_at_k(score_captions(model, features, [getattr(s, f"{kind}_caption") for s in scenes]),
+                                          ks=(1,)).text_to_image[1] for kind in ("long", "short")}
     hard, _ = hard_negative_metrics(model, features, scenes)
     out.update(hard)
-    wins: dict[str, list[bool]] = {a: [] for a in ATTRIBUTES}
-    for i, scene in enumerate(scenes):
-        scores = model.similarity(features[torch.as_tensor([i])],
-                                  [scene.long_caption, *(n.caption for n in scene.hard_negatives)])[0]
-        for negative, score in zip(scene.hard_negatives, scores[1:]):
-            if within_reach(negative):
-                wins[negative.attribute].append(bool(scores[0] > score))
-    for attribute, values in wins.items():
-        out[f"reach_acc/{attribute}"] = float(np.mean(values)) if values else None
-        out[f"reach_n/{attribute}"] = len(values)
     return out
+
+
+CURVE_SCENES = 200
+
+
+def learning_curve(method, args, batch_size: int):
+    """An ``on_metrics`` hook: every ``args.curve_every`` steps, the fair per-attribute test on held-out scenes
+    against samples seen, appended to ``<out>/curves.jsonl``."""
+    from explorer.evaluation.runner import encode_images, hard_negative_metrics
+    from explorer.models.model import Model
+
+    held_out = list(generate_scenes(CURVE_SCENES, EVAL_SEED, IMAGE_SIZE, split="test", n_objects=WORLD_OBJECTS))
+
+    def hook(row: dict) -> None:
+        if row["step"] % args.curve_every:
+            return
+        was_training = method.training
+        model = Model(method, name=args.name, device="cpu")
+        with torch.no_grad():
+            hard, _ = hard_negative_metrics(model, encode_images(model, [s.image for s in held_out]), held_out)
+        method.train(was_training)
+        record = {"name": args.name, "step": row["step"], "samples": row["step"] * batch_size,
+                  **{k: v for k, v in hard.items() if k.startswith("hard_negative_acc/")}}
+        with open(args.out / "curves.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    return hook
 
 
 def twin_probe(model, scenes, captions: str, seed: int = 0) -> dict:
@@ -299,15 +343,39 @@ def main() -> None:
                         "picture, multi-positive), dense (per-patch attribute heads)")
     parser.add_argument("--dense-weight", type=float, default=1.0)
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--init-state", type=Path, help="a state dict whose visual.* weights start the image tower")
+    parser.add_argument("--lock-image", action="store_true", help="train the text tower (and scale) only (LiT)")
+    parser.add_argument("--image-size", type=int, default=64, help="world resolution (patches stay 16 x 16)")
+    parser.add_argument("--vision-layers", type=int, default=3)
+    parser.add_argument("--curve-every", type=int, default=0, help="score the fair hard-negative test on "
+                        f"{CURVE_SCENES} held-out scenes every N steps (curves.jsonl)")
     parser.add_argument("--logit-scale", type=float, help="initial exp(logit_scale) (default: the model's, 1/0.07)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/binding"))
+    parser.add_argument("--evaluate", type=Path, help="only score these trained weights (evaluate + twin_probe)")
     parser.add_argument("--probe", type=Path, help="only probe these trained weights with twins (twin_probe)")
     parser.add_argument("--init", type=Path, help="start from these weights (a run's model.safetensors) instead of "
                                                   "from scratch; the recipe (warm-up included) starts afresh")
     args = parser.parse_args()
+    global IMAGE_SIZE
+    IMAGE_SIZE = args.image_size
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 2)))
     attributes = () if args.twins == "none" else ATTRIBUTES if args.twins == "all" else tuple(args.twins.split(","))
 
+    if args.evaluate:  # score weights a run already wrote (the run's record is written again with them)
+        from safetensors.torch import load_file
+
+        method = scratch_model(args.vision_layers)
+        if any(k.startswith("aux_heads.") for k in load_file(args.evaluate)):
+            add_objectives(method, {"dense"}, 1.0, GRID)
+        method.load_state_dict(load_file(args.evaluate))
+        held_out = list(generate_scenes(EVAL_LIMIT, EVAL_SEED, IMAGE_SIZE, split="test", n_objects=WORLD_OBJECTS))
+        model = Model(method, name=args.name, device="cpu")
+        metrics = {**evaluate(model, held_out), **twin_probe(model, held_out, args.captions), **dense_probe(method, held_out)}
+        record = {"name": args.name, "evaluated": str(args.evaluate), "metrics": metrics}
+        print(json.dumps(record))
+        with open(args.out / "results.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return
     if args.probe:
         from explorer.models.io.loading import load_method
 
@@ -326,16 +394,24 @@ def main() -> None:
 
         method, _ = load_method(args.init)
     else:
-        method, _ = build_method(run, args.out, None)
+        method = scratch_model(args.vision_layers)
+    if args.init_state:  # an image tower trained to see (/tmp/cap/capacity.py); the text tower stays as built
+        from safetensors.torch import load_file
+
+        seen = load_file(args.init_state)
+        method.load_state_dict({**method.state_dict(), **{k: v for k, v in seen.items() if k.startswith("visual.")}})
+    if args.lock_image:  # LiT (Zhai et al., CVPR 2022): the image tower is locked, only the text tower learns
+        for name, parameter in method.named_parameters():
+            if name.startswith("visual."):
+                parameter.requires_grad_(False)
     if args.logit_scale:  # a sharper softmax from the start: twins are much closer than scenes
         with torch.no_grad():
             method.logit_scale.fill_(float(np.log(args.logit_scale)))
     mix = {k: float(v) for k, v in (part.split(":") for part in args.mix.split(","))} if args.mix else None
     objectives = set(filter(None, args.objectives.split(",")))
     if objectives:
-        grid = IMAGE_SIZE // 4
-        add_objectives(method, objectives, args.dense_weight, grid)
-    dataset = (ObjectiveBatches(scenes, method.preprocess, run.batch_size, args.captions, IMAGE_SIZE // 4) if objectives
+        add_objectives(method, objectives, args.dense_weight, GRID)
+    dataset = (ObjectiveBatches(scenes, method.preprocess, run.batch_size, args.captions, GRID) if objectives
                else MixedCaptionBatches(scenes, method.preprocess, run.batch_size, mix) if mix
                else [sample_of(s, args.captions) for s in scenes] if not attributes
                else CounterfactualBatches(scenes, method.preprocess, run.batch_size, attributes, args.captions,
@@ -346,7 +422,8 @@ def main() -> None:
                          precision="auto", name=f"binding-{args.name}")
     world_s = time.perf_counter() - clock
     clock = time.perf_counter()
-    result = train(method, dataset, config, args.out / args.name, progress=False)
+    curve = learning_curve(method, args, run.batch_size) if args.curve_every else None
+    result = train(method, dataset, config, args.out / args.name, progress=False, on_metrics=curve)
     train_s = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -354,8 +431,9 @@ def main() -> None:
     model = Model(method, name=args.name, device="cpu")
     metrics = evaluate(model, held_out)
     metrics.update(twin_probe(model, held_out, args.captions))
+    metrics.update(dense_probe(method, held_out))
     eval_s = time.perf_counter() - clock
-    record = {"name": args.name, "init": str(args.init) if args.init else None, "captions": args.captions, "mix": mix, "objectives": sorted(objectives), "dense_weight": args.dense_weight, "twins": list(attributes), "twins_per_scene": args.twins_per_scene,
+    record = {"name": args.name, "init": str(args.init) if args.init else None, "captions": args.captions, "init_state": str(args.init_state or ""), "lock_image": args.lock_image, "image_size": IMAGE_SIZE, "vision_layers": args.vision_layers, "mix": mix, "objectives": sorted(objectives), "dense_weight": args.dense_weight, "twins": list(attributes), "twins_per_scene": args.twins_per_scene,
               "logit_scale_init": args.logit_scale, "steps": result.steps,
               "batch_size": run.batch_size, "last_loss": (result.last or {}).get("loss"),
               "seconds": {"world": round(world_s, 1), "train": round(train_s, 1), "eval": round(eval_s, 1)},

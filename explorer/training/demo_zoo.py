@@ -53,12 +53,15 @@ class DemoRun:
     clip_grad_norm: float | None = 1.0
     patch_size: int = PATCH_SIZE  # of a method with its own image tower (SEPS); the others use the base's
     source: str | None = None  # the manifest's "source" (default: fine-tuned from the base)
+    stage: str | None = None  # a stage of the base (``demo_base.STAGES``): its training class and data
+    published: bool = True  # False: an intermediate stage, kept in the work folder (stages/), not in the zoo
 
     def recipe(self, steps: int) -> dict:
         """What the manifest records of how the model was trained."""
         return {"steps": steps, "batch_size": self.batch_size, "lr_backbone": self.lr_backbone,
                 "lr_new": self.lr_new, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
                 "clip_grad_norm": self.clip_grad_norm, "captions": self.captions,
+                **({"stage": self.stage} if self.stage else {}),
                 "init": f"demo {self.init}" if self.init else "from scratch", "options": dict(self.extra),
                 "world": {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS)},
                 "patch_size": self.patch_size,
@@ -70,8 +73,13 @@ WEIGHT_DECAY = 0.1
 
 # The recipe table: one row per demo model (a table of data, so it names the methods).
 RUNS = (
-    DemoRun("clip-base", "clip", steps=600, init=None, captions="short", lr_backbone=5e-4, lr_new=5e-4,
-            source="trained from scratch on the synthetic world's short captions, context 77"),
+    # The base in two stages (explorer.training.demo_base): an image tower taught the world's attributes per
+    # patch, then CLIP's loss on the long captions plus the object sentences, multi-positive.
+    DemoRun("clip-see", "clip", steps=2000, init=None, captions="short", lr_backbone=1e-3, lr_new=1e-3,
+            stage="see", published=False),
+    DemoRun("clip-base", "clip", steps=1500, init="clip-see", captions="long", lr_backbone=5e-4, lr_new=5e-4,
+            stage="read", source="a ViT taught the synthetic world's attributes per patch, then trained as a CLIP on "
+                                 "its long captions and object sentences, context 77"),
     DemoRun("longclip", "longclip", steps=200),
     DemoRun("finelip", "finelip", steps=200),
     # sub_loss "sentences": the same image's other sentences are negatives too (README: why, with both numbers)
@@ -143,17 +151,20 @@ def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fra
     return data
 
 
-def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None) -> list:
+def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
+    """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read")."""
+    from explorer.training.demo_base import PATCH_TARGETS, patch_attributes
     from explorer.training.samples import TrainingSample
 
     samples = []
     for scene in scenes:
-        sentences = [s.text for s in scene.sentences]
+        sentences = [s.text for s in scene.sentences if stage != "read" or s.kind == "object"]
         pair = (local_pairs or {}).get(scene.id)
+        extras = {PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE)} if stage == "see" else None
         samples.append(TrainingSample(
             image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
             short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
-            local_box=pair[0] if pair else None, local_sentence=pair[1] if pair else None))
+            local_box=pair[0] if pair else None, local_sentence=pair[1] if pair else None, extras=extras))
     return samples
 
 
@@ -193,17 +204,27 @@ def world_vocabulary(scenes) -> list[str]:
     return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
 
 
-def build_method(run: DemoRun, out: Path, vocab_file: Path | None):
+def build_method(run: DemoRun, out: Path, vocab_file: Path | None, work: Path | None = None):
     """The method (and the warm-start report, or None) a run starts from: fine-tuned from its init, or built
-    from scratch by the method's own ``demo_model`` at the demo's sizes."""
+    from scratch by the method's own ``demo_model`` at the demo's sizes; a stage of the base in its training
+    class."""
     from explorer.models.methods import get_method
     from explorer.models.methods.base import DemoSpec
+    from explorer.training.demo_base import as_stage
     from explorer.training.warm_start import init_from
 
     if run.init is not None:
-        return init_from(run.method, out / f"{run.init}.safetensors", seed=DEMO_SEED, **run.extra)
-    spec = DemoSpec(demo_architecture(), patch_size=run.patch_size, seed=DEMO_SEED, vocab_file=vocab_file)
-    return get_method(run.method).demo_model(spec, **run.extra), None
+        method, report = init_from(run.method, init_file(run.init, out, work), seed=DEMO_SEED, **run.extra)
+    else:
+        spec = DemoSpec(demo_architecture(), patch_size=run.patch_size, seed=DEMO_SEED, vocab_file=vocab_file)
+        method, report = get_method(run.method).demo_model(spec, **run.extra), None
+    return (as_stage(run.stage, method) if run.stage else method), report
+
+
+def init_file(name: str, out: Path, work: Path | None) -> Path:
+    """Where the run ``name`` left its weights: the zoo, or the work folder's stages/ for an unpublished stage."""
+    published = demo_run(name).published if name in {r.name for r in all_runs()} else True
+    return out / f"{name}.safetensors" if published or work is None else work / "stages" / f"{name}.safetensors"
 
 
 def all_runs() -> tuple[DemoRun, ...]:
@@ -271,22 +292,38 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     vocab_file = out / "seps-vocab.txt"
     if not vocab_file.exists():
         vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
-    context = _BuildContext(out, work, scenes, vocab_file, state, log, progress)
+    held_out = read_dataset(data, split="test")[:CURVE_SCENES]
+    context = _BuildContext(out, work, scenes, held_out, vocab_file, state, log, progress)
     written = []
+    wanted = _with_stages(only) if only else None
     for run in all_runs():
-        if only and run.name not in only:
+        if wanted and run.name not in wanted:
             continue
         run = _scaled(run, scale, min_steps)
         weights = out / f"{run.name}.safetensors"
+        weights = weights if run.published else init_file(run.name, out, work)
         if state.finished(run) and weights.exists():
             log(f"{run.name}: built already ({state.runs[run.name]['steps']} steps); kept")
+        else:
+            weights = _train_run(run, context)
+        if run.published:
             written.append(weights)
-            continue
-        written.append(_train_run(run, context))
     (out / "BUILD.txt").write_text(json.dumps({"command": COMMAND, "seed": DEMO_SEED, "n_scenes": n_scenes,
                                                "scale": scale, "image_size": IMAGE_SIZE, **state.summary()},
                                               indent=2) + "\n")
     return written
+
+
+def _with_stages(only: list[str]) -> set[str]:
+    """``only`` and the unpublished stages its runs start from (they live in the work folder, not the zoo)."""
+    runs = {run.name: run for run in all_runs()}
+    wanted = set(only)
+    for name in only:
+        run = runs.get(name)
+        while run is not None and run.init in runs and not runs[run.init].published:
+            wanted.add(run.init)
+            run = runs[run.init]
+    return wanted
 
 
 def _scaled(run: DemoRun, scale: float, min_steps: int) -> DemoRun:
@@ -301,6 +338,7 @@ class _BuildContext:
     out: Path
     work: Path
     scenes: list
+    held_out: list  # the training world's test scenes the stages' learning curves are measured on
     vocab_file: Path
     state: "BuildState"
     log: Callable[[str], None]
@@ -315,15 +353,16 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
     from explorer.training.loop import TrainConfig, train
 
     out, state, log = context.out, context.state, context.log
-    method, report = build_method(run, out, context.vocab_file)
+    method, report = build_method(run, out, context.vocab_file, context.work)
     cls = get_method(run.method)
     if cls.needs_local_pairs and context.local_pairs is None:  # mined with the init, as FAST-GOAL mines with CLIP
-        base_file = out / f"{run.init}.safetensors"
+        base_file = init_file(run.init, out, context.work)
         base = _load(base_file) if base_file.exists() else Model(
-            build_method(demo_run(run.init), out, context.vocab_file)[0], device="cpu")
+            build_method(demo_run(run.init), out, context.vocab_file, context.work)[0], device="cpu")
         with state.timing("local pairs"):
             context.local_pairs = mine_local_pairs(base, context.scenes, log)
-    samples = training_samples(context.scenes, run.captions, context.local_pairs if cls.needs_local_pairs else None)
+    samples = training_samples(context.scenes, run.captions, context.local_pairs if cls.needs_local_pairs else None,
+                               stage=run.stage)
     config = TrainConfig(max_steps=run.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
                          lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
                          clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
@@ -336,15 +375,76 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
     resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
     if resume:
         log(f"{run.name}: resuming {run_dir}")
+    curve = stage_curve(method, run, context.held_out, run_dir) if run.stage else None
     with state.timing(run.name) as clock:
-        result = train(method, samples, config, run_dir, init=report, resume=resume, progress=context.progress)
+        result = train(method, samples, config, run_dir, init=report, resume=resume, progress=context.progress,
+                       on_metrics=curve)
     seconds = float((result.last or {}).get("elapsed_s", clock.seconds))  # summed over resumed calls by train
-    state.finish(run, result.steps, result.steps * run.batch_size, seconds)
-    options = {"vocab_file": context.vocab_file.name} if cls.needs_word_vocabulary else None
-    weights = publish(method, run, out, result.steps, seconds, options)
     last = result.last or {}
     log(f"{run.name}: {result.steps} steps in {seconds / 60:.1f} min, last loss {last.get('loss', float('nan')):.4f}")
+    if run.stage:
+        from explorer.training.demo_base import as_clip
+
+        method = as_clip(method)
+    if run.published:
+        options = {"vocab_file": context.vocab_file.name} if cls.needs_word_vocabulary else None
+        weights = publish(method, run, out, result.steps, seconds, options)
+    else:
+        from explorer.models.io.loading import save_method
+
+        weights = save_method(method, init_file(run.name, out, context.work), {"seed": DEMO_SEED, "steps": result.steps})
+    state.finish(run, result.steps, result.steps * run.batch_size, seconds)
     return weights
+
+
+CURVE_EVERY = 250  # steps between two points of a stage's learning curve
+CURVES_FILE = "curves.jsonl"
+CURVE_SCENES = 200  # held-out scenes (the training world's test split) each point is measured on
+
+
+def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
+    """An ``on_metrics`` hook for the base's stages: every ``CURVE_EVERY`` steps, per attribute, the patch
+    accuracy of the heads ("see") or the fair hard-negative accuracy ("read") on held-out scenes, against
+    the samples seen, appended to ``<run>/curves.jsonl``."""
+    from explorer.training.demo_base import PATCH_TARGETS
+    from explorer.training.metrics_log import JsonlLog
+
+    log = JsonlLog(run_dir / CURVES_FILE)
+
+    def hook(row: dict) -> None:
+        if row["step"] % CURVE_EVERY:
+            return
+        training = method.training
+        method.eval()
+        if run.stage == "see":
+            batch = collate_scenes(held_out, method, stage="see")
+            scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS])
+        else:
+            scores = attribute_accuracy(method, held_out)
+        method.train(training)
+        log.write({"step": row["step"], "samples": row["step"] * run.batch_size,
+                   "measure": "patch accuracy" if run.stage == "see" else "fair hard-negative accuracy", **scores})
+
+    return hook
+
+
+def collate_scenes(scenes, method, stage: str | None = None):
+    from explorer.training.samples import collate
+
+    return collate(training_samples(scenes, "short", stage=stage), method.preprocess)
+
+
+def attribute_accuracy(method, scenes) -> dict[str, float | None]:
+    """The fair one-attribute hard-negative accuracy of ``method`` on ``scenes`` (``explorer eval``'s)."""
+    import torch
+
+    from explorer.evaluation.runner import encode_images, hard_negative_metrics
+    from explorer.models.model import Model
+
+    model = Model(method, name="curve", device="cpu")
+    with torch.no_grad():
+        hard, _ = hard_negative_metrics(model, encode_images(model, [s.image for s in scenes]), scenes)
+    return {k.split("/")[1]: v for k, v in hard.items() if k.startswith("hard_negative_acc/")}
 
 
 class BuildState:

@@ -6,8 +6,8 @@ The dataset side is an interface, so any dataset (the synthetic world in
 - a *sample* is any object (or mapping) with the fields of ``TrainingSample``:
   ``image`` (PIL), ``caption`` (the long caption), and optionally
   ``short_caption``, ``sentences``, ``dense_caption``, ``local_image``,
-  ``local_box`` ((x0, y0, x1, y1) in [0, 1] of the image) and
-  ``local_sentence``;
+  ``local_box`` ((x0, y0, x1, y1) in [0, 1] of the image),
+  ``local_sentence`` and ``extras`` (named tensors, stacked into the batch's ``extras``);
 - a ``BatchSource`` hands out the batches of an epoch, in an order fixed by
   the epoch number alone, and can start an epoch part-way (this is what makes
   a resumed run see exactly the batches an uninterrupted one would);
@@ -52,6 +52,7 @@ class TrainingSample:
     local_image: Image.Image | None = None  # crop of the local region (made from local_box when absent)
     local_box: tuple[float, float, float, float] | None = None  # (x0, y0, x1, y1) in [0, 1] of the image
     local_sentence: str | None = None  # the sentence matched to the local region
+    extras: dict | None = None  # {name: tensor} a method's losses read; stacked into ``TrainingBatch.extras``
 
 
 OPTIONAL_TEXT = {"short_caption": "short_captions", "sentences": "sentences", "dense_caption": "dense_captions",
@@ -94,7 +95,9 @@ def collate(samples: Sequence, preprocess: Preprocess, fit: str = "crop") -> Tra
     present = [c is not None for c in crops]
     if any(present) and not all(present):
         raise ValueError(f"samples {_indices(present, False)} lack local_image (and local_box) that others have")
+    extras = _all_or_none(samples, "extras")
     return TrainingBatch(
+        extras={} if extras is None else {name: torch.stack([e[name] for e in extras]) for name in extras[0]},
         pixels=preprocess(images, fit=fit),
         captions=list(captions),
         short_captions=texts["short_captions"],

@@ -1,6 +1,8 @@
 """The contrastive losses the methods share, written from their papers.
 
 - ``info_nce``: CLIP's symmetric cross-entropy over the batch (Radford et al.).
+- ``multi_positive_nce``: the same where an image owns several texts (DreamLIP's L_mpc; the demo base's
+  object sentences).
 - ``sigmoid_loss``: SigLIP's pairwise sigmoid loss (Zhai et al.), used by FLAIR,
   CAFT and MulCLIP: -log sigmoid(z_ij * (t * s_ij + b)) with z = +1 on the
   diagonal and -1 elsewhere, summed over pairs and divided by the batch size.
@@ -41,6 +43,18 @@ def info_nce(logits: torch.Tensor) -> torch.Tensor:
     """``logits`` [B, B] image x text, matching pairs on the diagonal."""
     target = torch.arange(logits.shape[0], device=logits.device)
     return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+
+
+def multi_positive_nce(logits: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    """``logits`` [N, T] image x text, ``owner`` [T] the image of each text (an image may own several).
+
+    Text -> image: cross-entropy to its owner. Image -> text: the mean over the image's own texts of
+    -log softmax (each one a target of its own, as DreamLIP's L_mpc; Zheng et al., ECCV 2024). The mean of
+    both directions."""
+    positive = owner[None, :] == torch.arange(logits.shape[0], device=owner.device)[:, None]
+    log_p = logits.log_softmax(dim=1)
+    image_to_text = -(log_p * positive).sum(dim=1) / positive.sum(dim=1).clamp_min(1)
+    return (image_to_text.mean() + F.cross_entropy(logits.T, owner)) / 2
 
 
 def sigmoid_loss(scores: torch.Tensor, logit_scale: torch.Tensor, logit_bias: torch.Tensor,

@@ -37,7 +37,7 @@ from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods.base import GENERIC_MAP, cosine_matrix
 from explorer.models.methods.clip import ClipFamily
-from explorer.models.nn.losses import info_nce
+from explorer.models.nn.losses import info_nce, multi_positive_nce
 from explorer.models.nn.positional import SHORT_CONTEXT
 
 GROUPING_MAP = "grouping"
@@ -118,12 +118,7 @@ class DreamLipMethod(ClipFamily):
     @staticmethod
     def multi_positive(images: torch.Tensor, texts: torch.Tensor, owner: torch.Tensor, scale) -> torch.Tensor:
         """L_mpc: images [N, d], texts [T, d], owner [T] (the image of each sub-caption)."""
-        logits = scale * cosine_matrix(images, texts)  # [N, T]
-        positive = owner[None, :] == torch.arange(len(images), device=owner.device)[:, None]
-        log_p = logits.log_softmax(dim=1)
-        image_to_text = -(log_p * positive).sum(dim=1) / positive.sum(dim=1).clamp_min(1)
-        text_to_image = F.cross_entropy(logits.T, owner)
-        return (image_to_text.mean() + text_to_image) / 2
+        return multi_positive_nce(scale * cosine_matrix(images, texts), owner)  # logits [N, T]
 
     @staticmethod
     def grouping(patches: torch.Tensor, texts: torch.Tensor, owner: torch.Tensor, scale) -> torch.Tensor:

@@ -1,0 +1,118 @@
+"""The demo zoo's base CLIP in two stages: an image tower that sees, then a CLIP that reads (issue 34).
+
+Trained as CLIP is trained (InfoNCE on whole captions), the base told colour and little else: a batch's
+captions are told apart by their colours alone, so nothing asks for shape, size, texture or place, and even
+per-patch supervision added to that loss left shape at chance for hundreds of steps (bench/results/
+binding_experiment.md has every run). So the base is built as a CLIP is often built, from a backbone that
+was taught to see first:
+
+- stage "see" (``SeeingClip``): the ViT with one linear head per attribute over its projected patch tokens,
+  trained with cross-entropy on the object patches of the world's pictures; a patch is labelled with the
+  colour, shape, size and texture of the object that covers at least a quarter of it (the world knows
+  every pixel's object). The analogue of the supervised backbone a CLIP may start from (LiT, Zhai et al.,
+  CVPR 2022). The heads are training-only: the stage is saved as a plain CLIP.
+- stage "read" (``ReadingClip``): from that tower, CLIP's InfoNCE on the long captions plus the same
+  weight of a multi-positive loss of every object sentence of the batch against every picture
+  (``multi_positive_nce``): an object sentence names one object's colour, shape, size, texture and
+  place, and needs all of them to find its picture among the batch's. Published as a plain CLIP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from explorer.data.vocabulary import COLOURS, SHAPES, SIZES, TEXTURES
+from explorer.models.batch import TrainingBatch
+from explorer.models.methods.base import cosine_matrix
+from explorer.models.methods.clip import ClipMethod
+from explorer.models.nn.losses import info_nce, multi_positive_nce
+
+# The attributes a patch is labelled with; class 0 of each is "no object" (those patches are not scored).
+PATCH_ATTRIBUTES: dict[str, tuple[str, ...]] = {"colour": tuple(COLOURS), "shape": SHAPES, "size": tuple(SIZES),
+                                                "texture": TEXTURES}
+PATCH_TARGETS = "patch_attributes"  # the batch's extras key: [B, len(PATCH_ATTRIBUTES), grid * grid] long
+COVER = 0.25  # share of a patch an object must cover to label it
+
+
+def patch_attributes(scene, grid: int) -> torch.Tensor:
+    """[len(PATCH_ATTRIBUTES), grid * grid] long: per patch (row-major), each attribute's value index + 1 of the
+    object covering most of its object pixels, at least ``COVER`` of the patch; 0 where no object does."""
+    labels = scene.labels  # [H, W] 0 background, k + 1 object k
+    side = labels.shape[0] // grid
+    blocks = labels[:grid * side, :grid * side].reshape(grid, side, grid, side).transpose(0, 2, 1, 3)
+    blocks = blocks.reshape(grid * grid, side * side)
+    n_labels = len(scene.objects) + 1
+    counts = np.stack([np.bincount(block, minlength=n_labels) for block in blocks])[:, 1:]  # object pixels
+    owner = np.where(counts.max(axis=1) >= COVER * side * side, counts.argmax(axis=1) + 1, 0)
+    out = np.zeros((len(PATCH_ATTRIBUTES), grid * grid), dtype=np.int64)
+    for a, (attribute, values) in enumerate(PATCH_ATTRIBUTES.items()):
+        table = np.array([0] + [values.index(getattr(o, attribute)) + 1 for o in scene.objects])
+        out[a] = table[owner]
+    return torch.as_tensor(out)
+
+
+class SeeingClip(ClipMethod):
+    """Stage "see": the image tower and per-patch attribute heads, trained on the object patches."""
+
+    new_module_prefixes = ("attribute_heads.",)
+
+    def __init__(self, arch, **extra):
+        super().__init__(arch, **extra)
+        self.attribute_heads = nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1)
+                                             for values in PATCH_ATTRIBUTES.values())
+
+    def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
+        """Per attribute, cross-entropy of its head over the patches an object covers."""
+        targets = batch.extras[PATCH_TARGETS].to(batch.pixels.device)  # [B, A, P]
+        patches = self.encode_image(batch.pixels).patches  # [B, P, d]
+        out = {}
+        for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads)):
+            on_object = targets[:, a] > 0
+            out[attribute] = F.cross_entropy(head(patches)[on_object], targets[:, a][on_object])
+        return out
+
+    @torch.no_grad()
+    def patch_accuracy(self, pixels: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """Share of object patches whose attribute each head gets right (the stage's learning curve)."""
+        patches = self.encode_image(pixels).patches
+        return {attribute: float((head(patches).argmax(-1) == targets[:, a])[targets[:, a] > 0].float().mean())
+                for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads))}
+
+
+class ReadingClip(ClipMethod):
+    """Stage "read": CLIP's InfoNCE on the captions plus every object sentence (``batch.sentences``) against
+    every picture of the batch, multi-positive."""
+
+    def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
+        batch.require("sentences", method="the demo base's reading stage")
+        image = self.encode_image(batch.pixels).cls
+        scale = self.logit_scale.exp()
+        captions = self.encode_captions(batch.captions).eot
+        texts = [text for sentences in batch.sentences for text in sentences]
+        owner = torch.tensor([i for i, sentences in enumerate(batch.sentences) for _ in sentences],
+                             device=image.device)
+        sentences = self.encode_captions(texts).eot
+        return {"contrastive": info_nce(scale * cosine_matrix(image, captions)),
+                "object sentences": multi_positive_nce(scale * cosine_matrix(image, sentences), owner)}
+
+
+STAGES = {"see": SeeingClip, "read": ReadingClip}
+
+
+def as_stage(stage: str, method: ClipMethod) -> ClipMethod:
+    """``method``'s weights in the stage's training class (its heads, if any, freshly made)."""
+    trainer = STAGES[stage](method.arch, **method.extra_config)
+    missing, unexpected = trainer.load_state_dict(method.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith(trainer.new_module_prefixes) for k in missing), (missing, unexpected)
+    return trainer
+
+
+def as_clip(method: ClipMethod) -> ClipMethod:
+    """A stage's weights as a plain CLIP (training heads dropped)."""
+    clip = ClipMethod(method.arch, **method.extra_config)
+    state = {k: v for k, v in method.state_dict().items() if not k.startswith("attribute_heads.")}
+    clip.load_state_dict(state)  # strict: every CLIP weight
+    return clip

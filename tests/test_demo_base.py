@@ -1,0 +1,116 @@
+"""The demo base's two stages (explorer.training.demo_base): patch labels from the world, the seeing stage's
+heads (trained, then dropped), the reading stage's object-sentence loss, and the build's learning curves."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from explorer.data import generate_scenes
+from explorer.models.batch import TrainingBatch
+from explorer.models.methods.clip import ClipMethod
+from explorer.training.demo_base import (PATCH_ATTRIBUTES, PATCH_TARGETS, ReadingClip, SeeingClip, as_clip, as_stage,
+                                         patch_attributes)
+
+
+@pytest.fixture(scope="module")
+def scenes():
+    return list(generate_scenes(6, seed=5, image_size=64))
+
+
+def test_patch_labels_follow_the_objects_pixels(scenes):
+    for scene in scenes:
+        targets = patch_attributes(scene, 16)
+        assert targets.shape == (len(PATCH_ATTRIBUTES), 256)
+        labels = scene.labels.reshape(16, 4, 16, 4).transpose(0, 2, 1, 3).reshape(256, 16)
+        for patch in range(256):
+            counts = np.bincount(labels[patch], minlength=len(scene.objects) + 1)[1:]
+            if counts.max() < 4:  # under a quarter of the patch: no object
+                assert (targets[:, patch] == 0).all()
+                continue
+            owner = scene.objects[int(counts.argmax())]
+            for a, (attribute, values) in enumerate(PATCH_ATTRIBUTES.items()):
+                assert targets[a, patch] == values.index(getattr(owner, attribute)) + 1
+        # every object of a scene labels some patch (even a small one, 7-9 px over 4 px patches)
+        shapes = {int(v) for v in targets[1] if v}
+        assert shapes == {PATCH_ATTRIBUTES["shape"].index(o.shape) + 1 for o in scene.objects}
+
+
+def _tiny():
+    return ClipMethod.example("tiny", seed=0)
+
+
+def test_seeing_stage_learns_the_patches_and_saves_as_a_plain_clip(scenes):
+    from explorer.training.demo_zoo import collate_scenes
+
+    import dataclasses
+
+    torch.manual_seed(0)
+    clip = ClipMethod(dataclasses.replace(_tiny().arch, patch_size=4))  # the demo's 16 x 16 grid
+    seeing = as_stage("see", clip)
+    assert isinstance(seeing, SeeingClip)
+    batch = collate_scenes(scenes, seeing, stage="see")
+    assert batch.extras[PATCH_TARGETS].shape == (len(scenes), 4, 256)
+    optimizer = torch.optim.AdamW(seeing.parameters(), lr=3e-3)
+    before = sum(seeing.losses(batch).values()).item()
+    for _ in range(30):
+        optimizer.zero_grad()
+        sum(seeing.losses(batch).values()).backward()
+        optimizer.step()
+    after = sum(seeing.losses(batch).values()).item()
+    assert after < 0.7 * before
+    accuracy = seeing.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS])
+    assert set(accuracy) == set(PATCH_ATTRIBUTES) and accuracy["colour"] > 0.5
+    plain = as_clip(seeing)
+    assert type(plain) is ClipMethod and not any(k.startswith("attribute_heads") for k in plain.state_dict())
+    for key, value in plain.state_dict().items():
+        torch.testing.assert_close(value, seeing.state_dict()[key], rtol=0, atol=0)
+
+
+def test_reading_stage_adds_every_object_sentence_against_every_picture():
+    method = as_stage("read", _tiny())
+    assert isinstance(method, ReadingClip)
+    pixels = torch.randn(3, 3, 64, 64)
+    batch = TrainingBatch(pixels=pixels, captions=["a red square. a blue ring.", "a green star.", "a pink heart."],
+                          sentences=[["a red square.", "a blue ring."], ["a green star."], ["a pink heart."]])
+    losses = method.losses(batch)
+    assert set(losses) == {"contrastive", "object sentences"}
+    assert all(torch.isfinite(v) for v in losses.values())
+    # the sentence term is the multi-positive loss over the batch's sentences and their owners
+    from explorer.models.methods.base import cosine_matrix
+    from explorer.models.nn.losses import multi_positive_nce
+
+    with torch.no_grad():
+        image = method.encode_image(pixels).cls
+        texts = method.encode_captions([t for group in batch.sentences for t in group]).eot
+        expected = multi_positive_nce(method.logit_scale.exp() * cosine_matrix(image, texts), torch.tensor([0, 0, 1, 2]))
+    torch.testing.assert_close(losses["object sentences"].detach(), expected)
+
+
+def test_multi_positive_nce_is_lowest_when_each_text_points_at_its_owner():
+    from explorer.models.nn.losses import multi_positive_nce
+
+    owner = torch.tensor([0, 0, 1])
+    right = torch.tensor([[9.0, 9.0, 0.0], [0.0, 0.0, 9.0]])
+    wrong = torch.tensor([[0.0, 0.0, 9.0], [9.0, 9.0, 0.0]])
+    # image 0 owns two equally likely texts: each is a target of its own, so its floor is log 2 (not 0)
+    assert multi_positive_nce(right, owner).item() == pytest.approx(np.log(2) / 4, abs=1e-3)
+    assert multi_positive_nce(wrong, owner) > 5
+
+
+def test_stage_curves_are_written_against_samples_seen(tmp_path, scenes, monkeypatch):
+    import explorer.training.demo_zoo as demo_zoo
+
+    monkeypatch.setattr(demo_zoo, "CURVE_EVERY", 2)
+    run = demo_zoo.DemoRun("clip-base", "clip", steps=4, stage="read", batch_size=8)
+    method = as_stage("read", _tiny())
+    hook = demo_zoo.stage_curve(method, run, scenes, tmp_path)
+    hook({"step": 1})
+    hook({"step": 2})
+    rows = [json.loads(line) for line in (tmp_path / demo_zoo.CURVES_FILE).read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["samples"] == 16 and rows[0]["measure"] == "fair hard-negative accuracy"
+    assert {"colour", "shape", "size", "texture", "position"} <= set(rows[0])
+    assert method.training  # the hook gives the method back in training mode
