@@ -12,7 +12,7 @@ import torch
 from explorer.data import generate_scenes
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.clip import ClipMethod
-from explorer.training.demo_base import (PATCH_ATTRIBUTES, PATCH_TARGETS, ReadingClip, SeeingClip, as_clip, as_stage,
+from explorer.training.demo_base import (PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS, ReadingClip, SeeingClip, as_clip, as_stage,
                                          patch_attributes)
 
 
@@ -62,8 +62,8 @@ def test_seeing_stage_learns_the_patches_and_saves_as_a_plain_clip(scenes):
         optimizer.step()
     after = sum(seeing.losses(batch).values()).item()
     assert after < 0.7 * before
-    accuracy = seeing.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS])
-    assert set(accuracy) == set(PATCH_ATTRIBUTES) and accuracy["colour"] > 0.5
+    accuracy = seeing.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS])
+    assert set(accuracy) == {*PATCH_ATTRIBUTES, "pairs"} and accuracy["colour"] > 0.5
     plain = as_clip(seeing)
     assert type(plain) is ClipMethod and not any(k.startswith("attribute_heads") for k in plain.state_dict())
     for key, value in plain.state_dict().items():
@@ -114,3 +114,25 @@ def test_stage_curves_are_written_against_samples_seen(tmp_path, scenes, monkeyp
     assert len(rows) == 1 and rows[0]["samples"] == 16 and rows[0]["measure"] == "fair hard-negative accuracy"
     assert {"colour", "shape", "size", "texture", "position"} <= set(rows[0])
     assert method.training  # the hook gives the method back in training mode
+
+
+def test_attribute_pairs_name_each_objects_pairs_and_nothing_else(scenes):
+    from explorer.training.demo_base import ATTRIBUTE_PAIRS, OBJECT_ATTRIBUTES, PAIR_OFFSETS, attribute_pairs
+
+    assert len(ATTRIBUTE_PAIRS) == 10  # every pair of colour, shape, size, texture, position
+    for scene in scenes:
+        pairs = attribute_pairs(scene)
+        expected = set()
+        for obj in scene.objects:
+            for offset, (a, b) in zip(PAIR_OFFSETS, ATTRIBUTE_PAIRS):
+                expected.add(int(offset) + OBJECT_ATTRIBUTES[a].index(getattr(obj, a)) * len(OBJECT_ATTRIBUTES[b])
+                             + OBJECT_ATTRIBUTES[b].index(getattr(obj, b)))
+        assert set(torch.nonzero(pairs).flatten().tolist()) == expected
+    # a shape twin changes the shape pairs of one object and nothing else
+    from explorer.data.counterfactual import counterfactual_twin
+
+    scene = scenes[0]
+    twin = counterfactual_twin(scene, "shape", 0, np.random.default_rng(0), (2, 6))
+    changed = torch.nonzero(attribute_pairs(scene) != attribute_pairs(twin)).flatten().tolist()
+    shape_blocks = [i for i, pair in enumerate(ATTRIBUTE_PAIRS) if "shape" in pair]
+    assert changed and all(any(PAIR_OFFSETS[k] <= c < PAIR_OFFSETS[k + 1] for k in shape_blocks) for c in changed)

@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from explorer.data.vocabulary import COLOURS, SHAPES, SIZES, TEXTURES
+from itertools import combinations
+
+from explorer.data.vocabulary import COLOURS, POSITIONS, SHAPES, SIZES, TEXTURES
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.base import cosine_matrix
 from explorer.models.methods.clip import ClipMethod
@@ -34,6 +36,11 @@ from explorer.models.nn.losses import info_nce, multi_positive_nce
 PATCH_ATTRIBUTES: dict[str, tuple[str, ...]] = {"colour": tuple(COLOURS), "shape": SHAPES, "size": tuple(SIZES),
                                                 "texture": TEXTURES}
 PATCH_TARGETS = "patch_attributes"  # the batch's extras key: [B, len(PATCH_ATTRIBUTES), grid * grid] long
+# Every pair of an object's attributes (colour x shape, shape x position, ...): which pairs a picture holds.
+OBJECT_ATTRIBUTES: dict[str, tuple[str, ...]] = {**PATCH_ATTRIBUTES, "position": POSITIONS}
+ATTRIBUTE_PAIRS = tuple(combinations(OBJECT_ATTRIBUTES, 2))
+PAIR_OFFSETS = np.cumsum([0] + [len(OBJECT_ATTRIBUTES[a]) * len(OBJECT_ATTRIBUTES[b]) for a, b in ATTRIBUTE_PAIRS])
+PAIR_TARGETS = "attribute_pairs"  # the batch's extras key: [B, PAIR_OFFSETS[-1]] float, 1 where the picture has it
 COVER = 0.25  # share of a patch an object must cover to label it
 
 
@@ -54,32 +61,56 @@ def patch_attributes(scene, grid: int) -> torch.Tensor:
     return torch.as_tensor(out)
 
 
+def attribute_pairs(scene) -> torch.Tensor:
+    """[PAIR_OFFSETS[-1]] float multi-hot: for every pair of attributes, the value pairs of the scene's objects."""
+    out = torch.zeros(int(PAIR_OFFSETS[-1]))
+    for obj in scene.objects:
+        for offset, (a, b) in zip(PAIR_OFFSETS, ATTRIBUTE_PAIRS):
+            i = OBJECT_ATTRIBUTES[a].index(getattr(obj, a))
+            j = OBJECT_ATTRIBUTES[b].index(getattr(obj, b))
+            out[offset + i * len(OBJECT_ATTRIBUTES[b]) + j] = 1.0
+    return out
+
+
 class SeeingClip(ClipMethod):
     """Stage "see": the image tower and per-patch attribute heads, trained on the object patches."""
 
-    new_module_prefixes = ("attribute_heads.",)
+    new_module_prefixes = ("attribute_heads.", "pair_head.")
 
     def __init__(self, arch, **extra):
         super().__init__(arch, **extra)
         self.attribute_heads = nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1)
                                              for values in PATCH_ATTRIBUTES.values())
+        self.pair_head = nn.Linear(arch.embed_dim, int(PAIR_OFFSETS[-1]))
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
-        """Per attribute, cross-entropy of its head over the patches an object covers."""
+        """Per attribute, cross-entropy of its head over the patches an object covers; and, from the pooled
+        embedding, which attribute pairs the picture holds (binary cross-entropy, multi-label): the image
+        embedding itself, not only its patches, must carry each object's attributes together."""
         targets = batch.extras[PATCH_TARGETS].to(batch.pixels.device)  # [B, A, P]
-        patches = self.encode_image(batch.pixels).patches  # [B, P, d]
+        image = self.encode_image(batch.pixels)
         out = {}
         for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads)):
             on_object = targets[:, a] > 0
-            out[attribute] = F.cross_entropy(head(patches)[on_object], targets[:, a][on_object])
+            out[attribute] = F.cross_entropy(head(image.patches)[on_object], targets[:, a][on_object])
+        if PAIR_TARGETS in batch.extras:
+            pairs = batch.extras[PAIR_TARGETS].to(image.cls.device)
+            out["attribute pairs"] = F.binary_cross_entropy_with_logits(self.pair_head(image.cls), pairs)
         return out
 
     @torch.no_grad()
-    def patch_accuracy(self, pixels: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """Share of object patches whose attribute each head gets right (the stage's learning curve)."""
-        patches = self.encode_image(pixels).patches
-        return {attribute: float((head(patches).argmax(-1) == targets[:, a])[targets[:, a] > 0].float().mean())
-                for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads))}
+    def patch_accuracy(self, pixels: torch.Tensor, targets: torch.Tensor, pairs: torch.Tensor) -> dict[str, float]:
+        """The stage's learning curve: per attribute, the share of object patches its head gets right; and
+        "pairs": the share of a picture's attribute pairs among its n highest pair scores (n: how many it has)."""
+        image = self.encode_image(pixels)
+        out = {attribute: float((head(image.patches).argmax(-1) == targets[:, a])[targets[:, a] > 0].float().mean())
+               for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads))}
+        scores, found = self.pair_head(image.cls), []
+        for row, truth in zip(scores, pairs.bool()):
+            top = row.topk(int(truth.sum())).indices
+            found.append(float(truth[top].float().mean()))
+        out["pairs"] = float(np.mean(found))
+        return out
 
 
 class ReadingClip(ClipMethod):
@@ -113,6 +144,6 @@ def as_stage(stage: str, method: ClipMethod) -> ClipMethod:
 def as_clip(method: ClipMethod) -> ClipMethod:
     """A stage's weights as a plain CLIP (training heads dropped)."""
     clip = ClipMethod(method.arch, **method.extra_config)
-    state = {k: v for k, v in method.state_dict().items() if not k.startswith("attribute_heads.")}
+    state = {k: v for k, v in method.state_dict().items() if not k.startswith(SeeingClip.new_module_prefixes)}
     clip.load_state_dict(state)  # strict: every CLIP weight
     return clip

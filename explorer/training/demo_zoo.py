@@ -3,15 +3,19 @@
 ``explorer zoo build-demo`` reproduces ``checkpoints/demo/`` from nothing:
 
 1. write the synthetic long-caption world (seeded) to a work folder;
-2. train a base CLIP from scratch on the SHORT captions at 77 tokens (the analogue of OpenAI CLIP);
+2. build the base CLIP (77 tokens) in two stages (``explorer.training.demo_base``): a ViT taught the
+   world's attributes per patch ("clip-see", kept in the work folder), then a CLIP trained from it on the
+   long captions and the object sentences ("clip-base", the analogue of OpenAI CLIP);
 3. fine-tune each method from that base with its own losses on the LONG captions, as the papers do
    (Long-CLIP's stretch to 248 comes from ``init_from``); GOAL's local pairs are mined with FLISM
    using the base CLIP, as FAST-GOAL mines them with CLIP; SEPS (ViT + BERT, no CLIP backbone)
    trains from scratch with a word vocabulary of the world written beside it;
 4. store each result as fp16 safetensors (<= 25 MB) with a manifest that records the seed, the
-   steps and the command.
+   steps, the samples seen, the wall time, the recipe and the command.
 
-Everything is small enough for a 2-core CPU (about 35 minutes for all); ``--scale`` shortens it.
+The build resumes: run again, it keeps the runs it finished and continues an interrupted one from its
+newest checkpoint (one every ``CHECKPOINT_MINUTES``); ``--background`` runs it as its own process with a
+log (``explorer.jobs.demo_build``). Everything is small enough for a 2-core CPU; ``--scale`` shortens it.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ WEIGHT_DECAY = 0.1
 RUNS = (
     # The base in two stages (explorer.training.demo_base): an image tower taught the world's attributes per
     # patch, then CLIP's loss on the long captions plus the object sentences, multi-positive.
-    DemoRun("clip-see", "clip", steps=2000, init=None, captions="short", lr_backbone=1e-3, lr_new=1e-3,
+    DemoRun("clip-see", "clip", steps=2000, init=None, captions="short", lr_backbone=2e-3, lr_new=2e-3,
             stage="see", published=False),
     DemoRun("clip-base", "clip", steps=1500, init="clip-see", captions="long", lr_backbone=5e-4, lr_new=5e-4,
             stage="read", source="a ViT taught the synthetic world's attributes per patch, then trained as a CLIP on "
@@ -153,14 +157,15 @@ def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fra
 
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
     """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read")."""
-    from explorer.training.demo_base import PATCH_TARGETS, patch_attributes
+    from explorer.training.demo_base import PAIR_TARGETS, PATCH_TARGETS, attribute_pairs, patch_attributes
     from explorer.training.samples import TrainingSample
 
     samples = []
     for scene in scenes:
         sentences = [s.text for s in scene.sentences if stage != "read" or s.kind == "object"]
         pair = (local_pairs or {}).get(scene.id)
-        extras = {PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE)} if stage == "see" else None
+        extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE), PAIR_TARGETS: attribute_pairs(scene)}
+                  if stage == "see" else None)
         samples.append(TrainingSample(
             image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
             short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
@@ -406,7 +411,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
     """An ``on_metrics`` hook for the base's stages: every ``CURVE_EVERY`` steps, per attribute, the patch
     accuracy of the heads ("see") or the fair hard-negative accuracy ("read") on held-out scenes, against
     the samples seen, appended to ``<run>/curves.jsonl``."""
-    from explorer.training.demo_base import PATCH_TARGETS
+    from explorer.training.demo_base import PAIR_TARGETS, PATCH_TARGETS
     from explorer.training.metrics_log import JsonlLog
 
     log = JsonlLog(run_dir / CURVES_FILE)
@@ -418,7 +423,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
         method.eval()
         if run.stage == "see":
             batch = collate_scenes(held_out, method, stage="see")
-            scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS])
+            scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS])
         else:
             scores = attribute_accuracy(method, held_out)
         method.train(training)
