@@ -1,0 +1,75 @@
+"""Learning curves of the demo base per attribute, for the recipe kept and the ones dropped (issue 34).
+
+    python bench/plot_binding_curves.py [--out docs/base-learning-curves.png]
+
+Reads ``bench/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
+value per attribute); ``build-clip-see`` and ``build-clip-base`` are copies of the build's own
+``<work>/runs/<run>/curves.jsonl`` (the recipe kept). Top row: the seeing stage (share of object patches each head gets right); bottom row: the
+reading stage (the fair one-attribute hard-negative accuracy, chance 50 %). One panel per attribute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ATTRIBUTES = ("colour", "shape", "size", "texture", "position")
+HERE = Path(__file__).resolve().parent
+KEPT = {"build-clip-see", "build-clip-base"}
+
+
+def read_curves(folder: Path) -> dict[str, list[dict]]:
+    return {path.stem: _rows(path) for path in sorted(folder.glob("*.jsonl"))}
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot(curves: dict[str, list[dict]], out: Path) -> None:
+    figure, axes = plt.subplots(2, len(ATTRIBUTES), figsize=(3.2 * len(ATTRIBUTES), 6.4), sharex="row")
+    for row, measure in enumerate(("patch accuracy", "fair hard-negative accuracy")):
+        for column, attribute in enumerate(ATTRIBUTES):
+            ax = axes[row, column]
+            for name, rows in curves.items():
+                points = [(r["samples"] / 1000, 100 * r[attribute]) for r in rows
+                          if r.get("measure") == measure and r.get(attribute) is not None]
+                if points:
+                    xs, ys = zip(*points)
+                    ax.plot(xs, ys, marker="o", markersize=3, linewidth=2.2 if name in KEPT else 1.0,
+                            label=name, color="black" if name in KEPT else None)
+            if row == 1:
+                ax.axhline(50, color="grey", linestyle=":", linewidth=0.8)
+            ax.set_title(f"{attribute}: {'patches' if row == 0 else 'hard negatives'}", fontsize=9)
+            ax.set_xlabel("samples seen (thousands)", fontsize=8)
+            ax.set_ylim(0, 100)
+            ax.tick_params(labelsize=7)
+    axes[0, -1].set_visible(False)  # the seeing stage has no position head
+    for row, last in ((0, -2), (1, -1)):
+        handles, labels = axes[row, 1].get_legend_handles_labels()
+        if handles:
+            axes[row, last].legend(handles, labels, fontsize=6, loc="lower right")
+    figure.suptitle("Demo base, per attribute: seeing stage (top), reading stage (bottom); bold: the build's recipe",
+                    fontsize=10)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=130)
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--curves", type=Path, default=HERE / "results" / "binding_curves")
+    parser.add_argument("--out", type=Path, default=HERE.parent / "docs" / "base-learning-curves.png")
+    args = parser.parse_args()
+    plot(read_curves(args.curves), args.out)
+
+
+if __name__ == "__main__":
+    main()
