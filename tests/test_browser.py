@@ -189,9 +189,15 @@ def test_a_sentence_picked_in_the_table_opens_its_large_maps_for_both_models(pag
     expect(status).to_contain_text("demo-flair", timeout=60_000)
     scores = page.locator("#maps-scores")
     expect(scores).to_contain_text("whiskers", timeout=10_000)
-    scores.get_by_text("whiskers").first.click()
-    focus = page.locator("#maps-focus")
-    expect(page.locator("#maps-focus-note")).to_contain_text("whiskers", timeout=30_000)
+    focus, note = page.locator("#maps-focus"), page.locator("#maps-focus-note")
+    for attempt in range(4):  # on a loaded machine the table may still be re-rendering under the first click
+        scores.get_by_text("whiskers").first.click()
+        try:
+            expect(note).to_contain_text("whiskers", timeout=15_000)
+            break
+        except AssertionError:
+            if attempt == 3:
+                raise
     expect(focus).to_contain_text("demo-caft", timeout=30_000)  # a subplot per model, titled by it
     expect(focus).to_contain_text("demo-flair")
     expect(page.locator("#maps-focus-sentence input")).to_have_value("2")
