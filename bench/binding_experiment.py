@@ -31,6 +31,7 @@ import torch
 
 from explorer.data.counterfactual import ATTRIBUTES, counterfactual_twin
 from explorer.data.synthetic import generate_scenes
+from explorer.training.demo_base import PATCH_ATTRIBUTES, patch_attributes
 from explorer.models.tokenizer import encode
 from explorer.training.demo_zoo import (DEMO_SCENES, DEMO_SEED, EVAL_SEED, WARMUP_RATIO, WEIGHT_DECAY,
                                         WORLD_OBJECTS, demo_run)
@@ -57,27 +58,6 @@ def caption_of(scene, kind: str, rng) -> str:
     return scene.short_caption if kind == "short" else scene.long_caption
 
 
-ATTRIBUTE_CLASSES = {"colour": ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white"),
-                     "shape": ("square", "circle", "triangle", "star", "ring", "cross", "diamond", "heart"),
-                     "size": ("small", "medium", "large"), "texture": ("solid", "striped", "dotted", "checkered")}
-
-
-def patch_targets(scene, grid: int) -> torch.Tensor:
-    """[4, grid * grid] long: per patch, the class of the object covering most of its object pixels (at least a quarter of it) for colour, shape, size and
-    texture (0 = background, k + 1 = the attribute's k-th value)."""
-    labels = scene.labels
-    side = labels.shape[0] // grid
-    blocks = labels[:grid * side, :grid * side].reshape(grid, side, grid, side).transpose(0, 2, 1, 3).reshape(grid * grid, -1)
-    counts = np.stack([np.bincount(b, minlength=8) for b in blocks])[:, 1:]  # object pixels per patch
-    # a patch belongs to the object covering at least a quarter of it (small objects keep their patches)
-    owner = np.where(counts.max(1) * 4 >= side * side, counts.argmax(1) + 1, 0)
-    out = np.zeros((4, grid * grid), dtype=np.int64)
-    for a, (attribute, values) in enumerate(ATTRIBUTE_CLASSES.items()):
-        table = np.array([0] + [values.index(getattr(o, attribute)) + 1 for o in scene.objects])
-        out[a] = table[owner]
-    return torch.as_tensor(out)
-
-
 def scratch_model(vision_layers: int):
     """The base CLIP of the demo zoo at this run's resolution and depth (16 x 16 patches), seeded."""
     import dataclasses
@@ -98,11 +78,11 @@ def dense_probe(method, scenes) -> dict:
         return {}
     pixels = collate([TrainingSample(image=s.image, caption="-") for s in scenes[:100]], method.preprocess).pixels
     scenes = scenes[:100]
-    targets = torch.stack([patch_targets(s, GRID) for s in scenes])
+    targets = torch.stack([patch_attributes(s, GRID) for s in scenes])
     with torch.no_grad():
         patches = method.encode_image(pixels).patches
     out = {}
-    for a, (name, head) in enumerate(zip(ATTRIBUTE_CLASSES, method.aux_heads)):
+    for a, (name, head) in enumerate(zip(PATCH_ATTRIBUTES, method.aux_heads)):
         on_object = targets[:, a] > 0
         out[f"patch_acc/{name}"] = float((head(patches).argmax(-1)[on_object] == targets[:, a][on_object]).float().mean())
     return out
@@ -120,7 +100,7 @@ def add_objectives(method, objectives: set, dense_weight: float, grid: int):
     base_losses = method.losses
     if "dense" in objectives:
         dim = method.encode_image(torch.zeros(1, 3, IMAGE_SIZE, IMAGE_SIZE)).patches.shape[-1]
-        method.aux_heads = nn.ModuleList([nn.Linear(dim, len(v) + 1) for v in ATTRIBUTE_CLASSES.values()])
+        method.aux_heads = nn.ModuleList([nn.Linear(dim, len(v) + 1) for v in PATCH_ATTRIBUTES.values()])
 
     def losses(batch):
         out = {}
@@ -177,7 +157,7 @@ class ObjectiveBatches:
             batch = collate([sample_of(s, self.captions) for s in chosen], self.preprocess)
             for s in chosen:
                 if s.id not in self.targets:
-                    self.targets[s.id] = patch_targets(s, self.grid)
+                    self.targets[s.id] = patch_attributes(s, self.grid)
             batch.extras["patch_targets"] = torch.stack([self.targets[s.id] for s in chosen])
             batch.extras["object_sentences"] = [object_sentences(s) for s in chosen]
             yield batch

@@ -136,3 +136,20 @@ def test_attribute_pairs_name_each_objects_pairs_and_nothing_else(scenes):
     changed = torch.nonzero(attribute_pairs(scene) != attribute_pairs(twin)).flatten().tolist()
     shape_blocks = [i for i, pair in enumerate(ATTRIBUTE_PAIRS) if "shape" in pair]
     assert changed and all(any(PAIR_OFFSETS[k] <= c < PAIR_OFFSETS[k + 1] for k in shape_blocks) for c in changed)
+
+
+def test_the_seeing_curve_labels_its_held_out_scenes_once(tmp_path, scenes, monkeypatch):
+    import dataclasses
+
+    import explorer.training.demo_zoo as demo_zoo
+
+    monkeypatch.setattr(demo_zoo, "CURVE_EVERY", 1)
+    calls = []
+    real = demo_zoo.collate_scenes
+    monkeypatch.setattr(demo_zoo, "collate_scenes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    method = as_stage("see", ClipMethod(dataclasses.replace(_tiny().arch, patch_size=4)))
+    hook = demo_zoo.stage_curve(method, demo_zoo.DemoRun("clip-see", "clip", steps=3, stage="see"), scenes, tmp_path)
+    for step in (1, 2, 3):
+        hook({"step": step})
+    rows = [json.loads(line) for line in (tmp_path / demo_zoo.CURVES_FILE).read_text().splitlines()]
+    assert len(rows) == 3 and len(calls) == 1 and {"shape", "pairs"} <= set(rows[0])

@@ -98,3 +98,14 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     assert demo_build.running(work) is None and (out / "clip-base.safetensors").exists()
     status = demo_build.status(work)
     assert "not running" in status and "clip-base: built" in status
+
+
+def test_an_unreadable_build_state_is_one_clear_error(tmp_path):
+    from explorer.training.demo_zoo import BuildState
+    from explorer.training.loop import TrainingError
+
+    path = tmp_path / "build-state.json"
+    path.write_text("{half a file")
+    with pytest.raises(TrainingError, match="remove it to rebuild"):
+        BuildState(path)
+    assert path.read_text() == "{half a file"  # left as it was

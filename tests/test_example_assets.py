@@ -160,3 +160,19 @@ def test_a_demo_model_is_told_by_its_manifest():
     assert Manifest(name="x", method="clip", weights="x.pt", source="a release").is_real
     job = Manifest(name="j", method="clip", weights="x.safetensors", source="trained by explorer: explorer train ...")
     assert job.is_real  # a model trained here on the user's own data is not the demo's
+
+
+def test_a_public_page_names_no_server_folder_when_the_examples_are_missing(tmp_path, monkeypatch):
+    from explorer.ui import grounding_tab
+    from explorer.ui.access import Access
+
+    folder = tmp_path / "server" / "private" / "assets"
+    monkeypatch.setenv("EXPLORER_ASSETS", str(folder))
+    zoo = Zoo(tmp_path / "zoo")
+    notes = {}
+    for public in (False, True):
+        with gr.Blocks() as blocks:
+            grounding_tab.build(zoo, grounding_tab.MapCache(), Access.for_app(zoo.root, public=public))
+        notes[public] = next(b.value for b in blocks.blocks.values() if getattr(b, "elem_id", None) == "examples-note")
+    assert str(folder) in notes[False]  # the owner is told where it looked
+    assert str(tmp_path) not in notes[True] and "explorer assets write" in notes[True]

@@ -35,14 +35,18 @@ def running(work: Path) -> int | None:
     return record["pid"] if alive else None
 
 
-@contextlib.contextmanager
-def holding(work: Path):
-    """Hold ``work`` for this process while the build runs; refuse when another build holds it."""
-    work = Path(work)
+def _refuse_if_running(work: Path) -> None:
     other = running(work)
     if other is not None and other != os.getpid():
         raise BuildRunningError(f"a demo build (pid {other}) is already running in {work}; "
                                 "`explorer zoo build-demo --status` shows its progress")
+
+
+@contextlib.contextmanager
+def holding(work: Path):
+    """Hold ``work`` for this process while the build runs; refuse when another build holds it."""
+    work = Path(work)
+    _refuse_if_running(work)
     work.mkdir(parents=True, exist_ok=True)
     pid_file = work / PID_FILE
     pid_file.write_text(json.dumps({"pid": os.getpid(), "ticks": launcher.start_ticks(os.getpid())}))
@@ -57,10 +61,7 @@ def holding(work: Path):
 def start(work: Path, argv: list[str]) -> str:
     """Start ``explorer zoo build-demo ARGV`` in the background; returns what to tell the user."""
     work = Path(work)
-    other = running(work)
-    if other is not None:
-        raise BuildRunningError(f"a demo build (pid {other}) is already running in {work}; "
-                                "`explorer zoo build-demo --status` shows its progress")
+    _refuse_if_running(work)
     log = work / LOG_FILE
     command = [sys.executable, "-m", "explorer.cli", "zoo", "build-demo", *argv]
     process = launcher.spawn(command, log)

@@ -30,7 +30,7 @@ from explorer.data.vocabulary import COLOURS, POSITIONS, SHAPES, SIZES, TEXTURES
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.base import cosine_matrix
 from explorer.models.methods.clip import ClipMethod
-from explorer.models.nn.losses import info_nce, multi_positive_nce
+from explorer.models.nn.losses import info_nce_pairs, multi_positive_nce
 
 # The attributes a patch is labelled with; class 0 of each is "no object" (those patches are not scored).
 PATCH_ATTRIBUTES: dict[str, tuple[str, ...]] = {"colour": tuple(COLOURS), "shape": SHAPES, "size": tuple(SIZES),
@@ -126,7 +126,10 @@ class ReadingClip(ClipMethod):
         owner = torch.tensor([i for i, sentences in enumerate(batch.sentences) for _ in sentences],
                              device=image.device)
         sentences = self.encode_captions(texts).eot
-        return {"contrastive": info_nce(scale * cosine_matrix(image, captions)),
+        # CLIP's own term as ClipFamily.losses computes it (the global batch under DDP)
+        contrastive = info_nce_pairs(F.normalize(image, dim=-1), F.normalize(captions, dim=-1),
+                                     lambda rows, columns: scale * rows @ columns.T)
+        return {"contrastive": contrastive,
                 "object sentences": multi_positive_nce(scale * cosine_matrix(image, sentences), owner)}
 
 

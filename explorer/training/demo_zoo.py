@@ -20,6 +20,7 @@ log (``explorer.jobs.demo_build``). Everything is small enough for a 2-core CPU;
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -228,7 +229,8 @@ def build_method(run: DemoRun, out: Path, vocab_file: Path | None, work: Path | 
 
 def init_file(name: str, out: Path, work: Path | None) -> Path:
     """Where the run ``name`` left its weights: the zoo, or the work folder's stages/ for an unpublished stage."""
-    published = demo_run(name).published if name in {r.name for r in all_runs()} else True
+    run = next((r for r in all_runs() if r.name == name), None)
+    published = run is None or run.published
     return out / f"{name}.safetensors" if published or work is None else work / "stages" / f"{name}.safetensors"
 
 
@@ -374,7 +376,7 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
                          checkpoint_every=max(50, run.steps // 4), checkpoint_minutes=CHECKPOINT_MINUTES,
                          precision="auto", name=f"demo-{run.name}", command=f"{COMMAND} (run {run.name})")
     run_dir = context.work / "runs" / run.name
-    if state.started(run) and run_dir.exists():  # trained with another row of the recipe table: start afresh
+    if state.begin(run) and run_dir.exists():  # trained with another row of the recipe table: start afresh
         log(f"{run.name}: the recipe changed since {run_dir} was trained; training it afresh")
         shutil.rmtree(run_dir)
     resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
@@ -415,6 +417,8 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
     from explorer.training.metrics_log import JsonlLog
 
     log = JsonlLog(run_dir / CURVES_FILE)
+    # the seeing stage's held-out batch: labelled and preprocessed once, not at every point
+    held_out_batch = functools.cache(lambda: collate_scenes(held_out, method, stage="see"))
 
     def hook(row: dict) -> None:
         if row["step"] % CURVE_EVERY:
@@ -422,7 +426,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
         training = method.training
         method.eval()
         if run.stage == "see":
-            batch = collate_scenes(held_out, method, stage="see")
+            batch = held_out_batch()
             scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS])
         else:
             scores = attribute_accuracy(method, held_out)
@@ -458,7 +462,13 @@ class BuildState:
 
     def __init__(self, path: Path):
         self.path = path
-        saved = json.loads(path.read_text()) if path.exists() else {}
+        try:
+            saved = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, ValueError) as error:
+            from explorer.training.loop import TrainingError
+
+            raise TrainingError(f"{path} cannot be read ({error}); remove it to rebuild every run, or restore "
+                                "it: it is what says which runs are built") from error
         self.runs: dict = saved.get("runs", {})
         self.seconds: dict = saved.get("seconds", {})
 
@@ -466,8 +476,8 @@ class BuildState:
         done = self.runs.get(run.name)
         return bool(done) and done.get("finished", False) and done.get("recipe") == _recipe_key(run)
 
-    def started(self, run: DemoRun) -> bool:
-        """True when ``run`` was begun with another recipe (its run folder is stale); marks it begun with this one."""
+    def begin(self, run: DemoRun) -> bool:
+        """Mark ``run`` begun with its recipe; True when it was begun with another one (its run folder is stale)."""
         before = self.runs.get(run.name, {}).get("recipe")
         if before != _recipe_key(run):
             self.runs[run.name] = {"recipe": _recipe_key(run), "finished": False}
@@ -487,10 +497,9 @@ class BuildState:
         self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"runs": self.runs, "seconds": self.seconds}, indent=2) + "\n")
-        tmp.replace(self.path)
+        from explorer.core.files import write_text_atomic
+
+        write_text_atomic(self.path, json.dumps({"runs": self.runs, "seconds": self.seconds}, indent=2) + "\n")
 
     def summary(self) -> dict:
         """For BUILD.txt: where the wall time went (minutes per part) and each run's steps and samples."""

@@ -19,6 +19,7 @@ from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.examples import PHOTO_NOTE, page_examples
 from explorer.ui.messages import explain
+from explorer.ui.request_rules import scrub_paths
 from explorer.ui.view_controls import Inputs, as_list
 from explorer.views.settings import MAX_MODELS, NATIVE
 from explorer.zoo import Zoo
@@ -201,8 +202,9 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
                 gr.Examples([[str(p), c] for p, c in examples.photos], inputs=[image, caption],
                             label="Examples: photos (scikit-image)")
                 gr.Markdown(PHOTO_NOTE, elem_id="photo-note")
-            if examples.problem:
-                gr.Markdown(examples.problem, elem_id="examples-note")
+            if examples.problem:  # names the folder it looked in: on a public page, not the server's path
+                gr.Markdown(scrub_paths(examples.problem) if access.public else examples.problem,
+                            elem_id="examples-note")
             inputs = Inputs(image=image, caption=caption, models=models, kind=kind, dense_caption=dense_caption,
                             truth=truth)
             grounding_dataset_panel.build(access, inputs)
