@@ -1,5 +1,6 @@
-"""The demo base's two stages (explorer.training.demo_base): patch labels from the world, the seeing stage's
-heads (trained, then dropped), the reading stage's object-sentence loss, and the build's learning curves."""
+"""The demo base's three stages (explorer.training.demo_base): patch labels from the world, the seeing stage's
+heads (trained, then dropped), the reading stage's object-sentence loss, the binding stage's NegCLIP term, and the
+build's learning curves."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import torch
 from explorer.data import generate_scenes
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.clip import ClipMethod
-from explorer.training.demo_base import (PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS, ReadingClip, SeeingClip, as_clip, as_stage,
-                                         patch_attributes)
+from explorer.training.demo_base import (PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS, BindingClip, ReadingClip,
+                                         SeeingClip, as_clip, as_stage, patch_attributes)
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +89,59 @@ def test_reading_stage_adds_every_object_sentence_against_every_picture():
         texts = method.encode_captions([t for group in batch.sentences for t in group]).eot
         expected = multi_positive_nce(method.logit_scale.exp() * cosine_matrix(image, texts), torch.tensor([0, 0, 1, 2]))
     torch.testing.assert_close(losses["object sentences"].detach(), expected)
+
+
+def test_binding_stage_puts_each_captions_negatives_in_the_image_softmax():
+    from explorer.models.nn.losses import image_to_text_with_negatives
+
+    method = as_stage("bind", _tiny())
+    assert isinstance(method, BindingClip)
+    pixels = torch.randn(2, 3, 64, 64)
+    captions = ["a red square. a blue ring.", "a green star."]
+    negatives = [["a red circle. a blue ring.", "a red square. a blue cross."], ["a green heart."]]
+    batch = TrainingBatch(pixels=pixels, captions=captions, sentences=[c.split(". ") for c in captions],
+                          negative_captions=negatives)
+    losses = method.losses(batch)
+    assert set(losses) == {"contrastive", "object sentences", "hard negatives"}
+    with torch.no_grad():
+        image = torch.nn.functional.normalize(method.encode_image(pixels).cls, dim=-1)
+        texts = torch.nn.functional.normalize(method.encode_captions(captions + negatives[0] + negatives[1]).eot, dim=-1)
+        logits = method.logit_scale.exp() * image @ texts.T
+        # image i against both captions and all three negatives of the batch; its own caption is the target
+        expected = torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1]))
+    torch.testing.assert_close(losses["hard negatives"].detach(), expected)
+    torch.testing.assert_close(image_to_text_with_negatives(logits[:, :2], logits[:, 2:]), expected)
+    # a negative the model reads as its caption (the change past the context's cut) is left out, not a
+    # "negative" equal to the positive
+    cut = method.context_length
+    long = " ".join(["a red square."] * cut)
+    assert method.read_apart(long, [long + " a blue ring.", "a red circle."]) == ["a red circle."]
+    batch.require("negative_captions")
+    with pytest.raises(ValueError, match="negative_captions"):
+        method.losses(TrainingBatch(pixels=pixels, captions=captions, sentences=batch.sentences))
+
+
+def test_binding_samples_carry_the_worlds_negatives(scenes):
+    from explorer.training.demo_zoo import collate_scenes, training_samples
+
+    samples = training_samples(scenes, "long", stage="bind")
+    for sample, scene in zip(samples, scenes):
+        assert sample.negative_captions == [n.caption for n in scene.hard_negatives] and len(sample.negative_captions) == 5
+        assert all(n != scene.long_caption for n in sample.negative_captions)
+        assert sample.sentences == [s.text for s in scene.sentences if s.kind == "object"]
+    assert all(s.negative_captions is None for s in training_samples(scenes, "long", stage="read"))
+    batch = collate_scenes(scenes, as_stage("bind", _tiny()), stage="bind")
+    assert batch.negative_captions == [[n.caption for n in s.hard_negatives] for s in scenes]
+
+
+def test_a_negative_one_word_away_costs_more_the_closer_it_scores():
+    from explorer.models.nn.losses import image_to_text_with_negatives
+
+    logits = torch.tensor([[5.0, 0.0], [0.0, 5.0]])
+    far = image_to_text_with_negatives(logits, torch.full((2, 1), -5.0))
+    near = image_to_text_with_negatives(logits, torch.full((2, 1), 4.9))
+    assert near > far + 0.5 and far == pytest.approx(torch.nn.functional.cross_entropy(logits, torch.arange(2)).item(),
+                                                     abs=1e-3)
 
 
 def test_multi_positive_nce_is_lowest_when_each_text_points_at_its_owner():

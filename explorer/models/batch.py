@@ -19,6 +19,8 @@ class TrainingBatch:
     short_captions: list[str] | None = None  # summaries (e.g. the first sentence)
     sentences: list[list[str]] | None = None  # each caption's sub-captions, in order
     dense_captions: list[str] | None = None  # SEPS: a dense caption per image
+    # NegCLIP: each caption rewritten so it is false of its image (one attribute or relation changed)
+    negative_captions: list[list[str]] | None = None
     # GOAL: the local pair FLISM chose for each image
     local_pixels: torch.Tensor | None = None  # [B, 3, S, S] crop of the chosen region
     local_sentences: list[str] | None = None  # the sentence matched to that region

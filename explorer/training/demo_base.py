@@ -1,4 +1,4 @@
-"""The demo zoo's base CLIP in two stages: an image tower that sees, then a CLIP that reads (issue 34).
+"""The demo zoo's base CLIP in three stages: an image tower that sees, a CLIP that reads, a NegCLIP that binds (issue 34).
 
 Trained as CLIP is trained (InfoNCE on whole captions), the base told colour and little else: a batch's
 captions are told apart by their colours alone, so nothing asks for shape, size, texture or place, and even
@@ -14,7 +14,10 @@ was taught to see first:
 - stage "read" (``ReadingClip``): from that tower, CLIP's InfoNCE on the long captions plus the same
   weight of a multi-positive loss of every object sentence of the batch against every picture
   (``multi_positive_nce``): an object sentence names one object's colour, shape, size, texture and
-  place, and needs all of them to find its picture among the batch's. Published as a plain CLIP.
+  place, and needs all of them to find its picture among the batch's.
+- stage "bind" (``BindingClip``): the reading stage's losses plus NegCLIP's image -> text softmax over the
+  batch's captions and the world's one-attribute negatives of each (Yuksekgonul et al., ICLR 2023), a
+  fine-tune as NegCLIP is. Published as a plain CLIP.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from explorer.data.vocabulary import COLOURS, POSITIONS, SHAPES, SIZES, TEXTURES
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.base import cosine_matrix
 from explorer.models.methods.clip import ClipMethod
-from explorer.models.nn.losses import info_nce_pairs, multi_positive_nce
+from explorer.models.nn.losses import image_to_text_with_negatives, info_nce_pairs, multi_positive_nce
 
 # The attributes a patch is labelled with; class 0 of each is "no object" (those patches are not scored).
 PATCH_ATTRIBUTES: dict[str, tuple[str, ...]] = {"colour": tuple(COLOURS), "shape": SHAPES, "size": tuple(SIZES),
@@ -119,21 +122,48 @@ class ReadingClip(ClipMethod):
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
         batch.require("sentences", method="the demo base's reading stage")
-        image = self.encode_image(batch.pixels).cls
+        image = F.normalize(self.encode_image(batch.pixels).cls, dim=-1)
         scale = self.logit_scale.exp()
-        captions = self.encode_captions(batch.captions).eot
+        captions = F.normalize(self.encode_captions(batch.captions).eot, dim=-1)
         texts = [text for sentences in batch.sentences for text in sentences]
         owner = torch.tensor([i for i, sentences in enumerate(batch.sentences) for _ in sentences],
                              device=image.device)
         sentences = self.encode_captions(texts).eot
         # CLIP's own term as ClipFamily.losses computes it (the global batch under DDP)
-        contrastive = info_nce_pairs(F.normalize(image, dim=-1), F.normalize(captions, dim=-1),
-                                     lambda rows, columns: scale * rows @ columns.T)
+        contrastive = info_nce_pairs(image, captions, lambda rows, columns: scale * rows @ columns.T)
         return {"contrastive": contrastive,
-                "object sentences": multi_positive_nce(scale * cosine_matrix(image, sentences), owner)}
+                "object sentences": multi_positive_nce(scale * cosine_matrix(image, sentences), owner),
+                **self.more_losses(batch, image, captions, scale)}
+
+    def more_losses(self, batch, image, captions, scale) -> dict[str, torch.Tensor]:
+        """A later stage's terms on the same features (normalised image and caption embeddings)."""
+        return {}
 
 
-STAGES = {"see": SeeingClip, "read": ReadingClip}
+class BindingClip(ReadingClip):
+    """Stage "bind": the reading stage's losses plus NegCLIP's (Yuksekgonul et al., ICLR 2023) on the world's
+    one-attribute negatives (``batch.negative_captions``: the caption with one object's colour, shape, size,
+    texture or place changed). Run as NegCLIP is, a fine-tune of a CLIP that reads: the reading stage's
+    batches need colour alone to tell captions apart; a negative one word away needs the changed word."""
+
+    def more_losses(self, batch, image, captions, scale) -> dict[str, torch.Tensor]:
+        batch.require("negative_captions", method="the demo base's binding stage")
+        negatives = [n for caption, rewritten in zip(batch.captions, batch.negative_captions)
+                     for n in self.read_apart(caption, rewritten)]
+        if not negatives:  # every change past the context: nothing to tell apart
+            return {"hard negatives": image.sum() * 0}
+        negative = F.normalize(self.encode_captions(negatives).eot, dim=-1)
+        return {"hard negatives": image_to_text_with_negatives(scale * image @ captions.T,
+                                                               scale * image @ negative.T)}
+
+    def read_apart(self, caption: str, rewritten: list[str]) -> list[str]:
+        """The negatives this model reads apart from ``caption``: a change past the context's cut reads as the
+        caption itself, and would be a "negative" equal to the positive."""
+        own, *read = self.ids_read([caption, *rewritten])
+        return [text for text, ids in zip(rewritten, read) if ids != own]
+
+
+STAGES = {"see": SeeingClip, "read": ReadingClip, "bind": BindingClip}
 
 
 def as_stage(stage: str, method: ClipMethod) -> ClipMethod:

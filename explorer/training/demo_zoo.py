@@ -76,15 +76,21 @@ class DemoRun:
 WARMUP_RATIO = 0.05
 WEIGHT_DECAY = 0.1
 
+BIND_STEPS, BIND_LR = 500, 2e-4  # the NegCLIP stage (bench/results/binding_experiment.md, part 3)
+
 # The recipe table: one row per demo model (a table of data, so it names the methods).
 RUNS = (
-    # The base in two stages (explorer.training.demo_base): an image tower taught the world's attributes per
-    # patch, then CLIP's loss on the long captions plus the object sentences, multi-positive.
+    # The base in three stages (explorer.training.demo_base): an image tower taught the world's attributes per
+    # patch; CLIP's loss on the long captions plus the object sentences, multi-positive; then NegCLIP's
+    # fine-tune on the world's one-attribute negatives (README, "Choices behind the demo zoo": each stage's numbers).
     DemoRun("clip-see", "clip", steps=2000, init=None, captions="short", lr_backbone=2e-3, lr_new=2e-3,
             stage="see", published=False),
-    DemoRun("clip-base", "clip", steps=1500, init="clip-see", captions="long", lr_backbone=5e-4, lr_new=5e-4,
-            stage="read", source="a ViT taught the synthetic world's attributes per patch, then trained as a CLIP on "
-                                 "its long captions and object sentences, context 77"),
+    DemoRun("clip-read", "clip", steps=1500, init="clip-see", captions="long", lr_backbone=5e-4, lr_new=5e-4,
+            stage="read", published=False),
+    DemoRun("clip-base", "clip", steps=BIND_STEPS, init="clip-read", captions="long", lr_backbone=BIND_LR,
+            lr_new=BIND_LR, stage="bind",
+            source="a ViT taught the synthetic world's attributes per patch, trained as a CLIP on its long captions "
+                   "and object sentences, then as NegCLIP on their one-attribute negatives; context 77"),
     DemoRun("longclip", "longclip", steps=200),
     DemoRun("finelip", "finelip", steps=200),
     # sub_loss "sentences": the same image's other sentences are negatives too (README: why, with both numbers)
@@ -157,20 +163,22 @@ def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fra
 
 
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
-    """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read")."""
+    """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read"),
+    and the world's one-attribute negatives of each caption besides ("bind")."""
     from explorer.training.demo_base import PAIR_TARGETS, PATCH_TARGETS, attribute_pairs, patch_attributes
     from explorer.training.samples import TrainingSample
 
     samples = []
     for scene in scenes:
-        sentences = [s.text for s in scene.sentences if stage != "read" or s.kind == "object"]
+        sentences = [s.text for s in scene.sentences if stage not in ("read", "bind") or s.kind == "object"]
         pair = (local_pairs or {}).get(scene.id)
         extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE), PAIR_TARGETS: attribute_pairs(scene)}
                   if stage == "see" else None)
         samples.append(TrainingSample(
             image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
             short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
-            local_box=pair[0] if pair else None, local_sentence=pair[1] if pair else None, extras=extras))
+            local_box=pair[0] if pair else None, local_sentence=pair[1] if pair else None, extras=extras,
+            negative_captions=[n.caption for n in scene.hard_negatives] if stage == "bind" else None))
     return samples
 
 
@@ -524,8 +532,14 @@ class _Timing:
 
 
 def _recipe_key(run: DemoRun) -> str:
-    """A run counts as built only for the recipe it was built with (a changed row retrains it)."""
-    return json.dumps(run.recipe(run.steps), sort_keys=True)
+    """A run counts as built only for the recipe it was built with and the recipes of the runs it starts from:
+    a changed row retrains that run and every run fine-tuned from it."""
+    runs = {r.name: r for r in all_runs()}
+    chain = [run.recipe(run.steps)]
+    while run.init in runs:
+        run = runs[run.init]
+        chain.append(run.recipe(run.steps))
+    return json.dumps(chain, sort_keys=True)
 
 
 def _load(path: Path):

@@ -7,7 +7,7 @@ The dataset side is an interface, so any dataset (the synthetic world in
   ``image`` (PIL), ``caption`` (the long caption), and optionally
   ``short_caption``, ``sentences``, ``dense_caption``, ``local_image``,
   ``local_box`` ((x0, y0, x1, y1) in [0, 1] of the image),
-  ``local_sentence`` and ``extras`` (named tensors, stacked into the batch's ``extras``);
+  ``local_sentence``, ``negative_captions`` and ``extras`` (named tensors, stacked into the batch's ``extras``);
 - a ``BatchSource`` hands out the batches of an epoch, in an order fixed by
   the epoch number alone, and can start an epoch part-way (this is what makes
   a resumed run see exactly the batches an uninterrupted one would);
@@ -52,11 +52,12 @@ class TrainingSample:
     local_image: Image.Image | None = None  # crop of the local region (made from local_box when absent)
     local_box: tuple[float, float, float, float] | None = None  # (x0, y0, x1, y1) in [0, 1] of the image
     local_sentence: str | None = None  # the sentence matched to the local region
+    negative_captions: list[str] | None = None  # the caption made false of the image, one change each (NegCLIP)
     extras: dict | None = None  # {name: tensor} a method's losses read; stacked into ``TrainingBatch.extras``
 
 
 OPTIONAL_TEXT = {"short_caption": "short_captions", "sentences": "sentences", "dense_caption": "dense_captions",
-                 "local_sentence": "local_sentences"}
+                 "local_sentence": "local_sentences", "negative_captions": "negative_captions"}
 
 
 @runtime_checkable
@@ -105,6 +106,7 @@ def collate(samples: Sequence, preprocess: Preprocess, fit: str = "crop") -> Tra
         dense_captions=texts["dense_captions"],
         local_pixels=preprocess(crops, fit=fit) if all(present) else None,
         local_sentences=texts["local_sentences"],
+        negative_captions=None if texts["negative_captions"] is None else [list(n) for n in texts["negative_captions"]],
         local_boxes=None if boxes is None else torch.tensor([list(map(float, b)) for b in boxes], dtype=torch.float32),
     )
 
@@ -206,7 +208,7 @@ class SampleFolder:
 
     Each line: {"image": "images/0001.png", "caption": "...", and optionally
     "short_caption", "sentences": [...], "dense_caption", "local_image": "crops/0001.png",
-    "local_box": [x0, y0, x1, y1] in [0, 1], "local_sentence"}. Paths are relative to ``root``.
+    "local_box": [x0, y0, x1, y1] in [0, 1], "local_sentence", "negative_captions": [...]}. Paths are relative to ``root``.
     """
 
     def __init__(self, root: str | Path):

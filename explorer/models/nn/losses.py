@@ -57,6 +57,15 @@ def multi_positive_nce(logits: torch.Tensor, owner: torch.Tensor) -> torch.Tenso
     return (image_to_text.mean() + F.cross_entropy(logits.T, owner)) / 2
 
 
+def image_to_text_with_negatives(logits: torch.Tensor, negative_logits: torch.Tensor) -> torch.Tensor:
+    """NegCLIP's image -> text term (Yuksekgonul et al., ICLR 2023): each image's softmax runs over the batch's
+    captions ``logits`` [B, B] (its own on the diagonal) and every caption of the batch rewritten to be false
+    ``negative_logits`` [B, M], so a caption one word away from the truth is a negative the image must beat:
+    L = -1/B sum_i log( exp(l_ii) / (sum_j exp(l_ij) + sum_m exp(n_im)) )."""
+    target = torch.arange(logits.shape[0], device=logits.device)
+    return F.cross_entropy(torch.cat([logits, negative_logits], dim=1), target)
+
+
 def sigmoid_loss(scores: torch.Tensor, logit_scale: torch.Tensor, logit_bias: torch.Tensor,
                  positives: torch.Tensor | None = None, per_row: bool = False) -> torch.Tensor:
     """``scores`` [B, N] similarities; ``positives`` [B, N] bool (default: the diagonal).
