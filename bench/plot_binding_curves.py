@@ -3,9 +3,10 @@
     python bench/plot_binding_curves.py [--out docs/base-learning-curves.png]
 
 Reads ``bench/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
-value per attribute); ``build-clip-see`` and ``build-clip-base`` are copies of the build's own
-``<work>/runs/<run>/curves.jsonl`` (the recipe kept). Top row: the seeing stage (share of object patches each head gets right); bottom row: the
-reading stage (the fair one-attribute hard-negative accuracy, chance 50 %). One panel per attribute.
+value per attribute); ``build-clip-see``, ``build-clip-read`` and ``build-clip-base`` are copies of the build's
+own ``<work>/runs/<run>/curves.jsonl`` (the recipe kept). Top row: the seeing stage (share of object patches
+each head gets right); bottom row: the reading stage and the binding stage after it (the fair one-attribute
+hard-negative accuracy, chance 50 %). One panel per attribute.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ATTRIBUTES = ("colour", "shape", "size", "texture", "position")
 HERE = Path(__file__).resolve().parent
-KEPT = {"build-clip-see", "build-clip-base"}
+KEPT = {"build-clip-see", "build-clip-read", "build-clip-base"}
+# The binding stage (NegCLIP) fine-tunes the reading stage's model: its curves start where that one ended.
+READ_SAMPLES = 1500 * 32
+BINDING = ("build-clip-base", "bind-")
 
 
 def read_curves(folder: Path) -> dict[str, list[dict]]:
@@ -38,7 +42,8 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
         for column, attribute in enumerate(ATTRIBUTES):
             ax = axes[row, column]
             for name, rows in curves.items():
-                points = [(r["samples"] / 1000, 100 * r[attribute]) for r in rows
+                start = READ_SAMPLES if name.startswith(BINDING) else 0
+                points = [((start + r["samples"]) / 1000, 100 * r[attribute]) for r in rows
                           if r.get("measure") == measure and r.get(attribute) is not None]
                 if points:
                     xs, ys = zip(*points)
@@ -55,7 +60,8 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
         handles, labels = axes[row, 1].get_legend_handles_labels()
         if handles:
             axes[row, last].legend(handles, labels, fontsize=6, loc="lower right")
-    figure.suptitle("Demo base, per attribute: seeing stage (top), reading stage (bottom); bold: the build's recipe",
+    figure.suptitle("Demo base, per attribute: seeing stage (top); reading, then binding stage from 48k (bottom); "
+                    "bold: the build's recipe",
                     fontsize=10)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

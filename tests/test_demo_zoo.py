@@ -126,3 +126,18 @@ def test_a_changed_run_retrains_every_run_that_starts_from_it(monkeypatch):
     # the changed stage, the stage after it, and every fine-tune of the base; not the stage before, nor SEPS
     assert {"clip-read", "clip-base", "longclip", "mulclip", "goal", "flair"} <= moved
     assert "clip-see" not in moved and "seps" not in moved
+
+
+def test_a_run_folder_the_build_state_never_recorded_is_not_resumed(tmp_path):
+    """Resuming a folder of unknown origin would publish its old weights under the new recipe (seen when a
+    state file lost its fine-tunes' records while their finished folders stayed): only a folder begun with
+    this very recipe resumes."""
+    from dataclasses import replace
+
+    from explorer.training.demo_zoo import BuildState, demo_run
+
+    state = BuildState(tmp_path / "build-state.json")
+    run = demo_run("longclip")
+    assert state.begin(run)  # no record: whatever folder is there is stale
+    assert not BuildState(tmp_path / "build-state.json").begin(run)  # begun with this recipe: resume it
+    assert state.begin(replace(run, steps=run.steps + 1))  # another recipe: stale again

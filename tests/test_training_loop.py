@@ -339,6 +339,22 @@ def test_sample_loader_collates_every_field_and_refuses_half_filled_ones():
     assert sorted(shuffled.order(3)) == list(range(6))
 
 
+def test_a_sample_folder_carries_negative_captions_into_the_batch(tmp_path):
+    """NegCLIP's negatives as data: ``negative_captions`` in samples.jsonl reach ``TrainingBatch``."""
+    from explorer.training.samples import SampleFolder
+
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    lines = []
+    for i, sample in enumerate(SAMPLES[:2]):
+        sample.image.save(data / "images" / f"{i}.png")
+        lines.append(json.dumps({"image": f"images/{i}.png", "caption": sample.caption,
+                                 "negative_captions": [f"not {i}", f"never {i}"]}))
+    (data / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    batch = next(SampleLoader(SampleFolder(data), tiny_clip().preprocess, 2, shuffle=False).batches(0))
+    assert batch.negative_captions == [["not 0", "never 0"], ["not 1", "never 1"]]
+
+
 def test_checkpoint_minutes_writes_checkpoints_by_wall_time(tmp_path, monkeypatch):
     """A background build loses at most ``checkpoint_minutes`` of work: a checkpoint follows once that much
     wall time passed, whatever ``checkpoint_every`` says (0 here: only at the end)."""

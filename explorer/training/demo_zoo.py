@@ -384,8 +384,8 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
                          checkpoint_every=max(50, run.steps // 4), checkpoint_minutes=CHECKPOINT_MINUTES,
                          precision="auto", name=f"demo-{run.name}", command=f"{COMMAND} (run {run.name})")
     run_dir = context.work / "runs" / run.name
-    if state.begin(run) and run_dir.exists():  # trained with another row of the recipe table: start afresh
-        log(f"{run.name}: the recipe changed since {run_dir} was trained; training it afresh")
+    if state.begin(run) and run_dir.exists():  # another recipe's folder, or one of unknown origin: start afresh
+        log(f"{run.name}: {run_dir} was not trained with this recipe; training it afresh")
         shutil.rmtree(run_dir)
     resume = (run_dir / "resume").exists()  # an interrupted build continues where it stopped
     if resume:
@@ -485,12 +485,14 @@ class BuildState:
         return bool(done) and done.get("finished", False) and done.get("recipe") == _recipe_key(run)
 
     def begin(self, run: DemoRun) -> bool:
-        """Mark ``run`` begun with its recipe; True when it was begun with another one (its run folder is stale)."""
+        """Mark ``run`` begun with its recipe; True unless it was begun with this very recipe: a run folder
+        from another recipe, or one this state never recorded, is stale (resuming it would publish the old
+        weights under the new recipe)."""
         before = self.runs.get(run.name, {}).get("recipe")
         if before != _recipe_key(run):
             self.runs[run.name] = {"recipe": _recipe_key(run), "finished": False}
             self.save()
-        return before is not None and before != _recipe_key(run)
+        return before != _recipe_key(run)
 
     def finish(self, run: DemoRun, steps: int, samples: int, seconds: float) -> None:
         self.runs[run.name] = {"steps": steps, "samples_seen": samples, "train_seconds": round(seconds, 1),
