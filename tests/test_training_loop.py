@@ -305,15 +305,20 @@ def test_init_from_a_77_token_clip_stretches_for_long_clip(tmp_path):
 # ---- the command-line face -------------------------------------------------------------------------
 
 
-def test_train_command_on_a_sample_folder(tmp_path):
-    data = tmp_path / "data"
-    (data / "images").mkdir(parents=True)
+def _sample_folder(root, fields):
+    """``root``/samples.jsonl over SAMPLES' pictures: ``fields(i, sample)`` gives each line beside its image."""
+    (root / "images").mkdir(parents=True)
     lines = []
-    for i, sample in enumerate(SAMPLES[:4]):
-        sample.image.save(data / "images" / f"{i}.png")
-        lines.append(json.dumps({"image": f"images/{i}.png", "caption": sample.caption,
-                                 "sentences": sample.caption.split(". "), "local_box": [0, 0, 0.5, 0.5]}))
-    (data / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    for i, sample in enumerate(SAMPLES):
+        sample.image.save(root / "images" / f"{i}.png")
+        lines.append(json.dumps({"image": f"images/{i}.png", **fields(i, sample)}))
+    (root / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_train_command_on_a_sample_folder(tmp_path):
+    data = _sample_folder(tmp_path / "data", lambda i, s: {"caption": s.caption, "sentences": s.caption.split(". "),
+                                                           "local_box": [0, 0, 0.5, 0.5]})
     parser = add_train_arguments(argparse.ArgumentParser())
     argv = ["--method", "clip", "--data", str(data), "--out", str(tmp_path / "run"), "--max-steps", "1",
             "--batch-size", "2", "--lr-backbone", "1e-4", "--no-progress"]
@@ -343,14 +348,8 @@ def test_a_sample_folder_carries_negative_captions_into_the_batch(tmp_path):
     """NegCLIP's negatives as data: ``negative_captions`` in samples.jsonl reach ``TrainingBatch``."""
     from explorer.training.samples import SampleFolder
 
-    data = tmp_path / "data"
-    (data / "images").mkdir(parents=True)
-    lines = []
-    for i, sample in enumerate(SAMPLES[:2]):
-        sample.image.save(data / "images" / f"{i}.png")
-        lines.append(json.dumps({"image": f"images/{i}.png", "caption": sample.caption,
-                                 "negative_captions": [f"not {i}", f"never {i}"]}))
-    (data / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    data = _sample_folder(tmp_path / "data", lambda i, s: {"caption": s.caption,
+                                                           "negative_captions": [f"not {i}", f"never {i}"]})
     batch = next(SampleLoader(SampleFolder(data), tiny_clip().preprocess, 2, shuffle=False).batches(0))
     assert batch.negative_captions == [["not 0", "never 0"], ["not 1", "never 1"]]
 
