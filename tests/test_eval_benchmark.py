@@ -25,7 +25,7 @@ from explorer.evaluation.baselines import baselines, centre_box_mask
 from explorer.evaluation.grounding_eval import native_kind, object_sentences
 from explorer.evaluation.report import hard_negatives_table, results_markdown, results_table, update_readme
 from explorer.evaluation.results import ATTRIBUTES, METRIC_KEYS, write_results
-from explorer.evaluation.runner import evaluate_model, evaluate_zoo, in_reach
+from explorer.evaluation.runner import evaluate_model, evaluate_zoo, in_reach, within_shared_context
 from explorer.grounding.flism import crop_regions, region_proposals
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods.caft import CaftMethod
@@ -272,6 +272,42 @@ def test_fair_test_scores_only_the_changes_within_reach(scenes, context):
         assert metrics[f"hard_negative_acc/{attribute}"] == (None if all(left_out) else 1.0), attribute
     assert counts["hard_negative_scenes"] == len(scenes) and counts["hard_negative_scenes_in_reach"] == full
     assert metrics["hard_negative_acc"] == (1.0 if full else None)  # over the fully reachable scenes only
+
+
+class FooledPastClip(PerfectReader):
+    """A long-context perfect reader, fooled by every change past CLIP's first 77 tokens (those score 2)."""
+
+    def __init__(self, scenes, method):
+        super().__init__(scenes, method)
+        self.late = {n.caption for scene in scenes
+                     for n, early in zip(scene.hard_negatives, within_shared_context(scene)) if not early}
+
+    def similarity(self, image_features, captions):
+        scores = super().similarity(image_features, captions)
+        scores[:, [caption in self.late for caption in captions]] = 2.0
+        return scores
+
+
+def test_the_shared_context_test_scores_only_the_changes_within_clips_77_tokens(scenes):
+    # A 248-token model reads every change; acc77 keeps those within CLIP's first 77 tokens, where this
+    # reader is right, and leaves out the later ones, where it is fooled; acc counts both.
+    reader = FooledPastClip(scenes, tiny_clip(248))
+    assert reader.late  # some changes lie past 77 tokens ...
+    metrics = evaluate_model(reader, scenes, grounding_limit=0, caption_chunk=7)["metrics"]
+    early = {a: [] for a in ATTRIBUTES}
+    for scene in scenes:
+        assert all(in_reach(reader, scene))
+        for negative, first in zip(scene.hard_negatives, within_shared_context(scene)):
+            early[negative.attribute].append(first)
+            if first:  # by hand: a change CLIP's own 77-token cut reads apart
+                assert tiny_clip(77).ids_read([negative.caption]) != tiny_clip(77).ids_read([scene.long_caption])
+    for attribute, firsts in early.items():
+        assert metrics[f"hard_negative_acc77/{attribute}"] == (1.0 if any(firsts) else None), attribute
+        assert metrics[f"hard_negative_acc/{attribute}"] == pytest.approx(np.mean(firsts)), attribute
+    from explorer.evaluation.report import shared_context_table
+
+    table = shared_context_table({"models": [{"name": "m", "context_length": 248, "metrics": metrics}]})
+    assert "| m | 248 | 100.0 |" in table
 
 
 class FooledByColour(PerfectReader):

@@ -287,7 +287,8 @@ def _run_assets_write(args) -> int:
 
 def _run_eval(args) -> int:
     from explorer.core import paths
-    from explorer.evaluation.report import hard_negatives_table, results_markdown, results_table, update_readme
+    from explorer.evaluation.report import (hard_negatives_table, results_markdown, results_table,
+                                            shared_context_table, update_readme)
     from explorer.evaluation.results import write_results
     from explorer.evaluation.runner import evaluate_zoo
     from explorer.training.demo_zoo import write_eval_world
@@ -304,6 +305,7 @@ def _run_eval(args) -> int:
         raise ExplorerError(f"no model was evaluated (zoo: {results['zoo']}); results written to {args.out}")
     print(results_table(results), end="")
     print("\n" + hard_negatives_table(results), end="")  # the fair hard-negative test, per attribute
+    print("\n" + shared_context_table(results), end="")  # the same, on the changes every model reads
     print(f"wrote {args.out}")
     if args.readme:
         changed = update_readme(args.readme, results_markdown(results))

@@ -84,6 +84,30 @@ def hard_negatives_table(results) -> str:
     return "\n".join(lines) + "\n" if models else ""
 
 
+def shared_context_table(results) -> str:
+    """A Markdown table: per model, each attribute's hard-negative accuracy over the changes within CLIP's
+    first 77 tokens (``hard_negative_acc77/<attribute>``: the same negatives for every model); then chance."""
+    models, baselines, _ = _parts(results)
+    if not any(model.get("metrics", {}).get(f"hard_negative_acc77/{a}") is not None
+               for model in models for a in ATTRIBUTES):
+        return ""
+    lines = ["| model | ctx | " + " | ".join(ATTRIBUTES) + " |", "|---|---|" + "---:|" * len(ATTRIBUTES)]
+    rows = [(model.get("name") or "?", str(model.get("context_length") or DASH), model.get("metrics", {}))
+            for model in models]
+    if "chance" in baselines:
+        rows.append((BASELINE_NAMES["chance"], DASH, baselines["chance"].get("metrics", {})))
+    for name, ctx, metrics in rows:
+        cells = [_escape(name), ctx, *(_percent(metrics.get(f"hard_negative_acc77/{a}")) for a in ATTRIBUTES)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+SHARED_CONTEXT_LEGEND = (
+    "The same test over the changes within CLIP's first 77 tokens only: the same negatives for every model "
+    "that reads that far, so a long-context model is compared with a 77-token one on like changes (the table "
+    "above scores each model on every change it reads, and a change deep in a long caption is harder to see).")
+
+
 KIND_COLUMNS = (("mIoU", "miou"), ("pointing", "pointing"), ("AUROC", "auroc"), ("AUROC vs others", "auroc_others"))
 
 
@@ -142,6 +166,10 @@ def results_markdown(results) -> str:
     if hard:
         parts.append(HARD_NEGATIVE_LEGEND)
         parts.append(hard.rstrip("\n"))
+    shared = shared_context_table(results)
+    if shared:
+        parts.append(SHARED_CONTEXT_LEGEND)
+        parts.append(shared.rstrip("\n"))
     kinds = kinds_table(results)
     if kinds:
         parts.append("Every map kind each model offers, on the same object sentences (bold: the model's best mIoU). "
@@ -214,4 +242,5 @@ def _escape(text) -> str:
     return re.sub(r"\s+", " ", str(text)).replace("|", "\\|")
 
 
-__all__ = ["COLUMNS", "hard_negatives_table", "results_markdown", "results_table", "update_readme"]
+__all__ = ["COLUMNS", "hard_negatives_table", "results_markdown", "results_table", "shared_context_table",
+           "update_readme"]

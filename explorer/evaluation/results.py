@@ -28,7 +28,8 @@ RETRIEVAL_KEYS = ("long_t2i_R@1", "long_t2i_R@5", "long_i2t_R@1", "long_i2t_R@5"
 GROUNDING_KEYS = ("miou_generic", "pointing_generic", "miou_native", "pointing_native",
                   "auroc_generic", "auroc_native", "auroc_generic_others", "auroc_native_others")
 METRIC_KEYS = (*RETRIEVAL_KEYS, "hard_negative_acc", *(f"hard_negative_acc/{a}" for a in ATTRIBUTES),
-               *(f"hard_negative_unseen/{a}" for a in ATTRIBUTES), *GROUNDING_KEYS, "flism_acc")
+               *(f"hard_negative_unseen/{a}" for a in ATTRIBUTES), *(f"hard_negative_acc77/{a}" for a in ATTRIBUTES),
+               *GROUNDING_KEYS, "flism_acc")
 BASELINES = ("centre-box", "uniform", "chance")
 DEFAULT_LIMIT = 300  # scenes for retrieval and hard negatives (``explorer eval --limit``)
 

@@ -26,7 +26,11 @@ Hard negatives (``hard_negative_accuracy``; a tie is a miss), the fair test
     cut reads as the caption itself, would tie and count as a miss, and says nothing of the model.
     ``hard_negative_acc/<attribute>`` (colour, shape, size, texture, position): share of that
     attribute's negatives within reach that the long caption beats; ``hard_negative_unseen/<attribute>``:
-    share of that attribute's negatives out of reach (left out). ``hard_negative_acc``: share of
+    share of that attribute's negatives out of reach (left out). ``hard_negative_acc77/<attribute>``:
+    the same accuracy over the negatives whose change lies within CLIP's first 77 tokens
+    (``SHARED_CONTEXT``): the same negatives for every model that reads that far, so a long-context
+    model and a 77-token one are compared on like captions (a change deep in a long caption is
+    harder to see). ``hard_negative_acc``: share of
     the scenes whose negatives are all within reach (``counts["hard_negative_scenes_in_reach"]``)
     whose long caption outscores every one of them on its own image. The long caption and its
     negatives are scored in the same call.
@@ -166,8 +170,11 @@ def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = 
     """
     reach = {i: in_reach(model, scene) for i, scene in enumerate(scenes) if scene.hard_negatives}
     kept = {i: [n for n, within in zip(scenes[i].hard_negatives, seen) if within] for i, seen in reach.items()}
+    early = {i: [early for early, within in zip(within_shared_context(scenes[i]), seen) if within]
+             for i, seen in reach.items()}  # parallel to kept: the change lies within CLIP's first 77 tokens
     positives, negatives = [], []  # the scenes whose negatives are all within reach
     per_attribute: dict[str, list[bool]] = {a: [] for a in ATTRIBUTES}
+    shared: dict[str, list[bool]] = {a: [] for a in ATTRIBUTES}
     unseen: dict[str, list[bool]] = {a: [] for a in ATTRIBUTES}
     group: list[int] = []
 
@@ -186,8 +193,10 @@ def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = 
             if all(reach[i]):
                 positives.append(own[0])
                 negatives.append(own[1:])
-            for negative, score in zip(kept[i], own[1:]):
+            for negative, score, first in zip(kept[i], own[1:], early[i]):
                 per_attribute.setdefault(negative.attribute, []).append(bool(own[0] > score))  # a tie is a miss
+                if first:
+                    shared.setdefault(negative.attribute, []).append(bool(own[0] > score))
         group.clear()
 
     size = 0
@@ -204,13 +213,15 @@ def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = 
         size += need
     flush()
 
-    metrics: dict[str, float | None] = {f"hard_negative_{kind}/{a}": None for kind in ("acc", "unseen")
+    metrics: dict[str, float | None] = {f"hard_negative_{kind}/{a}": None for kind in ("acc", "unseen", "acc77")
                                         for a in ATTRIBUTES}
     for attribute, left_out in unseen.items():  # every negative, within reach or not
         if left_out:
             metrics[f"hard_negative_unseen/{attribute}"] = float(np.mean(left_out))
         if per_attribute.get(attribute):
             metrics[f"hard_negative_acc/{attribute}"] = float(np.mean(per_attribute[attribute]))
+        if shared.get(attribute):
+            metrics[f"hard_negative_acc77/{attribute}"] = float(np.mean(shared[attribute]))
     counts = {"hard_negative_scenes": len(reach), "hard_negative_scenes_in_reach": len(positives)}
     if not positives:
         metrics["hard_negative_acc"] = None
@@ -221,6 +232,18 @@ def hard_negative_metrics(model, image_features, scenes: Sequence, chunk: int = 
         padded[row, :len(values)] = values
     metrics["hard_negative_acc"] = hard_negative_accuracy(np.asarray(positives), padded)
     return metrics, counts
+
+
+SHARED_CONTEXT = 77  # CLIP's context: the part of a caption every CLIP-family model reads
+
+
+def within_shared_context(scene) -> list[bool]:
+    """Whether each hard negative of ``scene`` changes the caption within its first ``SHARED_CONTEXT`` CLIP
+    tokens (CLIP's tokenizer and cut, whatever the model's own)."""
+    from explorer.models.tokenizer import tokenize
+
+    batch = tokenize([scene.long_caption, *(n.caption for n in scene.hard_negatives)], SHARED_CONTEXT)
+    return [not torch.equal(row, batch.ids[0]) for row in batch.ids[1:]]
 
 
 def in_reach(model, scene) -> list[bool]:

@@ -3,9 +3,10 @@
 ``explorer zoo build-demo`` reproduces ``checkpoints/demo/`` from nothing:
 
 1. write the synthetic long-caption world (seeded) to a work folder;
-2. build the base CLIP (77 tokens) in two stages (``explorer.training.demo_base``): a ViT taught the
-   world's attributes per patch ("clip-see", kept in the work folder), then a CLIP trained from it on the
-   long captions and the object sentences ("clip-base", the analogue of OpenAI CLIP);
+2. build the base CLIP (77 tokens) in three stages (``explorer.training.demo_base``): a ViT taught the
+   world's attributes per patch ("clip-see"), a CLIP trained from it on the long captions and the object
+   sentences ("clip-read"; both kept in the work folder), then NegCLIP's fine-tune on the world's
+   one-attribute negatives ("clip-base", the analogue of OpenAI CLIP);
 3. fine-tune each method from that base with its own losses on the LONG captions, as the papers do
    (Long-CLIP's stretch to 248 comes from ``init_from``); GOAL's local pairs are mined with FLISM
    using the base CLIP, as FAST-GOAL mines them with CLIP; SEPS (ViT + BERT, no CLIP backbone)
