@@ -69,34 +69,37 @@ def results_table(results) -> str:
 def hard_negatives_table(results) -> str:
     """A Markdown table of the fair hard-negative test: per model, the all-five accuracy with the scenes it
     is over, each attribute's accuracy within reach and the share of its negatives out of reach; then chance."""
-    models, baselines, _ = _parts(results)
+    if not _parts(results)[0]:
+        return ""
     header = ["model", "ctx", "all five (scenes)", *ATTRIBUTES, *(f"unseen {a}" for a in ATTRIBUTES)]
     lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
-    rows = [(model.get("name") or "?", str(model.get("context_length") or DASH), model.get("metrics", {}),
-             model.get("counts", {}).get("hard_negative_scenes_in_reach")) for model in models]
-    if "chance" in baselines:
-        rows.append((BASELINE_NAMES["chance"], DASH, baselines["chance"].get("metrics", {}), None))
-    for name, ctx, metrics, scenes in rows:
+    for name, ctx, metrics, scenes in _hard_negative_rows(results):
         every = _percent(metrics.get("hard_negative_acc")) + (f" ({scenes})" if scenes is not None else "")
         cells = [_escape(name), ctx, every, *(_percent(metrics.get(f"hard_negative_acc/{a}")) for a in ATTRIBUTES),
                  *(_percent(metrics.get(f"hard_negative_unseen/{a}")) for a in ATTRIBUTES)]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n" if models else ""
+    return "\n".join(lines) + "\n"
+
+
+def _hard_negative_rows(results) -> list[tuple]:
+    """(name, ctx, metrics, scenes in reach) per model, then chance's row (scenes None)."""
+    models, baselines, _ = _parts(results)
+    rows = [(model.get("name") or "?", str(model.get("context_length") or DASH), model.get("metrics", {}),
+             model.get("counts", {}).get("hard_negative_scenes_in_reach")) for model in models]
+    if "chance" in baselines:
+        rows.append((BASELINE_NAMES["chance"], DASH, baselines["chance"].get("metrics", {}), None))
+    return rows
 
 
 def shared_context_table(results) -> str:
     """A Markdown table: per model, each attribute's hard-negative accuracy over the changes within CLIP's
     first 77 tokens (``hard_negative_acc77/<attribute>``: the same negatives for every model); then chance."""
-    models, baselines, _ = _parts(results)
+    models, _, _ = _parts(results)
     if not any(model.get("metrics", {}).get(f"hard_negative_acc77/{a}") is not None
                for model in models for a in ATTRIBUTES):
         return ""
     lines = ["| model | ctx | " + " | ".join(ATTRIBUTES) + " |", "|---|---|" + "---:|" * len(ATTRIBUTES)]
-    rows = [(model.get("name") or "?", str(model.get("context_length") or DASH), model.get("metrics", {}))
-            for model in models]
-    if "chance" in baselines:
-        rows.append((BASELINE_NAMES["chance"], DASH, baselines["chance"].get("metrics", {})))
-    for name, ctx, metrics in rows:
+    for name, ctx, metrics, _ in _hard_negative_rows(results):
         cells = [_escape(name), ctx, *(_percent(metrics.get(f"hard_negative_acc77/{a}")) for a in ATTRIBUTES)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

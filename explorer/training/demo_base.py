@@ -1,4 +1,4 @@
-"""The demo zoo's base CLIP in three stages: an image tower that sees, a CLIP that reads, a NegCLIP that binds (issue 34).
+"""The demo zoo's base CLIP in three stages: a tower that sees, a CLIP that reads, a NegCLIP that binds (issue 34).
 
 Trained as CLIP is trained (InfoNCE on whole captions), the base told colour and little else: a batch's
 captions are told apart by their colours alone, so nothing asks for shape, size, texture or place, and even
