@@ -352,6 +352,10 @@ def test_a_sample_folder_carries_negative_captions_into_the_batch(tmp_path):
                                                            "negative_captions": [f"not {i}", f"never {i}"]})
     batch = next(SampleLoader(SampleFolder(data), tiny_clip().preprocess, 2, shuffle=False).batches(0))
     assert batch.negative_captions == [["not 0", "never 0"], ["not 1", "never 1"]]
+    # a string where a list belongs would be read letter by letter: refused with the line that has it
+    bad = _sample_folder(tmp_path / "bad", lambda i, s: {"caption": s.caption, "negative_captions": "not a list"})
+    with pytest.raises(explorer.ExplorerError, match="line 1: \"negative_captions\" is a list"):
+        SampleFolder(bad)
 
 
 def test_checkpoint_minutes_writes_checkpoints_by_wall_time(tmp_path, monkeypatch):

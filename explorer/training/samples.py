@@ -26,6 +26,7 @@ rather than training a method on a silently half-filled field.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -225,6 +226,11 @@ class SampleFolder:
             if unknown:
                 raise ExplorerError(f"{index}, line {number}: unknown field(s) {unknown}; known: "
                                     f"{sorted(TrainingSample.__dataclass_fields__)}.")
+            negatives = record.get("negative_captions")
+            if negatives is not None and not (isinstance(negatives, list)
+                                              and all(isinstance(n, str) and n.strip() for n in negatives)):
+                raise ExplorerError(f"{index}, line {number}: \"negative_captions\" is a list of captions (strings), "
+                                    f"not {json.dumps(negatives)[:80]}.")
             self.records.append(record)
         if not self.records:
             raise ExplorerError(f"{index} lists no samples.")
