@@ -599,3 +599,43 @@ def test_average_pool_makes_the_global_embedding_the_mean_patch_and_is_saved(tmp
         assert torch.allclose(loaded.encode_image(pixels).cls, features.cls, atol=1e-6)
     with pytest.raises(ValueError, match="pool"):
         ClipArchitecture(**{**arch.to_dict(), "pool": "max"})
+
+
+@pytest.mark.parametrize("method_name", ["clip", "goal"])
+def test_attention_pool_weights_the_patch_values_and_is_saved_with_its_heads(tmp_path, method_name):
+    """pool "attn": with one head the global embedding is the attention-weighted mean of the patch features
+    (the pool's values), so maps compare sentences with what the embedding mixes; keys carry place, so moving
+    the same content to another patch changes the weights; the file holds the pool and its head count."""
+    import dataclasses
+
+    from explorer.models.io.loading import load_method, save_method
+    from explorer.models.methods import get_method
+    from explorer.models.methods.clip import example_architecture
+
+    arch = dataclasses.replace(example_architecture("tiny", 77), pool="attn", pool_heads=1)
+    assert arch.name.endswith("-attnpool")
+    torch.manual_seed(0)
+    model = get_method(method_name)(arch).eval()
+    pixels = torch.randn(2, 3, arch.image_size, arch.image_size)
+    with torch.no_grad():
+        features = model.encode_image(pixels)
+        projected = model.project_image(model.image_tokens(pixels)).double()
+        model.image_pool.double()  # float64 for the place checks: an untrained pool's weights differ by 1e-5
+        weights = model.image_pool.weights(projected[:, 1:])[:, 0]  # [B, P], the one head
+        same = torch.einsum("bp,bpd->bd", weights.float(), features.patches)
+        assert torch.allclose(features.cls, same, atol=1e-5)
+        assert not torch.allclose(features.cls, features.patches.mean(dim=1), atol=1e-3)
+        rolled = model.image_pool.weights(projected[:, 1:].roll(1, dims=1))[:, 0]
+        assert (rolled - weights.roll(1, dims=1)).abs().max() > 1e-6  # the keys know each patch's place
+        model.image_pool.position.zero_()  # without the position embedding, moving the content moves the weights
+        unplaced = model.image_pool.weights(projected[:, 1:])[:, 0]
+        rolled = model.image_pool.weights(projected[:, 1:].roll(1, dims=1))[:, 0]
+        assert torch.allclose(rolled, unplaced.roll(1, dims=1), atol=1e-12)
+        model.float()
+    path = save_method(model, tmp_path / "attn.safetensors")
+    loaded, report = load_method(path)
+    assert (loaded.arch.pool, loaded.arch.pool_heads) == ("attn", 1) and report.ok, report.summary()
+    with torch.no_grad():
+        assert torch.allclose(loaded.encode_image(pixels).cls, model.encode_image(pixels).cls, atol=1e-6)
+    with pytest.raises(ValueError, match="pool_heads"):
+        ClipArchitecture(**{**arch.to_dict(), "pool_heads": 5})

@@ -28,7 +28,7 @@ _KNOWN_NAMES = {  # (vision width, vision layers, patch) -> conventional name
 }
 
 
-POOLS = ("tok", "avg")
+POOLS = ("tok", "avg", "attn")
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,17 @@ class ClipArchitecture:
     quick_gelu: bool = True
     # The global image embedding: "tok" the class token (OpenAI CLIP, every released file), "avg" the
     # mean of the patch tokens after ln_post (open_clip's pool_type="avg"). No tensor differs, so a
-    # file cannot tell; our own files record it (the demo zoo's base CLIP uses "avg", README).
+    # file cannot tell; our own files record it. "attn": attention over the projected patches with one
+    # learned query and position-aware keys (``nn.image_pool``; the demo zoo's base, README), whose
+    # tensors (``image_pool.*``) only our own files hold, with ``pool_heads`` heads.
     pool: str = "tok"
+    pool_heads: int = 16
 
     def __post_init__(self):
         if self.pool not in POOLS:
             raise ValueError(f"pool must be one of {', '.join(POOLS)}, not {self.pool!r}")
+        if self.pool == "attn" and (self.pool_heads < 1 or self.embed_dim % self.pool_heads):
+            raise ValueError(f"pool_heads {self.pool_heads} does not divide the embedding width {self.embed_dim}")
 
     @property
     def grid(self) -> int:
@@ -125,6 +130,8 @@ def infer_clip_architecture(state_dict: Mapping[str, torch.Tensor], quick_gelu: 
         text_heads=heads_for(text_width),
         text_mlp_ratio=_mlp_ratio(state_dict, "transformer.resblocks.0.", text_width),
         quick_gelu=quick_gelu,
+        # Only our own files hold an attention pool; its head count is in their manifest, not in a tensor.
+        pool="attn" if "image_pool.query" in state_dict else "tok",
     )
 
 

@@ -206,7 +206,7 @@ def _reduced_last_block(method, pixels, text, kind) -> torch.Tensor:
         else:
             logits = k @ k.transpose(-2, -1) * scale + neighbourhood(method.grid_hw, x.device)
         tokens = _merge_heads(last.attn, logits.softmax(dim=-1) @ v)  # no residual, no FFN
-        patches = method.project_image(visual.ln_post(tokens))[0, 1:]  # [P, E]
+        patches = method.patch_features(method.project_image(visual.ln_post(tokens)))[0]  # [P, E]
         return F.normalize(text.eot.float(), dim=-1) @ F.normalize(patches.float(), dim=-1).T
 
 

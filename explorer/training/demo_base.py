@@ -6,10 +6,11 @@ per-patch supervision added to that loss left shape at chance for hundreds of st
 binding_experiment.md has every run). So the base is built as a CLIP is often built, from a backbone that
 was taught to see first:
 
-- stage "see" (``SeeingClip``): the ViT with one linear head per attribute over its projected patch tokens,
+- stage "see" (``SeeingClip``): the ViT with one linear head per attribute over its patch features,
   trained with cross-entropy on the object patches of the world's pictures; a patch is labelled with the
   colour, shape, size and texture of the object that covers at least a quarter of it (the world knows
-  every pixel's object). The analogue of the supervised backbone a CLIP may start from (LiT, Zhai et al.,
+  every pixel's object). Two more heads read the pooled embedding: the attribute pairs the picture holds
+  and which of the 9 cells hold an object (the attention pool learns place from it). The analogue of the supervised backbone a CLIP may start from (LiT, Zhai et al.,
   CVPR 2022). The heads are training-only: the stage is saved as a plain CLIP.
 - stage "read" (``ReadingClip``): from that tower, CLIP's InfoNCE on the long captions plus the same
   weight of a multi-positive loss of every object sentence of the batch against every picture
@@ -44,6 +45,7 @@ OBJECT_ATTRIBUTES: dict[str, tuple[str, ...]] = {**PATCH_ATTRIBUTES, "position":
 ATTRIBUTE_PAIRS = tuple(combinations(OBJECT_ATTRIBUTES, 2))
 PAIR_OFFSETS = np.cumsum([0] + [len(OBJECT_ATTRIBUTES[a]) * len(OBJECT_ATTRIBUTES[b]) for a, b in ATTRIBUTE_PAIRS])
 PAIR_TARGETS = "attribute_pairs"  # the batch's extras key: [B, PAIR_OFFSETS[-1]] float, 1 where the picture has it
+OCCUPANCY_TARGETS = "occupancy"  # the batch's extras key: [B, len(POSITIONS)] float, 1 where a cell holds an object
 COVER = 0.25  # share of a patch an object must cover to label it
 
 
@@ -64,6 +66,14 @@ def patch_attributes(scene, grid: int) -> torch.Tensor:
     return torch.as_tensor(out)
 
 
+def occupancy(scene) -> torch.Tensor:
+    """[len(POSITIONS)] float: 1 for each of the 9 cells an object of the scene is placed in."""
+    out = torch.zeros(len(POSITIONS))
+    for obj in scene.objects:
+        out[POSITIONS.index(obj.position)] = 1.0
+    return out
+
+
 def attribute_pairs(scene) -> torch.Tensor:
     """[PAIR_OFFSETS[-1]] float multi-hot: for every pair of attributes, the value pairs of the scene's objects."""
     out = torch.zeros(int(PAIR_OFFSETS[-1]))
@@ -78,18 +88,20 @@ def attribute_pairs(scene) -> torch.Tensor:
 class SeeingClip(ClipMethod):
     """Stage "see": the image tower and per-patch attribute heads, trained on the object patches."""
 
-    new_module_prefixes = ("attribute_heads.", "pair_head.")
+    new_module_prefixes = ("attribute_heads.", "pair_head.", "occupancy_head.")
 
     def __init__(self, arch, **extra):
         super().__init__(arch, **extra)
         self.attribute_heads = nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1)
                                              for values in PATCH_ATTRIBUTES.values())
         self.pair_head = nn.Linear(arch.embed_dim, int(PAIR_OFFSETS[-1]))
+        self.occupancy_head = nn.Linear(arch.embed_dim, len(POSITIONS))
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
         """Per attribute, cross-entropy of its head over the patches an object covers; and, from the pooled
-        embedding, which attribute pairs the picture holds (binary cross-entropy, multi-label): the image
-        embedding itself, not only its patches, must carry each object's attributes together."""
+        embedding, which attribute pairs the picture holds and which of the 9 cells hold an object (binary
+        cross-entropy, multi-label): the image embedding itself, not only its patches, must carry each
+        object's attributes together, and where things are."""
         targets = batch.extras[PATCH_TARGETS].to(batch.pixels.device)  # [B, A, P]
         image = self.encode_image(batch.pixels)
         out = {}
@@ -99,12 +111,17 @@ class SeeingClip(ClipMethod):
         if PAIR_TARGETS in batch.extras:
             pairs = batch.extras[PAIR_TARGETS].to(image.cls.device)
             out["attribute pairs"] = F.binary_cross_entropy_with_logits(self.pair_head(image.cls), pairs)
+        if OCCUPANCY_TARGETS in batch.extras:
+            cells = batch.extras[OCCUPANCY_TARGETS].to(image.cls.device)
+            out["occupancy"] = F.binary_cross_entropy_with_logits(self.occupancy_head(image.cls), cells)
         return out
 
     @torch.no_grad()
-    def patch_accuracy(self, pixels: torch.Tensor, targets: torch.Tensor, pairs: torch.Tensor) -> dict[str, float]:
-        """The stage's learning curve: per attribute, the share of object patches its head gets right; and
-        "pairs": the share of a picture's attribute pairs among its n highest pair scores (n: how many it has)."""
+    def patch_accuracy(self, pixels: torch.Tensor, targets: torch.Tensor, pairs: torch.Tensor,
+                       cells: torch.Tensor | None = None) -> dict[str, float]:
+        """The stage's learning curve: per attribute, the share of object patches its head gets right;
+        "pairs": the share of a picture's attribute pairs among its n highest pair scores (n: how many it has);
+        "occupancy": the share of the 9 cells whose occupancy the pooled embedding's head gets right."""
         image = self.encode_image(pixels)
         out = {attribute: float((head(image.patches).argmax(-1) == targets[:, a])[targets[:, a] > 0].float().mean())
                for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads))}
@@ -113,6 +130,8 @@ class SeeingClip(ClipMethod):
             top = row.topk(int(truth.sum())).indices
             found.append(float(truth[top].float().mean()))
         out["pairs"] = float(np.mean(found))
+        if cells is not None:
+            out["occupancy"] = float(((self.occupancy_head(image.cls) > 0) == cells.bool()).float().mean())
         return out
 
 

@@ -3,10 +3,10 @@
 ``explorer zoo build-demo`` reproduces ``checkpoints/demo/`` from nothing:
 
 1. write the synthetic long-caption world (seeded) to a work folder;
-2. build the base CLIP (77 tokens) in three stages (``explorer.training.demo_base``): a ViT taught the
-   world's attributes per patch ("clip-see"), a CLIP trained from it on the long captions and the object
-   sentences ("clip-read"; both kept in the work folder), then NegCLIP's fine-tune on the world's
-   one-attribute negatives ("clip-base", the analogue of OpenAI CLIP);
+2. build the base CLIP (77 tokens, attention-pooled) in two stages (``explorer.training.demo_base``): a ViT
+   taught the world's attributes per patch and where its objects are ("clip-see", kept in the work folder),
+   then a CLIP trained from it on the long captions, the object sentences and NegCLIP's one-attribute
+   negatives ("clip-base", the analogue of OpenAI CLIP);
 3. fine-tune each method from that base with its own losses on the LONG captions, as the papers do
    (Long-CLIP's stretch to 248 comes from ``init_from``); GOAL's local pairs are mined with FLISM
    using the base CLIP, as FAST-GOAL mines them with CLIP; SEPS (ViT + BERT, no CLIP backbone)
@@ -39,7 +39,7 @@ IMAGE_SIZE = 64
 PATCH_SIZE = 4  # a 16 x 16 grid: measured against 8 px patches in the README ("Choices behind the demo zoo")
 SEPS_PATCH_SIZE = 8  # SEPS's own ViT (no CLIP backbone); see its run below
 WORLD_OBJECTS = (2, 6)  # objects per scene, in the training world and the held-out one
-BASE_POOL = "avg"
+BASE_POOL = "attn"  # nn.image_pool: the mean of the patches cannot keep place (README, "Choices behind the demo zoo")
 COMMAND = DEMO_COMMAND  # recorded in every manifest: how the zoo tells a demo model (Manifest.is_demo)
 
 
@@ -71,27 +71,28 @@ class DemoRun:
                 "init": f"demo {self.init}" if self.init else "from scratch", "options": dict(self.extra),
                 "world": {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS)},
                 "patch_size": self.patch_size,
+                **({"image_pool": BASE_POOL} if self.stage or self.init else {}),  # the base's tower, not SEPS's
                 "command": f"{COMMAND} --only {self.name}"}
 
 
 WARMUP_RATIO = 0.05
 WEIGHT_DECAY = 0.1
 
-BIND_STEPS, BIND_LR = 500, 2e-4  # the NegCLIP stage (bench/results/binding_experiment.md, part 3)
+# The reading + NegCLIP stage from the seeing one (bench/results/binding_experiment.md, part 3: the attention pool)
+BIND_STEPS, BIND_LR = 1200, 5e-4
 
 # The recipe table: one row per demo model (a table of data, so it names the methods).
 RUNS = (
-    # The base in three stages (explorer.training.demo_base): an image tower taught the world's attributes per
-    # patch; CLIP's loss on the long captions plus the object sentences, multi-positive; then NegCLIP's
-    # fine-tune on the world's one-attribute negatives (README, "Choices behind the demo zoo": each stage's numbers).
+    # The base in two stages (explorer.training.demo_base): an image tower taught the world's attributes per
+    # patch and its objects' cells; then CLIP's loss on the long captions, the object sentences (multi-positive)
+    # and NegCLIP's one-attribute negatives together (README, "Choices behind the demo zoo": each stage's numbers).
     DemoRun("clip-see", "clip", steps=2000, init=None, captions="short", lr_backbone=2e-3, lr_new=2e-3,
             stage="see", published=False),
-    DemoRun("clip-read", "clip", steps=1500, init="clip-see", captions="long", lr_backbone=5e-4, lr_new=5e-4,
-            stage="read", published=False),
-    DemoRun("clip-base", "clip", steps=BIND_STEPS, init="clip-read", captions="long", lr_backbone=BIND_LR,
+    DemoRun("clip-base", "clip", steps=BIND_STEPS, init="clip-see", captions="long", lr_backbone=BIND_LR,
             lr_new=BIND_LR, stage="bind",
-            source="a ViT taught the synthetic world's attributes per patch, trained as a CLIP on its long captions "
-                   "and object sentences, then as NegCLIP on their one-attribute negatives; context 77"),
+            source="an attention-pooled ViT taught the synthetic world's attributes per patch and its objects' "
+                   "places, trained as a CLIP on its long captions and object sentences with NegCLIP's "
+                   "one-attribute negatives; context 77"),
     DemoRun("longclip", "longclip", steps=200),
     DemoRun("finelip", "finelip", steps=200),
     # sub_loss "sentences": the same image's other sentences are negatives too (README: why, with both numbers)
@@ -118,10 +119,12 @@ def demo_architecture():
     told from the background (generic AUROC 0.28-0.40 over 600-900 steps); the 16 x 16 grid measured
     0.56 at 600 steps, with short-caption R@1 76 % (README, "Choices behind the demo zoo").
 
-    The image embedding is the mean of the patch tokens (open_clip's pool_type="avg"), not the class
-    token: measured on held-out scenes, a class-token CLIP's generic map does not tell the named object
-    from the scene's other objects over the steps and object counts tried (pixel AUROC 0.31-0.43),
-    because its last patch tokens are never trained; pooled patches are trained and do (0.59-0.70)."""
+    The image embedding pools the patch tokens, not the class token: measured on held-out scenes, a
+    class-token CLIP's generic map does not tell the named object from the scene's other objects over the
+    steps and object counts tried (pixel AUROC 0.31-0.43), because its last patch tokens are never trained;
+    pooled patches are trained and do (0.59-0.70). It pools them by attention with position-aware keys
+    (``nn.image_pool``), not by their mean, which keeps almost nothing of place (position 50-52 % against
+    82 %; bench/results/binding_experiment.md, part 3)."""
     from explorer.models.architecture import ClipArchitecture
 
     return ClipArchitecture(embed_dim=128, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, vision_width=128,
@@ -166,15 +169,16 @@ def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fra
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
     """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read"),
     and the world's one-attribute negatives of each caption besides ("bind")."""
-    from explorer.training.demo_base import PAIR_TARGETS, PATCH_TARGETS, attribute_pairs, patch_attributes
+    from explorer.training.demo_base import (OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_TARGETS, attribute_pairs,
+                                             occupancy, patch_attributes)
     from explorer.training.samples import TrainingSample
 
     samples = []
     for scene in scenes:
         sentences = [s.text for s in scene.sentences if stage not in ("read", "bind") or s.kind == "object"]
         pair = (local_pairs or {}).get(scene.id)
-        extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE), PAIR_TARGETS: attribute_pairs(scene)}
-                  if stage == "see" else None)
+        extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE), PAIR_TARGETS: attribute_pairs(scene),
+                   OCCUPANCY_TARGETS: occupancy(scene)} if stage == "see" else None)
         samples.append(TrainingSample(
             image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
             short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
@@ -422,7 +426,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
     """An ``on_metrics`` hook for the base's stages: every ``CURVE_EVERY`` steps, per attribute, the patch
     accuracy of the heads ("see") or the fair hard-negative accuracy ("read") on held-out scenes, against
     the samples seen, appended to ``<run>/curves.jsonl``."""
-    from explorer.training.demo_base import PAIR_TARGETS, PATCH_TARGETS
+    from explorer.training.demo_base import OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_TARGETS
     from explorer.training.metrics_log import JsonlLog
 
     log = JsonlLog(run_dir / CURVES_FILE)
@@ -436,7 +440,8 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
         method.eval()
         if run.stage == "see":
             batch = held_out_batch()
-            scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS])
+            scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS],
+                                           batch.extras[OCCUPANCY_TARGETS])
         else:
             scores = attribute_accuracy(method, held_out)
         method.train(training)

@@ -87,7 +87,7 @@ def backbone_tensors(method: Method) -> dict[str, torch.Tensor]:
     import torch
 
     return {key: value.detach().to("cpu", torch.float32).contiguous()
-            for key, value in method.backbone_state_dict().items()}
+            for key, value in method.backbone_state_dict(pool=False).items()}
 
 
 def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> Path:

@@ -35,8 +35,9 @@ def model_cfg(arch: ClipArchitecture) -> dict:
         "vision_cfg": {"image_size": arch.image_size, "patch_size": arch.patch_size, "width": arch.vision_width,
                        "layers": arch.vision_layers, "head_width": arch.vision_width // arch.vision_heads,
                        "mlp_ratio": arch.vision_mlp_ratio,
-                       # "avg": the mean of the patch tokens after ln_post, as ``ClipBackbone.pool_image``
-                       "pool_type": arch.pool},
+                       # "avg": the mean of the patch tokens after ln_post, as ``ClipBackbone.pool_image``;
+                       # open_clip has no attention pool of ours: that export (backbone only) pools the class token
+                       "pool_type": "tok" if arch.pool == "attn" else arch.pool},
         "text_cfg": {"context_length": arch.context_length, "vocab_size": arch.vocab_size, "width": arch.text_width,
                      "heads": arch.text_heads, "layers": arch.text_layers, "mlp_ratio": arch.text_mlp_ratio},
     }

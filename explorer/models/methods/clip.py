@@ -111,7 +111,8 @@ class ClipFamily(ClipBackbone, Method):
 
     def export_left_out(self, fmt: str) -> str | None:
         """What a CLIP export leaves out: the method's own words; its modules and score when it gave none (a
-        plugin's method is not exported whole by mistake); the mean pooling, which only open_clip can say."""
+        plugin's method is not exported whole by mistake); the mean pooling, which only open_clip can say;
+        the attention pool, which neither can."""
         left = [self.export_leaves_out] if self.export_leaves_out else []
         own = sorted({key.split(".")[0] for key in self.state_dict()} -
                      {key.split(".")[0] for key in self.backbone_state_dict()})
@@ -119,6 +120,8 @@ class ClipFamily(ClipBackbone, Method):
             left.append(f"{self.title}'s own modules ({', '.join(own) or 'none'}) and score")
         if self.arch.pool == "avg" and fmt == "transformers":
             left.append("the mean pooling of the patch tokens (CLIPModel pools the class token)")
+        if self.arch.pool == "attn":
+            left.append("the attention pooling of the patch tokens (image_pool; the export pools the class token)")
         return "; ".join(left)
 
     # ---- loading -------------------------------------------------------------------------------

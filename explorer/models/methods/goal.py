@@ -284,13 +284,13 @@ class GoalMethod(ClipFamily):
         """One box per image: mean of its patches (before ``ln_post``) -> ``ln_post`` -> projection, [B, d]."""
         weights = self.box_masks(boxes).flatten(1).to(hidden.device, hidden.dtype)
         weights = weights / weights.sum(dim=1, keepdim=True)
-        return self._project_pooled(torch.einsum("bp,bpw->bw", weights, hidden[:, 1:]))
+        return self.in_embedding_space(self._project_pooled(torch.einsum("bp,bpw->bw", weights, hidden[:, 1:])))
 
     def _region_pool(self, hidden: torch.Tensor) -> torch.Tensor:
         """The 5 spatial regions of every image, pooled as TSL pools a box: [B, 5, d]."""
         weights = self.spatial_region_masks().flatten(1).to(hidden.device, hidden.dtype)
         weights = weights / weights.sum(dim=1, keepdim=True)
-        return self._project_pooled(torch.einsum("rp,bpw->brw", weights, hidden[:, 1:]))
+        return self.in_embedding_space(self._project_pooled(torch.einsum("rp,bpw->brw", weights, hidden[:, 1:])))
 
     def box_pooled_embedding(self, pixels: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
         """[B, d]: TSL's pooled embedding of each image's box (boxes [B, 4] in [0, 1] coordinates)."""
@@ -300,7 +300,8 @@ class GoalMethod(ClipFamily):
     def encode_image(self, pixels: torch.Tensor) -> GoalImageFeatures:
         hidden, attention = self._vision_hidden(pixels, with_attention=True)
         projected = self.project_image(self.visual.ln_post(hidden))
-        return GoalImageFeatures(cls=self.pool_image(projected), patches=projected[:, 1:], grid_hw=self.grid_hw,
+        return GoalImageFeatures(cls=self.pool_image(projected), patches=self.patch_features(projected),
+                                 grid_hw=self.grid_hw,
                                  cls_attention=attention[:, :, 0, 1:], region_embeddings=self._region_pool(hidden))
 
     def self_attention_maps(self, image_pixels: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,8 @@ from torch import nn
 
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.models.nn.image_pool import PREFIX as POOL_PREFIX
+from explorer.models.nn.image_pool import PositionalAttentionPool
 from explorer.models.nn.open_clip_parts import LayerNorm, QuickGELU, Transformer, VisionTransformer
 from explorer.models.nn.positional import stretch_positions
 from explorer.models.text_tower import TextTower, text_keys
@@ -38,6 +40,8 @@ class ClipBackbone(nn.Module):
             layers=arch.vision_layers, heads=arch.vision_heads, mlp_ratio=arch.vision_mlp_ratio,
             output_dim=arch.embed_dim, act_layer=act, norm_layer=LayerNorm,
         )
+        if arch.pool == "attn":
+            self.image_pool = PositionalAttentionPool(arch.embed_dim, arch.pool_heads, arch.grid ** 2)
         self.token_embedding = nn.Embedding(arch.vocab_size, arch.text_width)
         self.positional_embedding = nn.Parameter(torch.empty(arch.context_length, arch.text_width))
         self.transformer = Transformer(
@@ -83,14 +87,30 @@ class ClipBackbone(nn.Module):
     def project_image(self, tokens: torch.Tensor) -> torch.Tensor:
         return tokens @ self.visual.proj
 
-    def pool_image(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The global token of tokens [B, 1 + P, ...] taken after ``ln_post``: the class token, or the mean of
-        the patches when ``arch.pool`` is "avg" (the projection is linear, so before or after it is the same)."""
-        return tokens[:, 0] if self.arch.pool == "tok" else tokens[:, 1:].mean(dim=1)
+    def pool_image(self, projected: torch.Tensor) -> torch.Tensor:
+        """The global embedding [B, E] of projected tokens [B, 1 + P, E]: the class token ("tok"), the mean of
+        the patches ("avg"; the projection is linear, so before or after it is the same), or the attention pool
+        over the patches ("attn", ``nn.image_pool``)."""
+        pool = self.arch.pool
+        if pool == "attn":
+            return self.image_pool(projected[:, 1:])
+        return projected[:, 0] if pool == "tok" else projected[:, 1:].mean(dim=1)
+
+    def patch_features(self, projected: torch.Tensor) -> torch.Tensor:
+        """The patches [B, P, E] of projected tokens [B, 1 + P, E], in the space of the global embedding: what
+        maps compare with a sentence."""
+        return self.in_embedding_space(projected[:, 1:])
+
+    def in_embedding_space(self, patches: torch.Tensor) -> torch.Tensor:
+        """Projected patch vectors [..., E] (or a pool of them) where the global embedding lives: as they are,
+        or under the attention pool their values (the pooled embedding mixes those; an affine map, so the
+        mean of a region's values is the value of its mean)."""
+        return self.image_pool.values(patches) if self.arch.pool == "attn" else patches
 
     def encode_image(self, pixels: torch.Tensor) -> ImageFeatures:
         projected = self.project_image(self.image_tokens(pixels))
-        return ImageFeatures(cls=self.pool_image(projected), patches=projected[:, 1:], grid_hw=self.grid_hw)
+        return ImageFeatures(cls=self.pool_image(projected), patches=self.patch_features(projected),
+                             grid_hw=self.grid_hw)
 
     def image_attention(self, pixels: torch.Tensor) -> torch.Tensor:
         """Self-attention weights of the last vision block: [B, heads, 1 + P, 1 + P], rows sum to 1.
@@ -156,12 +176,13 @@ class ClipBackbone(nn.Module):
             context_length=self.positional_embedding.shape[0], vocab_size=arch.vocab_size,
             projection_dim=self.text_projection.shape[1], quick_gelu=arch.quick_gelu, source=source)
 
-    def backbone_state_dict(self) -> dict[str, torch.Tensor]:
-        """This CLIP's own entries of the state dict, without a subclass's modules (what an export holds)."""
+    def backbone_state_dict(self, pool: bool = True) -> dict[str, torch.Tensor]:
+        """This CLIP's own entries of the state dict, without a subclass's modules; ``pool=False`` without the
+        attention pool too (what an export holds: neither library has that readout)."""
         with torch.device("meta"):  # only the keys are wanted: nothing is allocated or initialised for real
             keys = ClipBackbone(self.arch).state_dict().keys()
         tensors = self.state_dict()
-        return {key: tensors[key] for key in keys}
+        return {key: tensors[key] for key in keys if pool or not key.startswith(POOL_PREFIX)}
 
     @property
     def dtype(self) -> torch.dtype:
