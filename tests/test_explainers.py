@@ -166,6 +166,25 @@ def test_the_forward_readouts_equal_an_independent_computation(clip, kind):
     torch.testing.assert_close(explain(clip, pixels, text, kind), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", [CLEARCLIP, NACLIP])
+def test_under_the_attention_pool_the_forward_readouts_compare_the_pools_values(clip, kind):
+    """An attention-pooled tower's patches live where its embedding does only through the pool's values: a pool
+    whose values negate the patches turns the readout's map into its negative."""
+    from dataclasses import replace
+
+    pooled = ClipMethod(replace(clip.arch, pool="attn", pool_heads=2)).eval()
+    pooled.load_state_dict(clip.state_dict(), strict=False)  # the same tower; the pool is new
+    width = clip.arch.embed_dim
+    with torch.no_grad():
+        attn = pooled.image_pool.attn
+        attn.in_proj_weight[2 * width:] = torch.eye(width)
+        attn.in_proj_bias.zero_()
+        attn.out_proj.weight.copy_(-torch.eye(width))
+        attn.out_proj.bias.zero_()
+    pixels, text = random_pixels(clip), text_of(clip)
+    assert torch.allclose(explain(pooled, pixels, text, kind), -explain(clip, pixels, text, kind), atol=1e-5)
+
+
 def test_naclips_window_is_a_gaussian_on_the_grid():
     window = neighbourhood((3, 4), "cpu", sigma=2.0)
     assert window.shape == (13, 13) and window[0].abs().sum() == 0 and window[:, 0].abs().sum() == 0

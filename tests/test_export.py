@@ -195,6 +195,31 @@ def test_open_clip_keeps_the_mean_pooling_that_transformers_cannot(pictures, tmp
         assert_same_embeddings(text, model.encode_text(ids))
 
 
+@pytest.mark.parametrize("fmt", ["transformers", "open_clip"])
+def test_the_attention_pool_goes_out_in_neither_library_and_its_backbone_only_when_asked(pictures, fmt, tmp_path):
+    """The demo zoo's readout (pool "attn") is ours: refused whole; --backbone-only writes the CLIP without the
+    pool's tensors, which the library loads as a class-token CLIP (the text tower the same as explorer's)."""
+    method = tiny("clip", pool="attn", quick_gelu=False)
+    with pytest.raises(ExportError, match="attention pooling.*--backbone-only"):
+        export_model(method, fmt, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+    result = export_model(method, fmt, tmp_path / "out", backbone_only=True)
+    assert "attention pooling" in result.left_out and not result.whole
+    pixels, ids, image, text = explorer_embeddings(method, pictures)
+    if fmt == "open_clip":
+        model, _, _ = open_clip.create_model_and_transforms(f"local-dir:{tmp_path / 'out'}")
+        image_out, text_out = model.eval().encode_image, model.encode_text
+    else:
+        model = transformers.CLIPModel.from_pretrained(tmp_path / "out").eval()
+        image_out = lambda p: features(model.get_image_features(pixel_values=p))  # noqa: E731
+        text_out = lambda i: features(model.get_text_features(input_ids=i))  # noqa: E731
+    with torch.no_grad():
+        class_token = method.project_image(method.image_tokens(pixels))[:, 0]
+        assert_same_embeddings(class_token, image_out(pixels))
+        assert cosine_error(image, image_out(pixels)) > 1e-2  # not the model's own image embedding: said so
+        assert_same_embeddings(text, text_out(ids))
+
+
 # ---- what cannot go out whole ------------------------------------------------------------------
 
 def test_each_built_in_method_says_what_an_export_leaves_out():
