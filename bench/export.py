@@ -78,7 +78,8 @@ def library_embeddings(fmt: str, folder: Path, pixels, ids, pictures, captions):
 
 def backbone_embeddings(method, pixels, ids, class_token: bool):
     """The CLIP backbone's own global embeddings as explorer computes them (``ClipBackbone``), pooled by the
-    class token where the library can only do that (transformers), else as the model pools."""
+    class token where the library can only do that (transformers; either library for an attention-pooled
+    model), else as the model pools."""
     from explorer.models.nn.backbone import ClipBackbone
 
     projected = method.project_image(method.image_tokens(pixels))
@@ -114,7 +115,8 @@ def measure(zoo_root: Path, work: Path) -> list[dict]:
                 ids = method.tokenize(captions).ids
                 with torch.no_grad():
                     own = method.encode_image(pixels).cls, method.encode_text(ids).eot
-                    backbone = backbone_embeddings(method, pixels, ids, class_token=fmt == "transformers")
+                    backbone = backbone_embeddings(method, pixels, ids,
+                                                   class_token=fmt == "transformers" or method.arch.pool == "attn")
                 same_inputs, own_inputs = library_embeddings(fmt, folder, pixels, ids, pictures, captions)
                 row[label] = {
                     "image": cosine_error(backbone[0], same_inputs[0]), "text": cosine_error(backbone[1], same_inputs[1]),

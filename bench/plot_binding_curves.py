@@ -3,10 +3,11 @@
     python bench/plot_binding_curves.py [--out docs/base-learning-curves.png]
 
 Reads ``bench/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
-value per attribute); ``build-clip-see``, ``build-clip-read`` and ``build-clip-base`` are copies of the build's
-own ``<work>/runs/<run>/curves.jsonl`` (the recipe kept). Top row: the seeing stage (share of object patches
-each head gets right); bottom row: the reading stage and the binding stage after it (the fair one-attribute
-hard-negative accuracy, chance 50 %). One panel per attribute.
+value per attribute); ``build-clip-see`` and ``build-clip-base`` are copies of the build's own
+``<work>/runs/<run>/curves.jsonl`` (the recipe kept: the attention-pooled base); ``meanpool-*`` the previous
+zoo's mean-pooled stages. Top row: the seeing stage (share of object patches each head gets right; under
+position, the share of the 9 cells whose occupancy the pooled embedding's head gets right); bottom row: the
+base's CLIP stages (the fair one-attribute hard-negative accuracy, chance 50 %). One panel per attribute.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ATTRIBUTES = ("colour", "shape", "size", "texture", "position")
 HERE = Path(__file__).resolve().parent
-KEPT = {"build-clip-see", "build-clip-read", "build-clip-base"}
-# The binding stage (NegCLIP) fine-tunes the reading stage's model: its curves start where that one ended.
+KEPT = {"build-clip-see", "build-clip-base"}
+# The mean-pooled zoo's binding stage (NegCLIP) fine-tuned its reading stage: its curves start where that ended.
 READ_SAMPLES = 1500 * 32
-BINDING = ("build-clip-base", "bind-")
+BINDING = ("meanpool-bind", "bind-")
+SEEING_POSITION = "occupancy"  # the seeing stage has no position head; its occupancy head stands there
 
 
 def read_curves(folder: Path) -> dict[str, list[dict]]:
@@ -43,25 +45,26 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
             ax = axes[row, column]
             for name, rows in curves.items():
                 start = READ_SAMPLES if name.startswith(BINDING) else 0
-                points = [((start + r["samples"]) / 1000, 100 * r[attribute]) for r in rows
-                          if r.get("measure") == measure and r.get(attribute) is not None]
+                key = SEEING_POSITION if row == 0 and attribute == "position" else attribute
+                points = [((start + r["samples"]) / 1000, 100 * r[key]) for r in rows
+                          if r.get("measure") == measure and r.get(key) is not None]
                 if points:
                     xs, ys = zip(*points)
                     ax.plot(xs, ys, marker="o", markersize=3, linewidth=2.2 if name in KEPT else 1.0,
                             label=name, color="black" if name in KEPT else None)
             if row == 1:
                 ax.axhline(50, color="grey", linestyle=":", linewidth=0.8)
-            ax.set_title(f"{attribute}: {'patches' if row == 0 else 'hard negatives'}", fontsize=9)
+            what = "hard negatives" if row else ("cell occupancy" if attribute == "position" else "patches")
+            ax.set_title(f"{attribute}: {what}", fontsize=9)
             ax.set_xlabel("samples seen (thousands)", fontsize=8)
             ax.set_ylim(0, 100)
             ax.tick_params(labelsize=7)
-    axes[0, -1].set_visible(False)  # the seeing stage has no position head
-    for row, last in ((0, -2), (1, -1)):
+    for row, last in ((0, -1), (1, -1)):
         handles, labels = axes[row, 1].get_legend_handles_labels()
         if handles:
             axes[row, last].legend(handles, labels, fontsize=6, loc="lower right")
-    figure.suptitle("Demo base, per attribute: seeing stage (top); reading, then binding stage from 48k (bottom); "
-                    "bold: the build's recipe",
+    figure.suptitle("Demo base, per attribute: seeing stage (top); CLIP stages (bottom; the mean-pooled zoo's "
+                    "binding stage from 48k); bold: the build's recipe (attention pool)",
                     fontsize=10)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
-"""The demo base's three stages (explorer.training.demo_base): patch labels from the world, the seeing stage's
-heads (trained, then dropped), the reading stage's object-sentence loss, the binding stage's NegCLIP term, and the
+"""The demo base's stages (explorer.training.demo_base): patch labels and cell occupancy from the world, the
+seeing stage's heads (trained, then dropped), the reading stage's object-sentence loss, the binding stage's NegCLIP term, and the
 build's learning curves."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import torch
 from explorer.data import generate_scenes
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.clip import ClipMethod
-from explorer.training.demo_base import (PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS, BindingClip, ReadingClip,
-                                         SeeingClip, as_clip, as_stage, patch_attributes)
+from explorer.training.demo_base import (OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS,
+                                         BindingClip, ReadingClip, SeeingClip, as_clip, as_stage, occupancy,
+                                         patch_attributes)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,36 @@ def test_patch_labels_follow_the_objects_pixels(scenes):
 
 def _tiny():
     return ClipMethod.example("tiny", seed=0)
+
+
+def test_the_occupancy_target_marks_the_cells_that_hold_an_object_and_the_seeing_stage_scores_it(scenes):
+    """The seeing stage's place signal: which of the 9 cells hold an object, read by a head on the pooled
+    embedding (binary cross-entropy), so an attention pool learns where things are."""
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    from explorer.data.vocabulary import POSITIONS
+    from explorer.training.demo_zoo import collate_scenes
+
+    for scene in scenes:
+        cells = occupancy(scene)
+        assert {POSITIONS[i] for i in torch.nonzero(cells).flatten().tolist()} == {o.position for o in scene.objects}
+    torch.manual_seed(0)
+    seeing = as_stage("see", ClipMethod(dataclasses.replace(_tiny().arch, patch_size=4, pool="attn")))
+    batch = collate_scenes(scenes, seeing, stage="see")
+    targets = batch.extras[OCCUPANCY_TARGETS]
+    assert torch.equal(targets, torch.stack([occupancy(s) for s in scenes]))
+    with torch.no_grad():
+        expected = F.binary_cross_entropy_with_logits(seeing.occupancy_head(seeing.encode_image(batch.pixels).cls),
+                                                      targets)
+        assert torch.allclose(seeing.losses(batch)["occupancy"], expected)
+        right = ((seeing.occupancy_head(seeing.encode_image(batch.pixels).cls) > 0) == targets.bool()).float().mean()
+        accuracy = seeing.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS],
+                                         targets)
+        assert accuracy["occupancy"] == pytest.approx(float(right))
+    plain = as_clip(seeing)
+    assert plain.arch.pool == "attn" and not any(k.startswith("occupancy_head") for k in plain.state_dict())
 
 
 def test_seeing_stage_learns_the_patches_and_saves_as_a_plain_clip(scenes):

@@ -1,4 +1,4 @@
-"""The demo zoo's base CLIP in three stages: a tower that sees, a CLIP that reads, a NegCLIP that binds (issue 34).
+"""The demo zoo's base CLIP in stages: a tower that sees, then a CLIP that reads and binds (issue 34).
 
 Trained as CLIP is trained (InfoNCE on whole captions), the base told colour and little else: a batch's
 captions are told apart by their colours alone, so nothing asks for shape, size, texture or place, and even
@@ -17,8 +17,10 @@ was taught to see first:
   (``multi_positive_nce``): an object sentence names one object's colour, shape, size, texture and
   place, and needs all of them to find its picture among the batch's.
 - stage "bind" (``BindingClip``): the reading stage's losses plus NegCLIP's image -> text softmax over the
-  batch's captions and the world's one-attribute negatives of each (Yuksekgonul et al., ICLR 2023), a
-  fine-tune as NegCLIP is. Published as a plain CLIP.
+  batch's captions and the world's one-attribute negatives of each (Yuksekgonul et al., ICLR 2023).
+  Published as a plain CLIP. The build runs "see", then "bind" from it (reading and binding at once, the
+  recipe measured with the attention pool: bench/results/binding_experiment.md, part 3); "read" alone is
+  the stage "bind" extends.
 """
 
 from __future__ import annotations
