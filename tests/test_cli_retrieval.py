@@ -148,10 +148,11 @@ def test_eval_retrieval_writes_recall_both_ways_and_matches_explorer_eval(larger
     assert all(row["metrics"][f"hard_negative_unseen/{a}"] == 0.0 for row in reference
                for a in ("colour", "shape", "size", "texture", "position"))
     assert all(row["counts"]["hard_negative_scenes_in_reach"] == limit for row in reference)
+    keys = ("t2i_R@1", "t2i_R@5", "i2t_R@1", "i2t_R@5")
     for row in reference:
-        keys = ("t2i_R@1", "t2i_R@5", "i2t_R@1", "i2t_R@5")
         assert [results["models"][row["name"]][key] for key in keys] == [row["metrics"][f"long_{key}"] for key in keys]
-        assert min(row["metrics"][f"long_{key}"] for key in keys) < 1.0  # not trivially perfect on this world
+    # not trivially perfect on this world (the demo CAFT may be: 99.3 on the held-out one), so equal means something
+    assert min(row["metrics"][f"long_{key}"] for row in reference for key in keys) < 1.0
 
     with table.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
