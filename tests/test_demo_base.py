@@ -1,6 +1,6 @@
 """The demo base's stages (explorer.training.demo_base): patch labels and cell occupancy from the world, the
-seeing stage's heads (trained, then dropped), the reading stage's object-sentence loss, the binding stage's NegCLIP term, and the
-build's learning curves."""
+seeing stage's heads (trained, then dropped), the reading stage's object-sentence loss, the binding stage's
+NegCLIP term, and the build's learning curves."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ was taught to see first:
   trained with cross-entropy on the object patches of the world's pictures; a patch is labelled with the
   colour, shape, size and texture of the object that covers at least a quarter of it (the world knows
   every pixel's object). Two more heads read the pooled embedding: the attribute pairs the picture holds
-  and which of the 9 cells hold an object (the attention pool learns place from it). The analogue of the supervised backbone a CLIP may start from (LiT, Zhai et al.,
-  CVPR 2022). The heads are training-only: the stage is saved as a plain CLIP.
+  and which of the 9 cells hold an object (the attention pool learns place from it). The analogue of the
+  supervised backbone a CLIP may start from (LiT, Zhai et al., CVPR 2022). The heads are training-only:
+  the stage is saved as a plain CLIP.
 - stage "read" (``ReadingClip``): from that tower, CLIP's InfoNCE on the long captions plus the same
   weight of a multi-positive loss of every object sentence of the batch against every picture
   (``multi_positive_nce``): an object sentence names one object's colour, shape, size, texture and

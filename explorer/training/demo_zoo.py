@@ -180,8 +180,9 @@ def training_samples(scenes, captions: str = "long", local_pairs: dict | None = 
     for scene in scenes:
         sentences = [s.text for s in scene.sentences if stage not in ("read", "bind") or s.kind == "object"]
         pair = (local_pairs or {}).get(scene.id)
-        extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE), PAIR_TARGETS: attribute_pairs(scene),
-                   OCCUPANCY_TARGETS: occupancy(scene)} if stage == "see" else None)
+        extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE),
+                   PAIR_TARGETS: attribute_pairs(scene), OCCUPANCY_TARGETS: occupancy(scene)}
+                  if stage == "see" else None)
         samples.append(TrainingSample(
             image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
             short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
