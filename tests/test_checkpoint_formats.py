@@ -575,20 +575,27 @@ def test_torchscript_archive(tmp_path):
     assert result.wrapper == "torchscript" and result.format == "openai-clip"
 
 
-@pytest.mark.parametrize("method_name", ["clip", "goal"])
-def test_average_pool_makes_the_global_embedding_the_mean_patch_and_is_saved(tmp_path, method_name):
+def pooled_tiny(method_name: str, **pool):
+    """A tiny model of the method with ``pool`` set on its architecture, and two random pictures."""
     import dataclasses
 
-    from explorer.models.architecture import ClipArchitecture
-    from explorer.models.io.loading import load_method, save_method
     from explorer.models.methods import get_method
     from explorer.models.methods.clip import example_architecture
 
-    arch = dataclasses.replace(example_architecture("tiny", 77), pool="avg")
-    assert arch.name.endswith("-avgpool")
+    arch = dataclasses.replace(example_architecture("tiny", 77), **pool)
     torch.manual_seed(0)
     model = get_method(method_name)(arch).eval()
-    pixels = torch.randn(2, 3, arch.image_size, arch.image_size)
+    return model, torch.randn(2, 3, arch.image_size, arch.image_size)
+
+
+@pytest.mark.parametrize("method_name", ["clip", "goal"])
+def test_average_pool_makes_the_global_embedding_the_mean_patch_and_is_saved(tmp_path, method_name):
+    from explorer.models.architecture import ClipArchitecture
+    from explorer.models.io.loading import load_method, save_method
+
+    model, pixels = pooled_tiny(method_name, pool="avg")
+    arch = model.arch
+    assert arch.name.endswith("-avgpool")
     with torch.no_grad():
         features = model.encode_image(pixels)
     assert torch.allclose(features.cls, features.patches.mean(dim=1), atol=1e-6)
@@ -606,17 +613,11 @@ def test_attention_pool_weights_the_patch_values_and_is_saved_with_its_heads(tmp
     """pool "attn": with one head the global embedding is the attention-weighted mean of the patch features
     (the pool's values), so maps compare sentences with what the embedding mixes; keys carry place, so moving
     the same content to another patch changes the weights; the file holds the pool and its head count."""
-    import dataclasses
-
     from explorer.models.io.loading import load_method, save_method
-    from explorer.models.methods import get_method
-    from explorer.models.methods.clip import example_architecture
 
-    arch = dataclasses.replace(example_architecture("tiny", 77), pool="attn", pool_heads=1)
+    model, pixels = pooled_tiny(method_name, pool="attn", pool_heads=1)
+    arch = model.arch
     assert arch.name.endswith("-attnpool")
-    torch.manual_seed(0)
-    model = get_method(method_name)(arch).eval()
-    pixels = torch.randn(2, 3, arch.image_size, arch.image_size)
     with torch.no_grad():
         features = model.encode_image(pixels)
         projected = model.project_image(model.image_tokens(pixels)).double()

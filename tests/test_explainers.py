@@ -170,17 +170,9 @@ def test_the_forward_readouts_equal_an_independent_computation(clip, kind):
 def test_under_the_attention_pool_the_forward_readouts_compare_the_pools_values(clip, kind):
     """An attention-pooled tower's patches live where its embedding does only through the pool's values: a pool
     whose values negate the patches turns the readout's map into its negative."""
-    from dataclasses import replace
+    from pool_fixtures import negating_pool_twin
 
-    pooled = ClipMethod(replace(clip.arch, pool="attn", pool_heads=2)).eval()
-    pooled.load_state_dict(clip.state_dict(), strict=False)  # the same tower; the pool is new
-    width = clip.arch.embed_dim
-    with torch.no_grad():
-        attn = pooled.image_pool.attn
-        attn.in_proj_weight[2 * width:] = torch.eye(width)
-        attn.in_proj_bias.zero_()
-        attn.out_proj.weight.copy_(-torch.eye(width))
-        attn.out_proj.bias.zero_()
+    pooled = negating_pool_twin(clip)
     pixels, text = random_pixels(clip), text_of(clip)
     assert torch.allclose(explain(pooled, pixels, text, kind), -explain(clip, pixels, text, kind), atol=1e-5)
 

@@ -164,6 +164,19 @@ def test_box_pooled_embedding_pools_exactly_those_patches(tiny):
     torch.testing.assert_close(pooled, by_hand, rtol=1e-5, atol=1e-5)
 
 
+def test_under_the_attention_pool_box_and_region_embeddings_live_where_the_global_one_does():
+    """TSL's box and region pools are compared with sentences as the global embedding is: under an attention
+    pool they go through the pool's values too. A pool whose values negate the patches negates them."""
+    from pool_fixtures import negating_pool_twin
+
+    plain = jitter(GoalMethod(arch())).eval()
+    pooled = negating_pool_twin(plain)
+    with torch.no_grad():
+        x, boxes = pixels(2, seed=6), torch.tensor([[0.10, 0.30, 0.55, 0.50], [0.50, 0.50, 1.00, 1.00]])
+        torch.testing.assert_close(pooled.box_pooled_embedding(x, boxes), -plain.box_pooled_embedding(x, boxes))
+        torch.testing.assert_close(pooled.encode_image(x).region_embeddings, -plain.encode_image(x).region_embeddings)
+
+
 def test_spatial_region_masks_are_the_quadrants_and_the_centre(tiny):
     masks = tiny.spatial_region_masks()
     expected = [grid_mask([(r, c) for r in rows for c in cols]) for rows, cols in [

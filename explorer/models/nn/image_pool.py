@@ -31,16 +31,16 @@ class PositionalAttentionPool(nn.Module):
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         """patches [B, P, d] -> pooled [B, d]."""
-        query = self.query.to(patches.dtype).expand(len(patches), 1, -1)
-        pooled, _ = self.attn(query, patches + self.position.to(patches.dtype), patches, need_weights=False)
-        return pooled[:, 0]
+        return self._attend(patches, need_weights=False)[0][:, 0]
 
     def weights(self, patches: torch.Tensor) -> torch.Tensor:
         """The pool's attention [B, heads, P] (rows sum to 1 over the patches)."""
+        return self._attend(patches, need_weights=True)[1][:, :, 0]
+
+    def _attend(self, patches: torch.Tensor, need_weights: bool):
         query = self.query.to(patches.dtype).expand(len(patches), 1, -1)
-        _, weights = self.attn(query, patches + self.position.to(patches.dtype), patches, need_weights=True,
-                               average_attn_weights=False)
-        return weights[:, :, 0]
+        keys = patches + self.position.to(patches.dtype)
+        return self.attn(query, keys, patches, need_weights=need_weights, average_attn_weights=False)
 
     def values(self, patches: torch.Tensor) -> torch.Tensor:
         """Each patch through the value and output projections [B, P, d]: pooled = their per-head weighted mix."""
