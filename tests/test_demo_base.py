@@ -1,4 +1,4 @@
-"""The demo base's stages (explorer.training.demo_base): patch labels and cell attributes from the world, the
+"""The demo base's stages (explorer.training.demo_base): patch labels and cell occupancy from the world, the
 seeing stage's heads (trained, then dropped), the reading stage's object-sentence loss, the binding stage's
 NegCLIP term, and the build's learning curves."""
 
@@ -13,8 +13,8 @@ import torch
 from explorer.data import generate_scenes
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.clip import ClipMethod
-from explorer.training.demo_base import (CELL_TARGETS, PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS,
-                                         BindingClip, ReadingClip, SeeingClip, as_clip, as_stage, cell_attributes,
+from explorer.training.demo_base import (OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS,
+                                         BindingClip, ReadingClip, SeeingClip, as_clip, as_stage, occupancy,
                                          patch_attributes)
 
 
@@ -45,9 +45,9 @@ def _tiny():
     return ClipMethod.example("tiny", seed=0)
 
 
-def test_the_cell_targets_name_each_cells_object_and_the_seeing_stage_scores_them(scenes):
-    """The seeing stage's place-and-binding signal: per cell of the 3 x 3 layout, the colour, shape, size and
-    texture of its object (0: empty), read by a head on the pooled embedding (cross-entropy per attribute)."""
+def test_the_occupancy_target_marks_the_cells_that_hold_an_object_and_the_seeing_stage_scores_it(scenes):
+    """The seeing stage's place signal: which of the 9 cells hold an object, read by a head on the pooled
+    embedding (binary cross-entropy), so an attention pool learns where things are."""
     import dataclasses
 
     import torch.nn.functional as F
@@ -56,34 +56,23 @@ def test_the_cell_targets_name_each_cells_object_and_the_seeing_stage_scores_the
     from explorer.training.demo_zoo import collate_scenes
 
     for scene in scenes:
-        cells = cell_attributes(scene)
-        assert cells.shape == (len(PATCH_ATTRIBUTES), len(POSITIONS))
-        assert {POSITIONS[i] for i in torch.nonzero(cells[1]).flatten().tolist()} == {o.position for o in scene.objects}
-        for obj in scene.objects:
-            for a, (attribute, values) in enumerate(PATCH_ATTRIBUTES.items()):
-                assert cells[a, POSITIONS.index(obj.position)] == values.index(getattr(obj, attribute)) + 1
+        cells = occupancy(scene)
+        assert {POSITIONS[i] for i in torch.nonzero(cells).flatten().tolist()} == {o.position for o in scene.objects}
     torch.manual_seed(0)
     seeing = as_stage("see", ClipMethod(dataclasses.replace(_tiny().arch, patch_size=4, pool="attn")))
     batch = collate_scenes(scenes, seeing, stage="see")
-    targets = batch.extras[CELL_TARGETS]
-    assert torch.equal(targets, torch.stack([cell_attributes(s) for s in scenes]))
+    targets = batch.extras[OCCUPANCY_TARGETS]
+    assert torch.equal(targets, torch.stack([occupancy(s) for s in scenes]))
     with torch.no_grad():
-        pooled = seeing.encode_image(batch.pixels).cls
-        logits = seeing.cell_head(pooled).view(len(scenes), -1, len(POSITIONS))
-        losses = seeing.losses(batch)
-        first = 0
-        for a, (attribute, values) in enumerate(PATCH_ATTRIBUTES.items()):
-            block = logits[:, first:first + len(values) + 1]  # this attribute's classes, empty first
-            first += len(values) + 1
-            assert torch.allclose(losses[f"cell {attribute}"], F.cross_entropy(block, targets[:, a]))
-            if attribute == "shape":
-                occupied = block.argmax(1) > 0
+        expected = F.binary_cross_entropy_with_logits(seeing.occupancy_head(seeing.encode_image(batch.pixels).cls),
+                                                      targets)
+        assert torch.allclose(seeing.losses(batch)["occupancy"], expected)
+        right = ((seeing.occupancy_head(seeing.encode_image(batch.pixels).cls) > 0) == targets.bool()).float().mean()
         accuracy = seeing.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS],
                                          targets)
-        assert accuracy["occupancy"] == pytest.approx(float((occupied == (targets[:, 1] > 0)).float().mean()))
-        assert {f"cell {attribute}" for attribute in PATCH_ATTRIBUTES} <= set(accuracy)
+        assert accuracy["occupancy"] == pytest.approx(float(right))
     plain = as_clip(seeing)
-    assert plain.arch.pool == "attn" and not any(k.startswith("cell_head") for k in plain.state_dict())
+    assert plain.arch.pool == "attn" and not any(k.startswith("occupancy_head") for k in plain.state_dict())
 
 
 def test_seeing_stage_learns_the_patches_and_saves_as_a_plain_clip(scenes):

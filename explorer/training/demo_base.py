@@ -9,10 +9,8 @@ was taught to see first:
 - stage "see" (``SeeingClip``): the ViT with one linear head per attribute over its patch features,
   trained with cross-entropy on the object patches of the world's pictures; a patch is labelled with the
   colour, shape, size and texture of the object that covers at least a quarter of it (the world knows
-  every pixel's object). Two more heads read the pooled embedding: the attribute pairs the picture holds,
-  and, for each of the 9 cells, the colour, shape, size and texture of its object or that it is empty
-  (the attention pool learns place from it, and the embedding carries each object's attributes bound to
-  its place: what a one-word negative asks of it). The analogue of the
+  every pixel's object). Two more heads read the pooled embedding: the attribute pairs the picture holds
+  and which of the 9 cells hold an object (the attention pool learns place from it). The analogue of the
   supervised backbone a CLIP may start from (LiT, Zhai et al., CVPR 2022). The heads are training-only:
   the stage is saved as a plain CLIP.
 - stage "read" (``ReadingClip``): from that tower, CLIP's InfoNCE on the long captions plus the same
@@ -44,15 +42,13 @@ from explorer.models.nn.losses import image_to_text_with_negatives, info_nce_pai
 # The attributes a patch is labelled with; class 0 of each is "no object" (those patches are not scored).
 PATCH_ATTRIBUTES: dict[str, tuple[str, ...]] = {"colour": tuple(COLOURS), "shape": SHAPES, "size": tuple(SIZES),
                                                 "texture": TEXTURES}
-PATCH_ATTRIBUTE_INDEX = {attribute: a for a, attribute in enumerate(PATCH_ATTRIBUTES)}
 PATCH_TARGETS = "patch_attributes"  # the batch's extras key: [B, len(PATCH_ATTRIBUTES), grid * grid] long
 # Every pair of an object's attributes (colour x shape, shape x position, ...): which pairs a picture holds.
 OBJECT_ATTRIBUTES: dict[str, tuple[str, ...]] = {**PATCH_ATTRIBUTES, "position": POSITIONS}
 ATTRIBUTE_PAIRS = tuple(combinations(OBJECT_ATTRIBUTES, 2))
 PAIR_OFFSETS = np.cumsum([0] + [len(OBJECT_ATTRIBUTES[a]) * len(OBJECT_ATTRIBUTES[b]) for a, b in ATTRIBUTE_PAIRS])
 PAIR_TARGETS = "attribute_pairs"  # the batch's extras key: [B, PAIR_OFFSETS[-1]] float, 1 where the picture has it
-CELL_TARGETS = "cell_attributes"  # the batch's extras key: [B, len(PATCH_ATTRIBUTES), len(POSITIONS)] long
-CELL_CLASSES = tuple(len(values) + 1 for values in PATCH_ATTRIBUTES.values())  # class 0 of each: an empty cell
+OCCUPANCY_TARGETS = "occupancy"  # the batch's extras key: [B, len(POSITIONS)] float, 1 where a cell holds an object
 COVER = 0.25  # share of a patch an object must cover to label it
 
 
@@ -73,13 +69,11 @@ def patch_attributes(scene, grid: int) -> torch.Tensor:
     return torch.as_tensor(out)
 
 
-def cell_attributes(scene) -> torch.Tensor:
-    """[len(PATCH_ATTRIBUTES), len(POSITIONS)] long: per attribute, per cell of the 3 x 3 layout, the value
-    index + 1 of the object placed in it; 0 where the cell is empty."""
-    out = torch.zeros(len(PATCH_ATTRIBUTES), len(POSITIONS), dtype=torch.long)
+def occupancy(scene) -> torch.Tensor:
+    """[len(POSITIONS)] float: 1 for each of the 9 cells an object of the scene is placed in."""
+    out = torch.zeros(len(POSITIONS))
     for obj in scene.objects:
-        for a, (attribute, values) in enumerate(PATCH_ATTRIBUTES.items()):
-            out[a, POSITIONS.index(obj.position)] = values.index(getattr(obj, attribute)) + 1
+        out[POSITIONS.index(obj.position)] = 1.0
     return out
 
 
@@ -97,26 +91,20 @@ def attribute_pairs(scene) -> torch.Tensor:
 class SeeingClip(ClipMethod):
     """Stage "see": the image tower and per-patch attribute heads, trained on the object patches."""
 
-    new_module_prefixes = ("attribute_heads.", "pair_head.", "cell_head.")
+    new_module_prefixes = ("attribute_heads.", "pair_head.", "occupancy_head.")
 
     def __init__(self, arch, **extra):
         super().__init__(arch, **extra)
         self.attribute_heads = nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1)
                                              for values in PATCH_ATTRIBUTES.values())
         self.pair_head = nn.Linear(arch.embed_dim, int(PAIR_OFFSETS[-1]))
-        self.cell_head = nn.Linear(arch.embed_dim, len(POSITIONS) * sum(CELL_CLASSES))
-
-    def cell_logits(self, pooled: torch.Tensor) -> list[torch.Tensor]:
-        """Per attribute, [B, len(PATCH_ATTRIBUTES[a]) + 1, len(POSITIONS)]: the cell head's scores of each
-        cell's value (class 0: empty), in the layout ``F.cross_entropy`` takes."""
-        logits = self.cell_head(pooled).view(len(pooled), sum(CELL_CLASSES), len(POSITIONS))
-        return list(logits.split(CELL_CLASSES, dim=1))
+        self.occupancy_head = nn.Linear(arch.embed_dim, len(POSITIONS))
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
         """Per attribute, cross-entropy of its head over the patches an object covers; and, from the pooled
-        embedding, which attribute pairs the picture holds (binary cross-entropy, multi-label) and, per
-        attribute, each cell's value or emptiness (cross-entropy over the 9 cells): the image embedding
-        itself, not only its patches, must carry each object's attributes together, and where it is."""
+        embedding, which attribute pairs the picture holds and which of the 9 cells hold an object (binary
+        cross-entropy, multi-label): the image embedding itself, not only its patches, must carry each
+        object's attributes together, and where things are."""
         targets = batch.extras[PATCH_TARGETS].to(batch.pixels.device)  # [B, A, P]
         image = self.encode_image(batch.pixels)
         out = {}
@@ -126,10 +114,9 @@ class SeeingClip(ClipMethod):
         if PAIR_TARGETS in batch.extras:
             pairs = batch.extras[PAIR_TARGETS].to(image.cls.device)
             out["attribute pairs"] = F.binary_cross_entropy_with_logits(self.pair_head(image.cls), pairs)
-        if CELL_TARGETS in batch.extras:
-            cells = batch.extras[CELL_TARGETS].to(image.cls.device)  # [B, A, 9]
-            for a, (attribute, logits) in enumerate(zip(PATCH_ATTRIBUTES, self.cell_logits(image.cls))):
-                out[f"cell {attribute}"] = F.cross_entropy(logits, cells[:, a])
+        if OCCUPANCY_TARGETS in batch.extras:
+            cells = batch.extras[OCCUPANCY_TARGETS].to(image.cls.device)
+            out["occupancy"] = F.binary_cross_entropy_with_logits(self.occupancy_head(image.cls), cells)
         return out
 
     @torch.no_grad()
@@ -137,8 +124,7 @@ class SeeingClip(ClipMethod):
                        cells: torch.Tensor | None = None) -> dict[str, float]:
         """The stage's learning curve: per attribute, the share of object patches its head gets right;
         "pairs": the share of a picture's attribute pairs among its n highest pair scores (n: how many it has);
-        "occupancy": the share of the 9 cells the cell head rightly calls empty or not (from its shape's class 0);
-        "cell <attribute>": the share of the occupied cells whose attribute it gets right."""
+        "occupancy": the share of the 9 cells whose occupancy the pooled embedding's head gets right."""
         image = self.encode_image(pixels)
         out = {attribute: float((head(image.patches).argmax(-1) == targets[:, a])[targets[:, a] > 0].float().mean())
                for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads))}
@@ -148,11 +134,7 @@ class SeeingClip(ClipMethod):
             found.append(float(truth[top].float().mean()))
         out["pairs"] = float(np.mean(found))
         if cells is not None:
-            found = [logits.argmax(1) for logits in self.cell_logits(image.cls)]  # per attribute [B, 9]
-            occupied = cells[:, 0] > 0
-            out["occupancy"] = float(((found[PATCH_ATTRIBUTE_INDEX["shape"]] > 0) == occupied).float().mean())
-            for a, attribute in enumerate(PATCH_ATTRIBUTES):
-                out[f"cell {attribute}"] = float((found[a] == cells[:, a])[occupied].float().mean())
+            out["occupancy"] = float(((self.occupancy_head(image.cls) > 0) == cells.bool()).float().mean())
         return out
 
 

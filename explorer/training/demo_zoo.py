@@ -67,19 +67,12 @@ class DemoRun:
         return {"steps": steps, "batch_size": self.batch_size, "lr_backbone": self.lr_backbone,
                 "lr_new": self.lr_new, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
                 "clip_grad_norm": self.clip_grad_norm, "captions": self.captions,
-                **({"stage": self.stage} if self.stage else {}), **self._stage_heads(),
+                **({"stage": self.stage} if self.stage else {}),
                 "init": f"demo {self.init}" if self.init else "from scratch", "options": dict(self.extra),
                 "world": {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS)},
                 "patch_size": self.patch_size,
                 **({"image_pool": BASE_POOL} if self.stage or self.init else {}),  # the base's tower, not SEPS's
                 "command": f"{COMMAND} --only {self.name}"}
-
-    def _stage_heads(self) -> dict:
-        """A stage's training-only heads (dropped when saved, so only the recipe can say they changed)."""
-        from explorer.training.demo_base import STAGES
-
-        heads = STAGES[self.stage].new_module_prefixes if self.stage else ()
-        return {"heads": [prefix.rstrip(".") for prefix in heads]} if heads else {}
 
 
 WARMUP_RATIO = 0.05
@@ -179,8 +172,8 @@ def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fra
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
     """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read"),
     and the world's one-attribute negatives of each caption besides ("bind")."""
-    from explorer.training.demo_base import (CELL_TARGETS, PAIR_TARGETS, PATCH_TARGETS, attribute_pairs,
-                                             cell_attributes, patch_attributes)
+    from explorer.training.demo_base import (OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_TARGETS, attribute_pairs,
+                                             occupancy, patch_attributes)
     from explorer.training.samples import TrainingSample
 
     samples = []
@@ -188,7 +181,7 @@ def training_samples(scenes, captions: str = "long", local_pairs: dict | None = 
         sentences = [s.text for s in scene.sentences if stage not in ("read", "bind") or s.kind == "object"]
         pair = (local_pairs or {}).get(scene.id)
         extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE),
-                   PAIR_TARGETS: attribute_pairs(scene), CELL_TARGETS: cell_attributes(scene)}
+                   PAIR_TARGETS: attribute_pairs(scene), OCCUPANCY_TARGETS: occupancy(scene)}
                   if stage == "see" else None)
         samples.append(TrainingSample(
             image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
@@ -437,7 +430,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
     """An ``on_metrics`` hook for the base's stages: every ``CURVE_EVERY`` steps, per attribute, the patch
     accuracy of the heads ("see") or the fair hard-negative accuracy ("read") on held-out scenes, against
     the samples seen, appended to ``<run>/curves.jsonl``."""
-    from explorer.training.demo_base import CELL_TARGETS, PAIR_TARGETS, PATCH_TARGETS
+    from explorer.training.demo_base import OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_TARGETS
     from explorer.training.metrics_log import JsonlLog
 
     log = JsonlLog(run_dir / CURVES_FILE)
@@ -452,7 +445,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
         if run.stage == "see":
             batch = held_out_batch()
             scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS],
-                                           batch.extras[CELL_TARGETS])
+                                           batch.extras[OCCUPANCY_TARGETS])
         else:
             scores = attribute_accuracy(method, held_out)
         method.train(training)
