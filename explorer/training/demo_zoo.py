@@ -100,9 +100,9 @@ RUNS = (
     DemoRun("mulclip-paper", "mulclip", steps=200, extra={"sub_loss": "paper"}),  # the paper-literal L_sub
     DemoRun("goal", "goal", steps=200),
     # FLAIR's text-conditioned pool and CAFT's grouping stages are new at the fine-tune (the base has neither):
-    # 600 steps, where 200 left them below the base on long R@1 (FLAIR 79.3 -> 87.3) and CAFT under 80 % of its
-    # margin on size and texture (README, "What the table says"; bench/results/binding_experiment.md, part 4).
-    DemoRun("flair", "flair", steps=600),
+    # 200 steps left FLAIR below the base on long R@1 (79.3; 87.3 at 600, 89.7 at 1,200) and CAFT under 80 % of
+    # its margin on size and texture (README, "What the table says"; bench/results/binding_experiment.md, part 4).
+    DemoRun("flair", "flair", steps=1200),
     DemoRun("caft", "caft", steps=600),
     # SEPS, as the official code trains it (LAPS): all negatives summed for the first half (the warm-up
     # LAPS runs for its first epoch), then the hardest; gradients clipped at 2.0. Batch 16 keeps a step
