@@ -56,23 +56,22 @@ def object_rows(model: Model, scenes: list) -> tuple[dict, dict]:
     """Per object: the pixel-weighted mean of its patch features, and the embedding x cell vector; with its
     attributes."""
     patches, cells, labels = [], [], defaultdict(list)
-    grid = None
     with torch.no_grad():
         for start in range(0, len(scenes), 50):
             chunk = scenes[start:start + 50]
             features = encode_images(model, [s.image for s in chunk])
-            grid = features.grid_hw
-            for scene, pooled, patch in zip(chunk, features.cls.float(), features.patches.float()):
-                side = IMAGE_SIZE // grid[0]
-                owner = scene.labels.reshape(grid[0], side, grid[1], side).transpose(0, 2, 1, 3)
-                owner = torch.as_tensor(owner.reshape(grid[0] * grid[1], side * side))
+            rows, columns = features.grid_hw
+            side = IMAGE_SIZE // rows
+            for scene, pooled, patch in zip(chunk, F.normalize(features.cls.float(), dim=-1), features.patches.float()):
+                # each patch's pixels, by object label (0: background)
+                owner = scene.labels.reshape(rows, side, columns, side).transpose(0, 2, 1, 3)
+                owner = torch.as_tensor(owner.reshape(rows * columns, side * side))
                 for k, obj in enumerate(scene.objects):
                     weight = (owner == k + 1).float().mean(1)
                     one_hot = torch.zeros(len(POSITIONS))
                     one_hot[POSITIONS.index(obj.position)] = 1
                     patches.append((weight[:, None] * patch).sum(0) / weight.sum())
-                    pooled_unit = F.normalize(pooled, dim=-1)
-                    cells.append(torch.cat([pooled_unit, one_hot, torch.outer(one_hot, pooled_unit).flatten()]))
+                    cells.append(torch.cat([pooled, one_hot, torch.outer(one_hot, pooled).flatten()]))
                     for attribute in ATTRIBUTES:
                         labels[attribute].append(getattr(obj, attribute))
     return {"object patches": torch.stack(patches), "embedding x cell": torch.stack(cells)}, labels
