@@ -2,17 +2,17 @@
 
     python bench/binding_probes.py checkpoints/demo/clip-base.safetensors [--train-scenes 1500] [--test-scenes 300]
 
-Four figures per attribute, each on the held-out world (seed 1, test split), probes fitted on the training
+Five columns per attribute, each on the held-out world (seed 1, test split), probes fitted on the training
 world (seed 0, train split); a linear probe is multinomial logistic regression on unit vectors:
 - "object patches": a probe of each object's attribute from the mean of its patch features (the features
   maps read, the pool's values under an attention pool), pixels of the object weighting its patches: what
   the image tower sees of the object before pooling.
-- "embedding x cell": a probe of the attribute of the object in a cell from the pooled image embedding and
-  the cell (the embedding's outer product with the cell's one-hot): what the embedding keeps of it, bound to
-  its place.
-- "sentence" / "caption": the fair one-word test on the object sentence alone and on the long caption
-  (``explorer eval``'s ``hard_negative_acc``, chance 50 %; the caption column over the negatives in reach).
-- "text 1-cos": how far the one-word change moves the sentence's text embedding (1 - cosine).
+- "embedding x cell": a probe of the attribute of the object in a cell from the pooled image embedding, the
+  cell's one-hot and their outer product: what the embedding keeps of it, bound to its place.
+- "caption": ``explorer eval``'s fair one-word test, ``hard_negative_acc/<attribute>`` (the long caption
+  against its rewrite, over the rewrites the model reads apart; chance 50 %); "sentence": the same test on
+  the changed object sentence alone (rewrites that change more than one sentence are left out).
+- "text 1-cos": how far the one-word change moves that sentence's text embedding (1 - cosine).
 """
 
 from __future__ import annotations
@@ -61,13 +61,13 @@ def object_rows(model: Model, scenes: list) -> tuple[dict, dict]:
             chunk = scenes[start:start + 50]
             features = encode_images(model, [s.image for s in chunk])
             rows, columns = features.grid_hw
-            side = IMAGE_SIZE // rows
             for scene, pooled, patch in zip(chunk, F.normalize(features.cls.float(), dim=-1), features.patches.float()):
-                # each patch's pixels, by object label (0: background)
+                # each patch's pixels (row-major, as the patch features), by object label: 0 background, i + 1 object i
+                side = scene.labels.shape[0] // rows
                 owner = scene.labels.reshape(rows, side, columns, side).transpose(0, 2, 1, 3)
                 owner = torch.as_tensor(owner.reshape(rows * columns, side * side))
-                for k, obj in enumerate(scene.objects):
-                    weight = (owner == k + 1).float().mean(1)
+                for obj in scene.objects:
+                    weight = (owner == obj.index + 1).float().mean(1)
                     one_hot = torch.zeros(len(POSITIONS))
                     one_hot[POSITIONS.index(obj.position)] = 1
                     patches.append((weight[:, None] * patch).sum(0) / weight.sum())
