@@ -11,7 +11,7 @@ world (seed 0, train split); a linear probe is multinomial logistic regression o
   cell's one-hot and their outer product: what the embedding keeps of it, bound to its place.
 - "caption": ``explorer eval``'s fair one-word test, ``hard_negative_acc/<attribute>`` (the long caption
   against its rewrite, over the rewrites the model reads apart; chance 50 %); "sentence": the same test on
-  the changed object sentence alone (rewrites that change more than one sentence are left out).
+  the changed object sentence alone (the sentence and position the world's ``HardNegative`` records).
 - "text 1-cos": how far the one-word change moves that sentence's text embedding (1 - cosine).
 """
 
@@ -85,15 +85,10 @@ def one_word_tests(model: Model, scenes: list) -> dict:
             image = encode_images(model, [scene.image])
             negatives = scene.hard_negatives
             scores = score_captions(model, image, [scene.long_caption, *(n.caption for n in negatives)])[0]
-            ours = _sentences(scene.long_caption)
             for j, (negative, reachable) in enumerate(zip(negatives, in_reach(model, scene))):
                 if reachable:
                     out[("caption", negative.attribute)].append(100 * float(scores[0] > scores[j + 1]))
-                theirs = _sentences(negative.caption)
-                changed = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
-                if len(ours) != len(theirs) or len(changed) != 1:
-                    continue
-                pair = [ours[changed[0]], theirs[changed[0]]]
+                pair = [scene.sentences[negative.sentence].text, rewritten_sentence(scene, negative)]
                 sentence_scores = score_captions(model, image, pair)[0]
                 out[("sentence", negative.attribute)].append(100 * float(sentence_scores[0] > sentence_scores[1]))
                 text = F.normalize(model.encode_text(pair).eot.float(), dim=-1)
@@ -101,8 +96,13 @@ def one_word_tests(model: Model, scenes: list) -> dict:
     return {key: float(np.mean(values)) for key, values in out.items()}
 
 
-def _sentences(caption: str) -> list[str]:
-    return [part.strip() + "." for part in caption.split(".") if part.strip()]
+def rewritten_sentence(scene, negative) -> str:
+    """The negative's changed sentence: its words replaced where the record says (the long caption is the
+    sentences joined by single spaces, so the sentence starts after its predecessors and their spaces)."""
+    offset = sum(len(s.text) + 1 for s in scene.sentences[:negative.sentence])
+    text, at = scene.sentences[negative.sentence].text, negative.start - offset
+    assert text[at:at + len(negative.original)] == negative.original, (scene.id, negative)
+    return text[:at] + negative.replacement + text[at + len(negative.original):]
 
 
 def main() -> None:
