@@ -4,8 +4,9 @@
 
 Reads ``bench/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
 value per attribute); ``build-clip-see`` and ``build-clip-base`` are copies of the build's own
-``<work>/runs/<run>/curves.jsonl`` (the recipe kept: the attention-pooled base); ``meanpool-*`` the previous
-zoo's mean-pooled stages; ``cellhead-*`` the seeing stage with a per-cell attribute head (dropped);
+``<work>/runs/<run>/curves.jsonl`` (the recipe kept: the attention-pooled base on 24,000 scenes);
+``scenes6k-*`` the same recipe on the 6,000-scene world of the zoo before; ``meanpool-*`` the mean-pooled
+zoo's stages; ``cellhead-*`` the seeing stage with a per-cell attribute head (dropped);
 ``wide256-*`` the seeing stage with a 256-d embedding (a scratch run). Top row: the seeing stage (share of
 object patches each head gets right; under position, the share of the 9 cells whose occupancy the pooled
 embedding's head gets right); bottom row: the base's CLIP stages (the fair one-attribute hard-negative

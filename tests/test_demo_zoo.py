@@ -111,6 +111,21 @@ def test_an_unreadable_build_state_is_one_clear_error(tmp_path):
     assert path.read_text() == "{half a file"  # left as it was
 
 
+def test_a_kept_world_of_another_size_stops_the_build(tmp_path):
+    """The world a build keeps must be the one asked for: runs kept on another world would be published as
+    trained on this one."""
+    from explorer.training.demo_zoo import write_world
+    from explorer.training.loop import TrainingError
+
+    data = write_world(tmp_path, lambda _: None, n_scenes=12)
+    assert write_world(tmp_path, lambda _: None, n_scenes=12) == data  # the same world: kept
+    scenes = (data / "scenes.jsonl").read_text()
+    with pytest.raises(TrainingError, match="another world") as caught:
+        write_world(tmp_path, lambda _: None, n_scenes=24)
+    assert "12)" in str(caught.value) and "24)" in str(caught.value)  # both worlds, so the user sees which
+    assert (data / "scenes.jsonl").read_text() == scenes  # nothing rewritten
+
+
 def test_a_changed_run_retrains_every_run_that_starts_from_it(monkeypatch):
     """A fine-tune counts as built only for its base's recipe too: a new base is not kept under old fine-tunes."""
     from dataclasses import replace

@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = zoo.add_parser("build-demo", help="retrain checkpoints/demo/ from scratch on the synthetic world")
     demo.add_argument("--out", type=Path, help="default: the repository's checkpoints/demo")
     demo.add_argument("--work", type=Path, help="data and run folders (default: $EXPLORER_HOME/demo-build, ~/.cache/explorer/demo-build)")
-    demo.add_argument("--scenes", type=int, default=6000)
+    demo.add_argument("--scenes", type=int, help="scenes in the training world (default: the recipe's, 24,000)")
     demo.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (e.g. 0.1 for a quick try)")
     demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")
     demo.add_argument("--background", action="store_true",
@@ -257,19 +257,20 @@ def _run_data_synth(args) -> int:
 def _run_build_demo(args) -> int:
     from explorer.core import paths
     from explorer.jobs import demo_build as background_build
-    from explorer.training.demo_zoo import build_demo
+    from explorer.training.demo_zoo import DEMO_SCENES, build_demo
 
     out, work = args.out or paths.demo_zoo_root(), args.work or paths.demo_build_dir()
+    scenes = DEMO_SCENES if args.scenes is None else args.scenes
     if args.status:
         print(background_build.status(work))
         return 0
     if args.background:
-        argv = ["--out", str(out), "--work", str(work), "--scenes", str(args.scenes), "--scale", str(args.scale)]
+        argv = ["--out", str(out), "--work", str(work), "--scenes", str(scenes), "--scale", str(args.scale)]
         argv += ["--only", *args.only] if args.only else []
         print(background_build.start(work, argv))
         return 0
     with background_build.holding(work):
-        written = build_demo(out=out, work=work, n_scenes=args.scenes, scale=args.scale, only=args.only)
+        written = build_demo(out=out, work=work, n_scenes=scenes, scale=args.scale, only=args.only)
     print(f"demo zoo: {len(written)} model(s) written")
     return 0
 

@@ -136,7 +136,8 @@ def demo_architecture():
                             pool=BASE_POOL)
 
 
-DEMO_SCENES = 6000
+DEMO_SCENES = 24000  # 4x the 6,000 of the builds before: the base read colour and retrieved better from it, and
+# memorised less (README, "Choices behind the demo zoo"; bench/results/binding_experiment.md, part 6)
 
 
 # The benchmark's world: another seed, so no scene, layout or caption of it was seen in training (the
@@ -160,6 +161,7 @@ def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fra
     from explorer.data import write_dataset
 
     if (data / "scenes.jsonl").exists():
+        _check_world(data, n_scenes, seed)
         log(f"world: reusing {data}")
         return data
     start = time.perf_counter()
@@ -167,6 +169,25 @@ def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fra
                            n_objects=WORLD_OBJECTS)
     log(f"world (seed {seed}): {counts} scenes at {IMAGE_SIZE} px in {time.perf_counter() - start:.0f} s -> {data}")
     return data
+
+
+def _check_world(data: Path, n_scenes: int, seed: int) -> None:
+    """A world kept from an earlier build must be the one asked for: runs trained on another world would be
+    kept as built, and a new run would train on scenes its manifest does not describe."""
+    from explorer.data.store import INFO_FILE
+    from explorer.training.loop import TrainingError
+
+    try:
+        info = json.loads((data / INFO_FILE).read_text())
+        found = (info["seed"], info["image_size"], list(info["n_objects"]), sum(info["counts"].values()))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise TrainingError(f"{data} holds a world whose {INFO_FILE} cannot be read ({error}); remove the "
+                            "folder, or build in another --work folder") from error
+    wanted = (seed, IMAGE_SIZE, list(WORLD_OBJECTS), n_scenes)
+    if found != wanted:
+        raise TrainingError(f"{data} holds another world (seed, image size, objects, scenes: {found}; this "
+                            f"build asks for {wanted}); build in another --work folder, or remove that one to "
+                            "rebuild every run on the new world")
 
 
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
