@@ -67,7 +67,7 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
         if handles:
             axes[row, last].legend(handles, labels, fontsize=6, loc="lower right")
     figure.suptitle("Demo base, per attribute: seeing stage (top); CLIP stages (bottom; the mean-pooled zoo's "
-                    "binding stage from 48k); bold: the build's recipe (attention pool)",
+                    "binding stage from 48k); bold: the build's recipe (attention pool, 24,000 scenes)",
                     fontsize=10)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
