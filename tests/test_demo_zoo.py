@@ -28,6 +28,7 @@ def test_build_demo_writes_loadable_small_models(tmp_path):
     assert names["demo-goal"].context_length == 248 and names["demo-clip-base"].context_length == 77
     assert "seed 0" in names["demo-goal"].source and "build-demo" in names["demo-goal"].source
     assert all(m.recipe["steps"] == 2 for m in names.values())  # the steps trained are the steps recorded
+    assert all(m.recipe["world"]["scenes"] == 40 for m in names.values())  # and the world they trained on
     for name in names:
         model = explorer.load(out / f"{name.removeprefix('demo-')}.json", device="cpu")
         assert model.key_report.ok and model.trained
@@ -124,6 +125,23 @@ def test_a_kept_world_of_another_size_stops_the_build(tmp_path):
         write_world(tmp_path, lambda _: None, n_scenes=24)
     assert "12)" in str(caught.value) and "24)" in str(caught.value)  # both worlds, so the user sees which
     assert (data / "scenes.jsonl").read_text() == scenes  # nothing rewritten
+
+
+def test_runs_built_on_another_world_are_not_kept(tmp_path):
+    """A world written afresh at another size (its folder removed) retrains every run, and their minutes go."""
+    from explorer.training.demo_zoo import BuildState, demo_run, world_record
+
+    state = BuildState(tmp_path / "build-state.json")
+    state.on_world(world_record(12), print)
+    state.finish(demo_run("clip-see"), 2, 64, 1.0)
+    state.add("clip-see", 60.0)
+    BuildState(tmp_path / "build-state.json").on_world(world_record(12), print)  # the same world: kept
+    kept = BuildState(tmp_path / "build-state.json")
+    assert kept.finished(demo_run("clip-see")) and kept.world == world_record(12)
+    kept.on_world(world_record(24), print)
+    again = BuildState(tmp_path / "build-state.json")  # what a resumed build reads
+    assert not again.finished(demo_run("clip-see")) and again.seconds == {}
+    assert again.world["scenes"] == 24
 
 
 def test_a_changed_run_retrains_every_run_that_starts_from_it(monkeypatch):

@@ -146,6 +146,11 @@ EVAL_SEED = 1
 EVAL_SCENES = 400
 
 
+def world_record(n_scenes: int) -> dict:
+    """The training world a build trains on, as its manifests and build state record it."""
+    return {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS), "scenes": n_scenes}
+
+
 def write_world(work: Path, log: Callable[[str], None], n_scenes: int = DEMO_SCENES) -> Path:
     """The training world (seed ``DEMO_SEED``): train / val / test 90 / 2 / 8 %."""
     return _write(work / "data", log, n_scenes, DEMO_SEED, {"train": 0.9, "val": 0.02, "test": 0.08})
@@ -182,12 +187,12 @@ def _check_world(data: Path, n_scenes: int, seed: int) -> None:
         found = (info["seed"], info["image_size"], list(info["n_objects"]), sum(info["counts"].values()))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise TrainingError(f"{data} holds a world whose {INFO_FILE} cannot be read ({error}); remove the "
-                            "folder, or build in another --work folder") from error
+                            "folder to write the world afresh, or use another folder") from error
     wanted = (seed, IMAGE_SIZE, list(WORLD_OBJECTS), n_scenes)
     if found != wanted:
-        raise TrainingError(f"{data} holds another world (seed, image size, objects, scenes: {found}; this "
-                            f"build asks for {wanted}); build in another --work folder, or remove that one to "
-                            "rebuild every run on the new world")
+        raise TrainingError(f"{data} holds another world (seed, image size, objects, scenes: {found}; "
+                            f"{wanted} is asked for); use another folder, or remove this one to write the world "
+                            "afresh (a build then trains every run again on it)")
 
 
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
@@ -288,8 +293,9 @@ def demo_run(name: str) -> DemoRun:
     return next(run for run in all_runs() if run.name == name)
 
 
-def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None) -> Path:
-    """fp16 weights + manifest in the demo zoo."""
+def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None,
+            n_scenes: int = DEMO_SCENES) -> Path:
+    """fp16 weights + manifest in the demo zoo; its recipe's world records the scenes it was built on."""
     import torch
 
     from explorer.models.io.loading import save_method
@@ -306,8 +312,8 @@ def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, op
         name=f"demo-{run.name}", method=method.name, weights=weights.name, architecture=architecture_name(method),
         context_length=method.context_length, source=f"{source}; `{COMMAND}` (seed {DEMO_SEED})",
         format=f"explorer ({method.name})", options=dict(options or {}),
-        recipe={**run.recipe(steps_done), "samples_seen": steps_done * run.batch_size,
-                "wall_minutes": round(seconds / 60, 1)},
+        recipe={**run.recipe(steps_done), "world": world_record(n_scenes),
+                "samples_seen": steps_done * run.batch_size, "wall_minutes": round(seconds / 60, 1)},
         notes=f"{steps_done} steps, batch {run.batch_size}, {seconds / 60:.1f} min on CPU; "
               f"lr backbone {run.lr_backbone:g}, new modules {run.lr_new:g}")
     manifest.write(out / f"{run.name}.json")
@@ -334,11 +340,12 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     with state.timing("world"):
         data = write_world(work, log, n_scenes)
         scenes = read_dataset(data, split="train")
+        state.on_world(world_record(n_scenes), log)
     vocab_file = out / "seps-vocab.txt"
     if not vocab_file.exists():
         vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
     held_out = read_dataset(data, split="test")[:CURVE_SCENES]
-    context = _BuildContext(out, work, scenes, held_out, vocab_file, state, log, progress)
+    context = _BuildContext(out, work, scenes, held_out, vocab_file, state, log, progress, n_scenes)
     written = []
     wanted = _with_stages(only) if only else None
     for run in all_runs():
@@ -388,6 +395,7 @@ class _BuildContext:
     state: "BuildState"
     log: Callable[[str], None]
     progress: bool
+    n_scenes: int
     local_pairs: dict | None = None
 
 
@@ -433,7 +441,7 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
         method = as_clip(method)
     if run.published:
         options = {"vocab_file": context.vocab_file.name} if cls.needs_word_vocabulary else None
-        weights = publish(method, run, out, result.steps, seconds, options)
+        weights = publish(method, run, out, result.steps, seconds, options, context.n_scenes)
     else:
         from explorer.models.io.loading import save_method
 
@@ -510,6 +518,16 @@ class BuildState:
                                 "it: it is what says which runs are built") from error
         self.runs: dict = saved.get("runs", {})
         self.seconds: dict = saved.get("seconds", {})
+        self.world: dict | None = saved.get("world")  # None: a state written before builds recorded it
+
+    def on_world(self, world: dict, log: Callable[[str], None]) -> None:
+        """Record the world this build trains on; runs finished on another world are not kept, nor their
+        minutes (their folders are stale too: ``begin`` starts them afresh)."""
+        if self.world is not None and self.world != world and self.runs:
+            log(f"the world changed ({self.world} -> {world}): every run is trained again")
+            self.runs, self.seconds = {}, {}
+        self.world = world
+        self.save()
 
     def finished(self, run: DemoRun) -> bool:
         done = self.runs.get(run.name)
@@ -540,7 +558,7 @@ class BuildState:
     def save(self) -> None:
         from explorer.core.files import write_text_atomic
 
-        write_text_atomic(self.path, json.dumps({"runs": self.runs, "seconds": self.seconds}, indent=2) + "\n")
+        write_text_atomic(self.path, json.dumps({"runs": self.runs, "seconds": self.seconds, "world": self.world}, indent=2) + "\n")
 
     def summary(self) -> dict:
         """For BUILD.txt: where the wall time went (minutes per part) and each run's steps and samples."""
