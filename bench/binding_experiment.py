@@ -33,8 +33,8 @@ from explorer.data.counterfactual import ATTRIBUTES, counterfactual_twin
 from explorer.data.synthetic import generate_scenes
 from explorer.training.demo_base import PATCH_ATTRIBUTES, patch_attributes
 from explorer.models.tokenizer import encode
-from explorer.training.demo_zoo import (DEMO_SCENES, DEMO_SEED, EVAL_SEED, WARMUP_RATIO, WEIGHT_DECAY,
-                                        WORLD_OBJECTS, demo_run)
+from explorer.training.demo_world import DEMO_SCENES, DEMO_SEED, EVAL_SEED, WORLD_OBJECTS
+from explorer.training.demo_zoo import WARMUP_RATIO, WEIGHT_DECAY, demo_run
 from explorer.training.samples import TrainingSample, collate
 
 # The world's resolution and the ViT's depth (--image-size, --vision-layers): the patch grid stays 16 x 16.

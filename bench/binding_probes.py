@@ -32,7 +32,7 @@ from explorer.data.vocabulary import POSITIONS
 from explorer.evaluation.runner import encode_images, in_reach, score_captions
 from explorer.models.io.loading import load_method
 from explorer.models.model import Model
-from explorer.training.demo_zoo import EVAL_SEED, IMAGE_SIZE, WORLD_OBJECTS
+from explorer.training.demo_world import EVAL_SEED, IMAGE_SIZE, WORLD_OBJECTS
 
 ATTRIBUTES = ("colour", "shape", "size", "texture")
 PROBE_STEPS, PROBE_LR = 1000, 1e-2

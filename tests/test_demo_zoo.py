@@ -8,7 +8,8 @@ import re
 import pytest
 
 import explorer
-from explorer.training.demo_zoo import build_demo, world_vocabulary
+from explorer.training.demo_world import world_vocabulary
+from explorer.training.demo_zoo import build_demo
 from explorer.zoo import Zoo
 
 pytestmark = pytest.mark.slow
@@ -115,7 +116,7 @@ def test_an_unreadable_build_state_is_one_clear_error(tmp_path):
 def test_a_kept_world_of_another_size_stops_the_build(tmp_path):
     """The world a build keeps must be the one asked for: runs kept on another world would be published as
     trained on this one."""
-    from explorer.training.demo_zoo import write_world
+    from explorer.training.demo_world import write_world
     from explorer.training.loop import TrainingError
 
     data = write_world(tmp_path, lambda _: None, n_scenes=12)
@@ -129,7 +130,8 @@ def test_a_kept_world_of_another_size_stops_the_build(tmp_path):
 
 def test_runs_built_on_another_world_are_not_kept(tmp_path):
     """A world written afresh at another size (its folder removed) retrains every run, and their minutes go."""
-    from explorer.training.demo_zoo import BuildState, demo_run, world_record
+    from explorer.training.demo_world import world_record
+    from explorer.training.demo_zoo import BuildState, demo_run
 
     state = BuildState(tmp_path / "build-state.json")
     state.on_world(world_record(12), print)

@@ -247,7 +247,7 @@ def _run_data_synth(args) -> int:
     counts = write_dataset(args.out, n_scenes=args.n, seed=args.seed, image_size=args.size, overwrite=args.overwrite)
     print(f"wrote {counts} scenes at {args.size} px to {args.out} (seed {args.seed}); layout: {args.out}/layout.md")
     if args.samples:
-        from explorer.training.demo_zoo import write_samples
+        from explorer.training.demo_world import write_samples
 
         path = write_samples(args.out, split="train")
         print(f"wrote {path} for `explorer train --data {args.out}`")
@@ -257,7 +257,8 @@ def _run_data_synth(args) -> int:
 def _run_build_demo(args) -> int:
     from explorer.core import paths
     from explorer.jobs import demo_build as background_build
-    from explorer.training.demo_zoo import DEMO_SCENES, build_demo
+    from explorer.training.demo_world import DEMO_SCENES
+    from explorer.training.demo_zoo import build_demo
 
     out, work = args.out or paths.demo_zoo_root(), args.work or paths.demo_build_dir()
     scenes = DEMO_SCENES if args.scenes is None else args.scenes
@@ -292,7 +293,7 @@ def _run_eval(args) -> int:
                                             shared_context_table, update_readme)
     from explorer.evaluation.results import write_results
     from explorer.evaluation.runner import evaluate_zoo
-    from explorer.training.demo_zoo import write_eval_world
+    from explorer.training.demo_world import write_eval_world
 
     zoo = paths.demo_zoo_root() if args.zoo == "demo" else (args.zoo or args.checkpoints)
     data = args.data or write_eval_world(paths.demo_build_dir(), print)

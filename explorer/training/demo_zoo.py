@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import shutil
 import time
 from dataclasses import dataclass, field, replace
@@ -31,14 +30,12 @@ from pathlib import Path
 from typing import Callable
 
 from explorer.core import paths
-from explorer.core.jsonl import write_jsonl
+from explorer.training.demo_world import (DEMO_SCENES, DEMO_SEED, IMAGE_SIZE, WORLD_OBJECTS, world_record,
+                                         world_vocabulary, write_world)
 from explorer.zoo.manifest import DEMO_COMMAND
 
-DEMO_SEED = 0
-IMAGE_SIZE = 64
 PATCH_SIZE = 4  # a 16 x 16 grid: measured against 8 px patches in the README ("Choices behind the demo zoo")
 SEPS_PATCH_SIZE = 8  # SEPS's own ViT (no CLIP backbone); see its run below
-WORLD_OBJECTS = (2, 6)  # objects per scene, in the training world and the held-out one
 BASE_POOL = "attn"  # nn.image_pool: the mean of the patches cannot keep place (README, "Choices behind the demo zoo")
 COMMAND = DEMO_COMMAND  # recorded in every manifest: how the zoo tells a demo model (Manifest.is_demo)
 
@@ -136,65 +133,6 @@ def demo_architecture():
                             pool=BASE_POOL)
 
 
-DEMO_SCENES = 24000  # 4x the 6,000 of the builds before: the base read colour and retrieved better from it, and
-# memorised less (README, "Choices behind the demo zoo"; bench/results/binding_experiment.md, part 6)
-
-
-# The benchmark's world: another seed, so no scene, layout or caption of it was seen in training (the
-# training world's own test split shares its seed). Only its test split is written.
-EVAL_SEED = 1
-EVAL_SCENES = 400
-
-
-def world_record(n_scenes: int) -> dict:
-    """The training world a build trains on, as its manifests and build state record it."""
-    return {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS), "scenes": n_scenes}
-
-
-def write_world(work: Path, log: Callable[[str], None], n_scenes: int = DEMO_SCENES) -> Path:
-    """The training world (seed ``DEMO_SEED``): train / val / test 90 / 2 / 8 %."""
-    return _write(work / "data", log, n_scenes, DEMO_SEED, {"train": 0.9, "val": 0.02, "test": 0.08})
-
-
-def write_eval_world(work: Path, log: Callable[[str], None], n_scenes: int = EVAL_SCENES) -> Path:
-    """The held-out world ``explorer eval`` scores on by default: seed ``EVAL_SEED``, all of it test."""
-    return _write(work / f"eval-world-seed{EVAL_SEED}", log, n_scenes, EVAL_SEED, {"train": 0.0, "val": 0.0,
-                                                                                    "test": 1.0})
-
-
-def _write(data: Path, log: Callable[[str], None], n_scenes: int, seed: int, fractions: dict) -> Path:
-    from explorer.data import write_dataset
-
-    if (data / "scenes.jsonl").exists():
-        _check_world(data, n_scenes, seed)
-        log(f"world: reusing {data}")
-        return data
-    start = time.perf_counter()
-    counts = write_dataset(data, n_scenes=n_scenes, seed=seed, image_size=IMAGE_SIZE, split_fractions=fractions,
-                           n_objects=WORLD_OBJECTS)
-    log(f"world (seed {seed}): {counts} scenes at {IMAGE_SIZE} px in {time.perf_counter() - start:.0f} s -> {data}")
-    return data
-
-
-def _check_world(data: Path, n_scenes: int, seed: int) -> None:
-    """A world kept from an earlier build must be the one asked for: runs trained on another world would be
-    kept as built, and a new run would train on scenes its manifest does not describe."""
-    from explorer.data.store import INFO_FILE
-    from explorer.training.loop import TrainingError
-
-    try:
-        info = json.loads((data / INFO_FILE).read_text())
-        found = (info["seed"], info["image_size"], list(info["n_objects"]), sum(info["counts"].values()))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise TrainingError(f"{data} holds a world whose {INFO_FILE} cannot be read ({error}); remove the "
-                            "folder to write the world afresh, or use another folder") from error
-    wanted = (seed, IMAGE_SIZE, list(WORLD_OBJECTS), n_scenes)
-    if found != wanted:
-        raise TrainingError(f"{data} holds another world (seed, image size, objects, scenes: {found}; "
-                            f"{wanted} is asked for); use another folder, or remove this one to write the world "
-                            "afresh (a build then trains every run again on it)")
-
-
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
     """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read"),
     and the world's one-attribute negatives of each caption besides ("bind")."""
@@ -217,18 +155,6 @@ def training_samples(scenes, captions: str = "long", local_pairs: dict | None = 
     return samples
 
 
-def write_samples(data: Path, split: str = "train") -> Path:
-    """``samples.jsonl`` beside a synthetic dataset, so ``explorer train --data`` reads it directly."""
-    from explorer.data import read_dataset
-    from explorer.training.samples import SAMPLES_FILE
-
-    data = Path(data)
-    records = ({"image": f"images/{scene.id}.png", "caption": scene.long_caption,
-                "short_caption": scene.short_caption, "sentences": [s.text for s in scene.sentences],
-                "dense_caption": scene.dense_caption} for scene in read_dataset(data, split=split))
-    return write_jsonl(data / SAMPLES_FILE, records)
-
-
 def mine_local_pairs(model, scenes, log: Callable[[str], None]) -> dict:
     """FLISM with ``model`` on every scene: {scene id: (box in [0, 1], sentence)} of the best pair."""
     from explorer.grounding.flism import flism
@@ -241,16 +167,6 @@ def mine_local_pairs(model, scenes, log: Callable[[str], None]) -> dict:
                            result.pair_sentence)
     log(f"FLISM local pairs for {len(pairs)} scenes in {time.perf_counter() - start:.0f} s")
     return pairs
-
-
-def world_vocabulary(scenes) -> list[str]:
-    """A BERT word vocabulary that covers every word of the world's captions (for SEPS)."""
-    words = set()
-    for scene in scenes:
-        for text in (scene.long_caption, scene.dense_caption, scene.short_caption,
-                     *(n.caption for n in scene.hard_negatives)):
-            words.update(re.findall(r"[a-z]+|[0-9]|[^\sa-z0-9]", text.lower()))
-    return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
 
 
 def build_method(run: DemoRun, out: Path, vocab_file: Path | None, work: Path | None = None):

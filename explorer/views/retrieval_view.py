@@ -38,7 +38,7 @@ from explorer.data.retrieval_sets import RetrievalSet, detect, read_retrieval_se
 from explorer.data.store import ensure_dataset
 from explorer.evaluation.results import DEFAULT_LIMIT
 from explorer.grounding.truth import save_scene_truth, truth_path
-from explorer.training.demo_zoo import DEMO_SEED, IMAGE_SIZE
+from explorer.training.demo_world import DEMO_SEED, IMAGE_SIZE
 from explorer.views.settings import MAX_MODELS
 
 if TYPE_CHECKING:
