@@ -24,9 +24,10 @@ EVAL_SEED = 1
 EVAL_SCENES = 400
 
 
-def world_record(n_scenes: int) -> dict:
-    """The training world a build trains on, as its manifests and build state record it."""
-    return {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS), "scenes": n_scenes}
+def world_record(n_scenes: int, seed: int = DEMO_SEED) -> dict:
+    """A world of the demo (the training one by default), as manifests, the build state and a kept world's check
+    record it."""
+    return {"seed": seed, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS), "scenes": n_scenes}
 
 
 def write_world(work: Path, log: Callable[[str], None], n_scenes: int = DEMO_SCENES) -> Path:
@@ -62,15 +63,16 @@ def _check_world(data: Path, n_scenes: int, seed: int) -> None:
 
     try:
         info = json.loads((data / INFO_FILE).read_text())
-        found = (info["seed"], info["image_size"], list(info["n_objects"]), sum(info["counts"].values()))
+        found = {"seed": info["seed"], "image_size": info["image_size"], "objects": list(info["n_objects"]),
+                 "scenes": sum(info["counts"].values())}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise TrainingError(f"{data} holds a world whose {INFO_FILE} cannot be read ({error}); remove the "
                             "folder to write the world afresh, or use another folder") from error
-    wanted = (seed, IMAGE_SIZE, list(WORLD_OBJECTS), n_scenes)
+    wanted = world_record(n_scenes, seed)
     if found != wanted:
-        raise TrainingError(f"{data} holds another world (seed, image size, objects, scenes: {found}; "
-                            f"{wanted} is asked for); use another folder, or remove this one to write the world "
-                            "afresh (a build then trains every run again on it)")
+        raise TrainingError(f"{data} holds another world (seed, image size, objects, scenes: "
+                            f"{tuple(found.values())}; {tuple(wanted.values())} is asked for); use another folder, "
+                            "or remove this one to write the world afresh (a build then trains every run again on it)")
 
 
 def write_samples(data: Path, split: str = "train") -> Path:

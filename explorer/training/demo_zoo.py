@@ -474,7 +474,8 @@ class BuildState:
     def save(self) -> None:
         from explorer.core.files import write_text_atomic
 
-        write_text_atomic(self.path, json.dumps({"runs": self.runs, "seconds": self.seconds, "world": self.world}, indent=2) + "\n")
+        state = {"runs": self.runs, "seconds": self.seconds, "world": self.world}
+        write_text_atomic(self.path, json.dumps(state, indent=2) + "\n")
 
     def summary(self) -> dict:
         """For BUILD.txt: where the wall time went (minutes per part) and each run's steps and samples."""
