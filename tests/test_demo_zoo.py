@@ -36,6 +36,8 @@ def test_build_demo_writes_loadable_small_models(tmp_path):
         assert model.similarity([_picture()], ["a red square."]).shape == (1, 1)
     build = json.loads((out / "BUILD.txt").read_text())
     assert build["seed"] == 0
+    assert {run["device"] for run in build["runs"].values()} == {"cpu"}  # where each run's minutes were spent
+    assert "min on cpu" in names["demo-goal"].notes and names["demo-goal"].recipe["device"] == "cpu"
 
 
 def _picture():
@@ -100,6 +102,32 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     assert demo_build.running(work) is None and (out / "clip-base.safetensors").exists()
     status = demo_build.status(work)
     assert "not running" in status and "clip-base: built" in status
+
+
+def test_a_gpu_asked_for_where_there_is_none_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    import torch
+
+    from explorer.training.loop import TrainingError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(TrainingError, match="no CUDA GPU"):
+        build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=12, device="cuda", progress=False,
+                   log=lambda _: None)
+    assert not (tmp_path / "work").exists()  # refused before the world is written
+    with pytest.raises(TrainingError, match="not 'tpu'"):
+        build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=12, device="tpu", progress=False)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_stages_learning_curves_are_measured_where_the_model_trains(tmp_path, monkeypatch):
+    """On a GPU the base's stages train there, and their curve hooks score the model where it is."""
+    monkeypatch.setattr("explorer.training.demo_zoo.CURVE_EVERY", 1)
+    build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=40, scale=0.001, only=["clip-base"],
+               progress=False, log=lambda _: None, min_steps=2, device="cuda")
+    build = json.loads((tmp_path / "demo" / "BUILD.txt").read_text())
+    assert {run["device"] for run in build["runs"].values()} == {"cuda"}
+    for stage in ("clip-see", "clip-base"):
+        assert (tmp_path / "work" / "runs" / stage / "curves.jsonl").read_text().count("\n") == 2
 
 
 def test_an_unreadable_build_state_is_one_clear_error(tmp_path):

@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenes", type=int, help="scenes in the training world (default: the recipe's, 24,000)")
     demo.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (e.g. 0.1 for a quick try)")
     demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")
+    demo.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
+                      help="where the runs train: cpu (default; the recipe's recorded minutes are 2 CPU cores'), "
+                           "cuda, or auto (cuda when there is one); the same recipe in fp32 either way")
     demo.add_argument("--background", action="store_true",
                       help="start the build as its own process and return; output goes to <work>/build.log. "
                            "Run the same command again to resume a stopped build")
@@ -266,12 +269,13 @@ def _run_build_demo(args) -> int:
         print(background_build.status(work))
         return 0
     if args.background:
-        argv = ["--out", str(out), "--work", str(work), "--scenes", str(scenes), "--scale", str(args.scale)]
+        argv = ["--out", str(out), "--work", str(work), "--scenes", str(scenes), "--scale", str(args.scale),
+                "--device", args.device]
         argv += ["--only", *args.only] if args.only else []
         print(background_build.start(work, argv))
         return 0
     with background_build.holding(work):
-        written = build_demo(out=out, work=work, n_scenes=scenes, scale=args.scale, only=args.only)
+        written = build_demo(out=out, work=work, n_scenes=scenes, scale=args.scale, only=args.only, device=args.device)
     print(f"demo zoo: {len(written)} model(s) written")
     return 0
 

@@ -126,6 +126,8 @@ class SeeingClip(ClipMethod):
         "pairs": the share of a picture's attribute pairs among its n highest pair scores (n: how many it has);
         "occupancy": the share of the 9 cells whose occupancy the pooled embedding's head gets right."""
         image = self.encode_image(pixels)
+        targets, pairs = targets.to(image.patches.device), pairs.to(image.patches.device)  # extras stay on the CPU
+        cells = None if cells is None else cells.to(image.patches.device)
         out = {attribute: float((head(image.patches).argmax(-1) == targets[:, a])[targets[:, a] > 0].float().mean())
                for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads))}
         scores, found = self.pair_head(image.cls), []

@@ -210,7 +210,7 @@ def demo_run(name: str) -> DemoRun:
 
 
 def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, options: dict | None = None,
-            n_scenes: int = DEMO_SCENES) -> Path:
+            n_scenes: int = DEMO_SCENES, device: str = "cpu") -> Path:
     """fp16 weights + manifest in the demo zoo; its recipe's world records the scenes it was built on."""
     import torch
 
@@ -229,8 +229,8 @@ def publish(method, run: DemoRun, out: Path, steps_done: int, seconds: float, op
         context_length=method.context_length, source=f"{source}; `{COMMAND}` (seed {DEMO_SEED})",
         format=f"explorer ({method.name})", options=dict(options or {}),
         recipe={**run.recipe(steps_done), "world": world_record(n_scenes),
-                "samples_seen": steps_done * run.batch_size, "wall_minutes": round(seconds / 60, 1)},
-        notes=f"{steps_done} steps, batch {run.batch_size}, {seconds / 60:.1f} min on CPU; "
+                "samples_seen": steps_done * run.batch_size, "wall_minutes": round(seconds / 60, 1), "device": device},
+        notes=f"{steps_done} steps, batch {run.batch_size}, {seconds / 60:.1f} min on {device}; "
               f"lr backbone {run.lr_backbone:g}, new modules {run.lr_new:g}")
     manifest.write(out / f"{run.name}.json")
     return weights
@@ -241,15 +241,19 @@ CHECKPOINT_MINUTES = 5.0  # a killed build loses at most this much of the run it
 
 def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int = DEMO_SCENES, scale: float = 1.0,
                only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print,
-               min_steps: int = 10) -> list[Path]:
+               min_steps: int = 10, device: str = "cpu") -> list[Path]:
     """Train the demo zoo; returns the weight files written. A run trains ``scale`` times its steps, and at
     least ``min_steps`` (a test of the recipe's plumbing asks for fewer).
 
     Run again with the same arguments, it resumes: a published run is kept as it is, an interrupted one
     continues from its newest checkpoint (written every ``CHECKPOINT_MINUTES``), and the wall time of every
-    part is summed over the calls in ``<work>/build-state.json`` and written to ``<out>/BUILD.txt``."""
+    part is summed over the calls in ``<work>/build-state.json`` and written to ``<out>/BUILD.txt``.
+
+    ``device``: where every run trains ("cpu", the recipe's recorded minutes, or "cuda"; "auto" picks cuda
+    when there is one); a GPU trains the same recipe, in fp32, in minutes."""
     from explorer.data import read_dataset
 
+    device = _device(device)
     out, work = Path(out or paths.demo_zoo_root()), Path(work or paths.demo_build_dir())
     out.mkdir(parents=True, exist_ok=True)
     state = BuildState(work / "build-state.json")
@@ -261,7 +265,7 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     if not vocab_file.exists():
         vocab_file.write_text("\n".join(world_vocabulary(scenes)) + "\n")
     held_out = read_dataset(data, split="test")[:CURVE_SCENES]
-    context = _BuildContext(out, work, scenes, held_out, vocab_file, state, log, progress, n_scenes)
+    context = _BuildContext(out, work, scenes, held_out, vocab_file, state, log, progress, n_scenes, device)
     written = []
     wanted = _with_stages(only) if only else None
     for run in all_runs():
@@ -312,6 +316,7 @@ class _BuildContext:
     log: Callable[[str], None]
     progress: bool
     n_scenes: int
+    device: str = "cpu"
     local_pairs: dict | None = None
 
 
@@ -326,8 +331,8 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
     cls = get_method(run.method)
     if cls.needs_local_pairs and context.local_pairs is None:  # mined with the init, as FAST-GOAL mines with CLIP
         base_file = init_file(run.init, out, context.work)
-        base = _load(base_file) if base_file.exists() else Model(
-            build_method(demo_run(run.init), out, context.vocab_file, context.work)[0], device="cpu")
+        base = _load(base_file, context.device) if base_file.exists() else Model(
+            build_method(demo_run(run.init), out, context.vocab_file, context.work)[0], device=context.device)
         with state.timing("local pairs"):
             context.local_pairs = mine_local_pairs(base, context.scenes, log)
     samples = training_samples(context.scenes, run.captions, context.local_pairs if cls.needs_local_pairs else None,
@@ -336,7 +341,8 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
                          lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
                          clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
                          checkpoint_every=max(50, run.steps // 4), checkpoint_minutes=CHECKPOINT_MINUTES,
-                         precision="auto", name=f"demo-{run.name}", command=f"{COMMAND} (run {run.name})")
+                         device=context.device, precision="fp32", name=f"demo-{run.name}",
+                         command=f"{COMMAND} (run {run.name})")
     run_dir = context.work / "runs" / run.name
     if state.begin(run) and run_dir.exists():  # another recipe's folder, or one of unknown origin: start afresh
         log(f"{run.name}: {run_dir} was not trained with this recipe; training it afresh")
@@ -357,12 +363,12 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
         method = as_clip(method)
     if run.published:
         options = {"vocab_file": context.vocab_file.name} if cls.needs_word_vocabulary else None
-        weights = publish(method, run, out, result.steps, seconds, options, context.n_scenes)
+        weights = publish(method, run, out, result.steps, seconds, options, context.n_scenes, context.device)
     else:
         from explorer.models.io.loading import save_method
 
         weights = save_method(method, init_file(run.name, out, context.work), {"seed": DEMO_SEED, "steps": result.steps})
-    state.finish(run, result.steps, result.steps * run.batch_size, seconds)
+    state.finish(run, result.steps, result.steps * run.batch_size, seconds, context.device)
     return weights
 
 
@@ -392,7 +398,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
             scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS],
                                            batch.extras[OCCUPANCY_TARGETS])
         else:
-            scores = attribute_accuracy(method, held_out)
+            scores = attribute_accuracy(method, held_out, device=_device_of(method))
         method.train(training)
         log.write({"step": row["step"], "samples": row["step"] * run.batch_size,
                    "measure": "patch accuracy" if run.stage == "see" else "fair hard-negative accuracy", **scores})
@@ -403,17 +409,36 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
 def collate_scenes(scenes, method, stage: str | None = None):
     from explorer.training.samples import collate
 
-    return collate(training_samples(scenes, "short", stage=stage), method.preprocess)
+    return collate(training_samples(scenes, "short", stage=stage), method.preprocess).to(_device_of(method))
 
 
-def attribute_accuracy(method, scenes) -> dict[str, float | None]:
+def _device_of(method) -> str:
+    return str(next(method.parameters()).device)
+
+
+def _device(device: str) -> str:
+    """The device a build trains on; a GPU asked for where there is none is refused before anything runs."""
+    import torch
+
+    from explorer.training.loop import TrainingError
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise TrainingError(f"the demo zoo trains on 'cpu', 'cuda' or 'auto', not {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("--device cuda asked for, but torch sees no CUDA GPU here; use --device cpu or auto")
+    return device
+
+
+def attribute_accuracy(method, scenes, device: str = "cpu") -> dict[str, float | None]:
     """The fair one-attribute hard-negative accuracy of ``method`` on ``scenes`` (``explorer eval``'s)."""
     import torch
 
     from explorer.evaluation.runner import encode_images, hard_negative_metrics
     from explorer.models.model import Model
 
-    model = Model(method, name="curve", device="cpu")
+    model = Model(method, name="curve", device=device)  # the method stays where it trains
     with torch.no_grad():
         hard, _ = hard_negative_metrics(model, encode_images(model, [s.image for s in scenes]), scenes)
     return {k.split("/")[1]: v for k, v in hard.items() if k.startswith("hard_negative_acc/")}
@@ -459,9 +484,10 @@ class BuildState:
             self.save()
         return before != _recipe_key(run)
 
-    def finish(self, run: DemoRun, steps: int, samples: int, seconds: float) -> None:
+    def finish(self, run: DemoRun, steps: int, samples: int, seconds: float, device: str = "cpu") -> None:
+        """``device``: where it trained (BUILD.txt says so beside its minutes; the recipe's are the 2 cores')."""
         self.runs[run.name] = {"steps": steps, "samples_seen": samples, "train_seconds": round(seconds, 1),
-                               "recipe": _recipe_key(run), "finished": True}
+                               "device": device, "recipe": _recipe_key(run), "finished": True}
         self.save()
 
     def timing(self, part: str):
@@ -510,9 +536,9 @@ def _recipe_key(run: DemoRun) -> str:
     return json.dumps(chain, sort_keys=True)
 
 
-def _load(path: Path):
+def _load(path: Path, device: str = "cpu"):
     from explorer.models.io.loading import load_method
     from explorer.models.model import Model
 
     method, report = load_method(path)
-    return Model(method, name=path.stem, report=report, device="cpu")
+    return Model(method, name=path.stem, report=report, device=device)
