@@ -4,8 +4,12 @@
 
 Reads ``bench/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
 value per attribute); ``build-clip-see`` and ``build-clip-base`` are copies of the build's own
-``<work>/runs/<run>/curves.jsonl`` (the recipe kept: the attention-pooled base on 24,000 scenes);
-``scenes6k-*`` the same recipe on the 6,000-scene world of the zoo before; ``meanpool-*`` the mean-pooled
+``<work>/runs/<run>/curves.jsonl`` (the recipe kept: the attention-pooled base on 24,000 scenes, a
+4,000-step seeing stage); ``see2000-*`` the same with the 2,000-step seeing stage of the zoo before;
+``scenes6k-*`` that on the 6,000-scene world of the zoo before it; ``*-gpu`` runs of the same code on a GPU
+(``px128-see4000``: 128 px pictures, 8 px patches; ``deep6-see4000``: a 6-layer image tower;
+``seebind-see2000``: the patch heads kept through the binding stage); ``see4000-negclip-bind-1200`` the
+binding stage without the patch heads, from the 4,000-step seeing stage (dropped); ``meanpool-*`` the mean-pooled
 zoo's stages; ``cellhead-*`` the seeing stage with a per-cell attribute head (dropped);
 ``wide256-*`` the seeing stage with a 256-d embedding (a scratch run). Top row: the seeing stage (share of
 object patches each head gets right; under position, the share of the 9 cells whose occupancy the pooled
@@ -67,7 +71,7 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
         if handles:
             axes[row, last].legend(handles, labels, fontsize=6, loc="lower right")
     figure.suptitle("Demo base, per attribute: seeing stage (top); CLIP stages (bottom; the mean-pooled zoo's "
-                    "binding stage from 48k); bold: the build's recipe (attention pool, 24,000 scenes)",
+                    "binding stage from 48k); bold: the build's recipe (attention pool, 24,000 scenes, seeing 4,000 steps)",
                     fontsize=10)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -152,6 +152,34 @@ def test_binding_stage_puts_each_captions_negatives_in_the_image_softmax():
         method.losses(TrainingBatch(pixels=pixels, captions=captions, sentences=batch.sentences))
 
 
+def test_binding_stage_keeps_the_seeing_stages_patch_heads_on_and_saves_as_a_plain_clip(scenes):
+    """With the patches' labels in the batch, the binding stage adds the seeing stage's cross-entropy per
+    attribute (fresh heads), so the tower keeps what it saw; the heads are training-only."""
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    from explorer.training.demo_zoo import collate_scenes
+
+    torch.manual_seed(0)
+    binding = as_stage("bind", ClipMethod(dataclasses.replace(_tiny().arch, patch_size=4)))
+    batch = collate_scenes(scenes[:3], binding, stage="bind")
+    batch = dataclasses.replace(batch, captions=[s.long_caption for s in scenes[:3]],
+                                sentences=[[t.text for t in s.sentences if t.kind == "object"] for s in scenes[:3]])
+    assert batch.extras[PATCH_TARGETS].shape == (3, 4, 256)
+    losses = binding.losses(batch)
+    assert set(losses) == {"contrastive", "object sentences", "hard negatives",
+                           *(f"patch {a}" for a in PATCH_ATTRIBUTES)}
+    with torch.no_grad():
+        patches = binding.encode_image(batch.pixels).patches
+        targets = batch.extras[PATCH_TARGETS]
+        on_shape = targets[:, 1] > 0
+        expected = F.cross_entropy(binding.attribute_heads[1](patches)[on_shape], targets[:, 1][on_shape])
+    torch.testing.assert_close(losses["patch shape"].detach(), expected)
+    plain = as_clip(binding)
+    assert type(plain) is ClipMethod and not any(k.startswith("attribute_heads") for k in plain.state_dict())
+
+
 def test_binding_samples_carry_the_worlds_negatives(scenes):
     from explorer.training.demo_zoo import collate_scenes, training_samples
 

@@ -18,8 +18,9 @@ was taught to see first:
   (``multi_positive_nce``): an object sentence names one object's colour, shape, size, texture and
   place, and needs all of them to find its picture among the batch's.
 - stage "bind" (``BindingClip``): the reading stage's losses plus NegCLIP's image -> text softmax over the
-  batch's captions and the world's one-attribute negatives of each (Yuksekgonul et al., ICLR 2023).
-  Published as a plain CLIP. The build runs "see", then "bind" from it (reading and binding at once, the
+  batch's captions and the world's one-attribute negatives of each (Yuksekgonul et al., ICLR 2023), with
+  the seeing stage's per-patch heads kept on (fresh heads, the same cross-entropy): without them the tower
+  forgets part of what it saw while it learns to read. Published as a plain CLIP. The build runs "see", then "bind" from it (reading and binding at once, the
   recipe measured with the attention pool: bench/results/binding_experiment.md, part 3); "read" alone is
   the stage "bind" extends.
 """
@@ -88,6 +89,23 @@ def attribute_pairs(scene) -> torch.Tensor:
     return out
 
 
+def patch_heads(arch) -> nn.ModuleList:
+    """One linear head per attribute over the patch features (class 0: no object)."""
+    return nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1) for values in PATCH_ATTRIBUTES.values())
+
+
+def patch_losses(heads: nn.ModuleList, patches: torch.Tensor, targets: torch.Tensor,
+                 prefix: str = "") -> dict[str, torch.Tensor]:
+    """Per attribute, cross-entropy of its head over the patches an object covers (``targets``: [B, A, P],
+    ``patch_attributes``'s); the patches no object covers are not scored."""
+    targets = targets.to(patches.device)
+    out = {}
+    for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, heads)):
+        on_object = targets[:, a] > 0
+        out[prefix + attribute] = F.cross_entropy(head(patches)[on_object], targets[:, a][on_object])
+    return out
+
+
 class SeeingClip(ClipMethod):
     """Stage "see": the image tower and per-patch attribute heads, trained on the object patches."""
 
@@ -95,8 +113,7 @@ class SeeingClip(ClipMethod):
 
     def __init__(self, arch, **extra):
         super().__init__(arch, **extra)
-        self.attribute_heads = nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1)
-                                             for values in PATCH_ATTRIBUTES.values())
+        self.attribute_heads = patch_heads(arch)
         self.pair_head = nn.Linear(arch.embed_dim, int(PAIR_OFFSETS[-1]))
         self.occupancy_head = nn.Linear(arch.embed_dim, len(POSITIONS))
 
@@ -105,12 +122,8 @@ class SeeingClip(ClipMethod):
         embedding, which attribute pairs the picture holds and which of the 9 cells hold an object (binary
         cross-entropy, multi-label): the image embedding itself, not only its patches, must carry each
         object's attributes together, and where things are."""
-        targets = batch.extras[PATCH_TARGETS].to(batch.pixels.device)  # [B, A, P]
         image = self.encode_image(batch.pixels)
-        out = {}
-        for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, self.attribute_heads)):
-            on_object = targets[:, a] > 0
-            out[attribute] = F.cross_entropy(head(image.patches)[on_object], targets[:, a][on_object])
+        out = patch_losses(self.attribute_heads, image.patches, batch.extras[PATCH_TARGETS])
         if PAIR_TARGETS in batch.extras:
             pairs = batch.extras[PAIR_TARGETS].to(image.cls.device)
             out["attribute pairs"] = F.binary_cross_entropy_with_logits(self.pair_head(image.cls), pairs)
@@ -146,7 +159,8 @@ class ReadingClip(ClipMethod):
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
         batch.require("sentences", method="the demo base's reading stage")
-        image = F.normalize(self.encode_image(batch.pixels).cls, dim=-1)
+        features = self.encode_image(batch.pixels)
+        image = F.normalize(features.cls, dim=-1)
         scale = self.logit_scale.exp()
         captions = F.normalize(self.encode_captions(batch.captions).eot, dim=-1)
         texts = [text for sentences in batch.sentences for text in sentences]
@@ -157,10 +171,11 @@ class ReadingClip(ClipMethod):
         contrastive = info_nce_pairs(image, captions, lambda rows, columns: scale * rows @ columns.T)
         return {"contrastive": contrastive,
                 "object sentences": multi_positive_nce(scale * cosine_matrix(image, sentences), owner),
-                **self.more_losses(batch, image, captions, scale)}
+                **self.more_losses(batch, image, captions, scale, features)}
 
-    def more_losses(self, batch, image, captions, scale) -> dict[str, torch.Tensor]:
-        """A later stage's terms on the same features (normalised image and caption embeddings)."""
+    def more_losses(self, batch, image, captions, scale, features) -> dict[str, torch.Tensor]:
+        """A later stage's terms on the same features (normalised image and caption embeddings; the image
+        tower's ``features``, its patches among them)."""
         return {}
 
 
@@ -168,17 +183,30 @@ class BindingClip(ReadingClip):
     """Stage "bind": the reading stage's losses plus NegCLIP's (Yuksekgonul et al., ICLR 2023) on the world's
     one-attribute negatives (``batch.negative_captions``: the caption with one object's colour, shape, size,
     texture or place changed). Run as NegCLIP is, a fine-tune of a CLIP that reads: the reading stage's
-    batches need colour alone to tell captions apart; a negative one word away needs the changed word."""
+    batches need colour alone to tell captions apart; a negative one word away needs the changed word.
 
-    def more_losses(self, batch, image, captions, scale) -> dict[str, torch.Tensor]:
+    The seeing stage's patch cross-entropy stays on (fresh heads, ``patch_losses``) when the batch carries the
+    patch labels: binding alone let the tower forget shape (a probe read it from 76 % of objects' patches
+    after seeing, 59-69 % after binding), and with them the binding stage ends higher on shape and size
+    (README, "Choices behind the demo zoo")."""
+
+    new_module_prefixes = ("attribute_heads.",)
+
+    def __init__(self, arch, **extra):
+        super().__init__(arch, **extra)
+        self.attribute_heads = patch_heads(arch)
+
+    def more_losses(self, batch, image, captions, scale, features) -> dict[str, torch.Tensor]:
         batch.require("negative_captions", method="the demo base's binding stage")
+        out = (patch_losses(self.attribute_heads, features.patches, batch.extras[PATCH_TARGETS], prefix="patch ")
+               if PATCH_TARGETS in batch.extras else {})
         negatives = [n for caption, rewritten in zip(batch.captions, batch.negative_captions)
                      for n in self.read_apart(caption, rewritten)]
         if not negatives:  # every change past the context: nothing to tell apart
-            return {"hard negatives": image.sum() * 0}
+            return {"hard negatives": image.sum() * 0, **out}
         negative = F.normalize(self.encode_captions(negatives).eot, dim=-1)
         return {"hard negatives": image_to_text_with_negatives(scale * image @ captions.T,
-                                                               scale * image @ negative.T)}
+                                                               scale * image @ negative.T), **out}
 
     def read_apart(self, caption: str, rewritten: list[str]) -> list[str]:
         """The negatives this model reads apart from ``caption``: a change past the context's cut reads as the
