@@ -20,9 +20,9 @@ was taught to see first:
 - stage "bind" (``BindingClip``): the reading stage's losses plus NegCLIP's image -> text softmax over the
   batch's captions and the world's one-attribute negatives of each (Yuksekgonul et al., ICLR 2023), with
   the seeing stage's per-patch heads kept on (fresh heads, the same cross-entropy): without them the tower
-  forgets part of what it saw while it learns to read. Published as a plain CLIP. The build runs "see", then "bind" from it (reading and binding at once, the
-  recipe measured with the attention pool: bench/results/binding_experiment.md, part 3); "read" alone is
-  the stage "bind" extends.
+  forgets part of what it saw while it learns to read. Published as a plain CLIP. The build runs "see",
+  then "bind" from it (reading and binding at once, the recipe measured with the attention pool:
+  bench/results/binding_experiment.md, parts 3 and 7); "read" alone is the stage "bind" extends.
 """
 
 from __future__ import annotations
