@@ -400,7 +400,7 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
             scores = method.patch_accuracy(batch.pixels, batch.extras[PATCH_TARGETS], batch.extras[PAIR_TARGETS],
                                            batch.extras[OCCUPANCY_TARGETS])
         else:
-            scores = attribute_accuracy(method, held_out, device=_device_of(method))
+            scores = attribute_accuracy(method, held_out)
         method.train(training)
         log.write({"step": row["step"], "samples": row["step"] * run.batch_size,
                    "measure": "patch accuracy" if run.stage == "see" else "fair hard-negative accuracy", **scores})
@@ -419,28 +419,29 @@ def _device_of(method) -> str:
 
 
 def _device(device: str) -> str:
-    """The device a build trains on; a GPU asked for where there is none is refused before anything runs."""
+    """The device a build trains on ("auto" as ``Model`` resolves it); a GPU asked for where there is none is
+    refused before anything runs."""
     import torch
 
+    from explorer.models.model import resolve_device
     from explorer.training.loop import TrainingError
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
+    if device not in ("cpu", "cuda", "auto"):
         raise TrainingError(f"the demo zoo trains on 'cpu', 'cuda' or 'auto', not {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
+    resolved = resolve_device(device).type
+    if resolved == "cuda" and not torch.cuda.is_available():
         raise TrainingError("--device cuda asked for, but torch sees no CUDA GPU here; use --device cpu or auto")
-    return device
+    return resolved
 
 
-def attribute_accuracy(method, scenes, device: str = "cpu") -> dict[str, float | None]:
+def attribute_accuracy(method, scenes) -> dict[str, float | None]:
     """The fair one-attribute hard-negative accuracy of ``method`` on ``scenes`` (``explorer eval``'s)."""
     import torch
 
     from explorer.evaluation.runner import encode_images, hard_negative_metrics
     from explorer.models.model import Model
 
-    model = Model(method, name="curve", device=device)  # the method stays where it trains
+    model = Model(method, name="curve", device=_device_of(method))  # the method stays where it trains
     with torch.no_grad():
         hard, _ = hard_negative_metrics(model, encode_images(model, [s.image for s in scenes]), scenes)
     return {k.split("/")[1]: v for k, v in hard.items() if k.startswith("hard_negative_acc/")}
