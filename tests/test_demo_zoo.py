@@ -126,8 +126,9 @@ def test_the_stages_learning_curves_are_measured_where_the_model_trains(tmp_path
                progress=False, log=lambda _: None, min_steps=2, device="cuda")
     build = json.loads((tmp_path / "demo" / "BUILD.txt").read_text())
     assert {run["device"] for run in build["runs"].values()} == {"cuda"}
-    for stage in ("clip-see", "clip-base"):
-        assert (tmp_path / "work" / "runs" / stage / "curves.jsonl").read_text().count("\n") == 2
+    for stage in ("clip-see", "clip-base"):  # a point at every step (CURVE_EVERY 1), each scored on the GPU
+        points = (tmp_path / "work" / "runs" / stage / "curves.jsonl").read_text().splitlines()
+        assert [json.loads(point)["step"] for point in points] == list(range(1, build["runs"][stage]["steps"] + 1))
 
 
 def test_an_unreadable_build_state_is_one_clear_error(tmp_path):
