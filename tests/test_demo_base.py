@@ -229,6 +229,23 @@ def test_stage_curves_are_written_against_samples_seen(tmp_path, scenes, monkeyp
     assert method.training  # the hook gives the method back in training mode
 
 
+def test_a_resumed_stage_replaces_the_curve_points_logged_past_its_checkpoint(tmp_path, scenes, monkeypatch):
+    """A run killed at step 3 and resumed from its checkpoint at step 1 logs step 2 again: one point a step."""
+    import explorer.training.demo_zoo as demo_zoo
+
+    monkeypatch.setattr(demo_zoo, "CURVE_EVERY", 1)
+    run = demo_zoo.DemoRun("clip-base", "clip", steps=4, stage="read", batch_size=8)
+    method = as_stage("read", _tiny())
+    killed = demo_zoo.stage_curve(method, run, scenes, tmp_path)
+    for step in (1, 2, 3):
+        killed({"step": step})
+    resumed = demo_zoo.stage_curve(method, run, scenes, tmp_path)
+    for step in (2, 3, 4):
+        resumed({"step": step})
+    rows = [json.loads(line) for line in (tmp_path / demo_zoo.CURVES_FILE).read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+
+
 def test_attribute_pairs_name_each_objects_pairs_and_nothing_else(scenes):
     from explorer.training.demo_base import ATTRIBUTE_PAIRS, OBJECT_ATTRIBUTES, PAIR_OFFSETS, attribute_pairs
 
