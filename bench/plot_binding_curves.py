@@ -5,7 +5,8 @@
 Reads ``bench/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
 value per attribute); ``build-clip-see`` and ``build-clip-base`` are copies of the build's own
 ``<work>/runs/<run>/curves.jsonl`` (the recipe kept: the attention-pooled base on 24,000 scenes, a
-4,000-step seeing stage); ``see2000-*`` the same with the 2,000-step seeing stage of the zoo before;
+4,000-step seeing stage, a 2,400-step binding stage with the patch heads on); ``see4000-patchheads-bind-1200``
+that binding stage's 1,200-step schedule (the zoo before); ``see2000-*`` the same with the 2,000-step seeing stage of the zoo before;
 ``scenes6k-*`` that on the 6,000-scene world of the zoo before it; ``*-gpu`` runs of the same code on a GPU
 (``px128-see4000``: 128 px pictures, 8 px patches; ``deep6-see4000``: a 6-layer image tower;
 ``seebind-see2000``: the patch heads kept through the binding stage); ``see4000-negclip-bind-1200`` the
@@ -71,7 +72,8 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
         if handles:
             axes[row, last].legend(handles, labels, fontsize=6, loc="lower right")
     figure.suptitle("Demo base, per attribute: seeing stage (top); CLIP stages (bottom; the mean-pooled zoo's "
-                    "binding stage from 48k); bold: the build's recipe (attention pool, 24,000 scenes, seeing 4,000 steps)",
+                    "binding stage from 48k); bold: the build's recipe (attention pool, 24,000 scenes, seeing 4,000 "
+                    "steps, binding 2,400)",
                     fontsize=10)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
