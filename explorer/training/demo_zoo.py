@@ -390,11 +390,12 @@ def stage_curve(method, run: DemoRun, held_out: list, run_dir: Path):
     log = JsonlLog(run_dir / CURVES_FILE)
     # the seeing stage's held-out batch: labelled and preprocessed once, not at every point
     held_out_batch = functools.cache(lambda: collate_scenes(held_out, method, stage="see"))
-    first_step: list[int] = []
+    started = False
 
     def hook(row: dict) -> None:
-        if not first_step:  # a resumed run: drop the points logged past the checkpoint it resumes from
-            first_step.append(row["step"])
+        nonlocal started
+        if not started:  # a resumed run: drop the points logged past the checkpoint it resumes from
+            started = True
             log.truncate_after_step(row["step"] - 1)
         if row["step"] % CURVE_EVERY:
             return
