@@ -8,15 +8,21 @@ import re
 import pytest
 
 import explorer
+from explorer.data.counterfactual import ATTRIBUTES
 from explorer.training.demo_world import world_vocabulary
 from explorer.training.demo_zoo import build_demo
+from explorer.training.twin_batches import TwinBatches
 from explorer.zoo import Zoo
 
 pytestmark = pytest.mark.slow
 
 
-def test_build_demo_writes_loadable_small_models(tmp_path):
+def test_build_demo_writes_loadable_small_models(tmp_path, monkeypatch):
     out, work = tmp_path / "demo", tmp_path / "work"
+    trained_on = []  # the pictures of each twin batch (GOAL's row trains on scenes and their twins)
+    batch_scenes = TwinBatches.batch_scenes
+    monkeypatch.setattr(TwinBatches, "batch_scenes",
+                        lambda self, epoch, b: trained_on.append(batch_scenes(self, epoch, b)) or trained_on[-1])
     # Two steps a run: the loop steps, the optimizer updates and the weights are published; the assertions
     # are about the recipe's plumbing (files, manifests, loading), which longer runs do not exercise more.
     written = build_demo(out=out, work=work, n_scenes=40, scale=0.001, only=["clip-base", "goal", "seps"],
@@ -38,6 +44,10 @@ def test_build_demo_writes_loadable_small_models(tmp_path):
     assert build["seed"] == 0
     assert {run["device"] for run in build["runs"].values()} == {"cpu"}  # where each run's minutes were spent
     assert "min on cpu" in names["demo-goal"].notes and names["demo-goal"].recipe["device"] == "cpu"
+    # GOAL trained on twin batches (its local pairs mined for the twins too), and its manifest says so
+    assert names["demo-goal"].recipe["twins"] == 1 and "twins" not in names["demo-clip-base"].recipe
+    twin_ids = [[s.id for s in b if s.id.rsplit("-", 1)[-1].rstrip("0123456789") in ATTRIBUTES] for b in trained_on]
+    assert len(trained_on) == 2 and all(twin_ids)
 
 
 def _picture():
@@ -72,9 +82,13 @@ def test_build_demo_resumes_and_keeps_what_it_built(tmp_path):
     assert {"world", "clip-base"} <= set(build["minutes"])
     manifest = json.loads((out / "clip-base.json").read_text())
     assert manifest["recipe"]["samples_seen"] == 64 and "wall_minutes" in manifest["recipe"]
-    # a changed recipe row is not "built already"
+    # a changed recipe row is not "built already", and the minutes of the recipe before are not its own
+    state_file = work / "build-state.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "seconds": {**state["seconds"], "clip-base": 36000.0}}))
     build_demo(**{**kwargs, "min_steps": 3}, log=logged.append)
-    assert json.loads((out / "BUILD.txt").read_text())["runs"]["clip-base"]["steps"] == 3
+    build = json.loads((out / "BUILD.txt").read_text())
+    assert build["runs"]["clip-base"]["steps"] == 3 and build["minutes"]["clip-base"] < 60
 
 
 def test_background_build_runs_alone_and_reports(tmp_path):

@@ -8,9 +8,10 @@
    then a CLIP trained from it on the long captions, the object sentences and NegCLIP's one-attribute
    negatives, its patch heads kept on ("clip-base", the analogue of OpenAI CLIP);
 3. fine-tune each method from that base with its own losses on the LONG captions, as the papers do
-   (Long-CLIP's stretch to 248 comes from ``init_from``); GOAL's local pairs are mined with FLISM
-   using the base CLIP, as FAST-GOAL mines them with CLIP; SEPS (ViT + BERT, no CLIP backbone)
-   trains from scratch with a word vocabulary of the world written beside it;
+   (Long-CLIP's stretch to 248 comes from ``init_from``), most in batches of scenes and their
+   counterfactual twins (``twin_batches``), so that the attributes the base tells apart stay asked for;
+   GOAL's local pairs are mined with FLISM using the base CLIP, as FAST-GOAL mines them with CLIP; SEPS
+   (ViT + BERT, no CLIP backbone) trains from scratch with a word vocabulary of the world written beside it;
 4. store each result as fp16 safetensors (<= 25 MB) with a manifest that records the seed, the
    steps, the samples seen, the wall time, the recipe and the command.
 
@@ -56,6 +57,7 @@ class DemoRun:
     clip_grad_norm: float | None = 1.0
     patch_size: int = PATCH_SIZE  # of a method with its own image tower (SEPS); the others use the base's
     source: str | None = None  # the manifest's "source" (default: fine-tuned from the base)
+    twins: int = 0  # counterfactual twins that follow each scene in a batch (twin_batches.py); 0: random batches
     stage: str | None = None  # a stage of the base (``demo_base.STAGES``): its training class and data
     published: bool = True  # False: an intermediate stage, kept in the work folder (stages/), not in the zoo
 
@@ -64,6 +66,7 @@ class DemoRun:
         return {"steps": steps, "batch_size": self.batch_size, "lr_backbone": self.lr_backbone,
                 "lr_new": self.lr_new, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
                 "clip_grad_norm": self.clip_grad_norm, "captions": self.captions,
+                **({"twins": self.twins} if self.twins else {}),  # each scene and its twins in a batch
                 **({"stage": self.stage} if self.stage else {}),
                 "init": f"demo {self.init}" if self.init else "from scratch", "options": dict(self.extra),
                 "world": {"seed": DEMO_SEED, "image_size": IMAGE_SIZE, "objects": list(WORLD_OBJECTS)},
@@ -92,17 +95,21 @@ RUNS = (
             source="an attention-pooled ViT taught the synthetic world's attributes per patch and its objects' "
                    "places, trained as a CLIP on its long captions and object sentences with NegCLIP's "
                    "one-attribute negatives, its patch heads kept on; context 77"),
-    DemoRun("longclip", "longclip", steps=200),
-    DemoRun("finelip", "finelip", steps=200),
+    # The fine-tunes train on batches of scenes and their counterfactual twins (twin_batches.py), their
+    # losses unchanged: on random batches nothing asked for the attributes the base had learned, and the
+    # fine-tunes gave them back (bench/results/binding_experiment.md, part 9: one twin a scene, three for
+    # the MulCLIPs, none for CAFT; chosen on the training world's test split).
+    DemoRun("longclip", "longclip", steps=200, twins=1),
+    DemoRun("finelip", "finelip", steps=200, twins=1),
     # sub_loss "sentences": the same image's other sentences are negatives too (README: why, with both numbers)
-    DemoRun("mulclip", "mulclip", steps=200, extra={"sub_loss": "sentences"}),
-    DemoRun("mulclip-paper", "mulclip", steps=200, extra={"sub_loss": "paper"}),  # the paper-literal L_sub
-    DemoRun("goal", "goal", steps=200),
+    DemoRun("mulclip", "mulclip", steps=200, extra={"sub_loss": "sentences"}, twins=3),
+    DemoRun("mulclip-paper", "mulclip", steps=200, extra={"sub_loss": "paper"}, twins=3),  # the paper-literal L_sub
+    DemoRun("goal", "goal", steps=200, twins=1),
     # FLAIR's text-conditioned pool and CAFT's grouping stages are new at the fine-tune (the base has neither):
     # 200 steps left FLAIR below the base on long R@1 (79.3; 87.3 at 600, 89.7 at 1,200) and CAFT under 80 % of
     # its margin on size and texture (README, "What the table says"; bench/results/binding_experiment.md, part 4).
-    DemoRun("flair", "flair", steps=2400),  # 1,200 left it 0.7 below the 2,400-step base (part 8)
-    DemoRun("caft", "caft", steps=600),
+    DemoRun("flair", "flair", steps=2400, twins=1),  # 1,200 left it 0.7 below the 2,400-step base (part 8)
+    DemoRun("caft", "caft", steps=600),  # random batches: on twins its own map fell below the base's (part 9)
     # SEPS, as the official code trains it (LAPS): all negatives summed for the first half (the warm-up
     # LAPS runs for its first epoch), then the hardest; gradients clipped at 2.0. Batch 16 keeps a step
     # near 1 s: SEPS scores every (image, caption) pair with its own patch selection. Its own ViT keeps
@@ -158,7 +165,21 @@ def training_samples(scenes, captions: str = "long", local_pairs: dict | None = 
     return samples
 
 
-def mine_local_pairs(model, scenes, log: Callable[[str], None]) -> dict:
+def twin_source(run: DemoRun, method, context, mine: Callable | None):
+    """The run's batches as scenes and their counterfactual twins (``run.twins`` each); ``mine``: scenes ->
+    their local pairs (GOAL), called as each batch is made."""
+    from explorer.models.tokenizer import encode
+    from explorer.training.twin_batches import TwinBatches
+
+    def to_samples(scenes):
+        return training_samples(scenes, run.captions, mine(scenes) if mine else None, stage=run.stage)
+
+    return TwinBatches(context.scenes, to_samples, method.preprocess, run.batch_size, run.twins, seed=DEMO_SEED,
+                       reads=lambda caption: tuple(encode(caption)[:method.context_length - 2]),
+                       n_objects=WORLD_OBJECTS)
+
+
+def mine_local_pairs(model, scenes, log: Callable[[str], None] | None = None) -> dict:
     """FLISM with ``model`` on every scene: {scene id: (box in [0, 1], sentence)} of the best pair."""
     from explorer.grounding.flism import flism
 
@@ -168,7 +189,8 @@ def mine_local_pairs(model, scenes, log: Callable[[str], None]) -> dict:
         region = result.pair_region
         pairs[scene.id] = (tuple(float(v) for v in region.unit_box(scene.image.width, scene.image.height)),
                            result.pair_sentence)
-    log(f"FLISM local pairs for {len(pairs)} scenes in {time.perf_counter() - start:.0f} s")
+    if log is not None:
+        log(f"FLISM local pairs for {len(pairs)} scenes in {time.perf_counter() - start:.0f} s")
     return pairs
 
 
@@ -332,14 +354,21 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
     out, state, log = context.out, context.state, context.log
     method, report = build_method(run, out, context.vocab_file, context.work)
     cls = get_method(run.method)
-    if cls.needs_local_pairs and context.local_pairs is None:  # mined with the init, as FAST-GOAL mines with CLIP
+    @functools.cache
+    def base():  # FLISM's model for the local pairs: the init, as FAST-GOAL mines with CLIP
         base_file = init_file(run.init, out, context.work)
-        base = _load(base_file, context.device) if base_file.exists() else Model(
+        return _load(base_file, context.device) if base_file.exists() else Model(
             build_method(demo_run(run.init), out, context.vocab_file, context.work)[0], device=context.device)
-        with state.timing("local pairs"):
-            context.local_pairs = mine_local_pairs(base, context.scenes, log)
-    samples = training_samples(context.scenes, run.captions, context.local_pairs if cls.needs_local_pairs else None,
-                               stage=run.stage)
+
+    if run.twins:  # batches made as they are trained on; GOAL's local pairs mined for their scenes alone
+        mine = (lambda scenes: mine_local_pairs(base(), scenes)) if cls.needs_local_pairs else None
+        dataset = twin_source(run, method, context, mine)
+    else:
+        if cls.needs_local_pairs and context.local_pairs is None:
+            with state.timing("local pairs"):
+                context.local_pairs = mine_local_pairs(base(), context.scenes, log)
+        dataset = training_samples(context.scenes, run.captions,
+                                   context.local_pairs if cls.needs_local_pairs else None, stage=run.stage)
     config = TrainConfig(max_steps=run.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
                          lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
                          clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
@@ -355,7 +384,7 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
         log(f"{run.name}: resuming {run_dir}")
     curve = stage_curve(method, run, context.held_out, run_dir) if run.stage else None
     with state.timing(run.name) as clock:
-        result = train(method, samples, config, run_dir, init=report, resume=resume, progress=context.progress,
+        result = train(method, dataset, config, run_dir, init=report, resume=resume, progress=context.progress,
                        on_metrics=curve)
     seconds = float((result.last or {}).get("elapsed_s", clock.seconds))  # summed over resumed calls by train
     last = result.last or {}
@@ -490,6 +519,7 @@ class BuildState:
         before = self.runs.get(run.name, {}).get("recipe")
         if before != _recipe_key(run):
             self.runs[run.name] = {"recipe": _recipe_key(run), "finished": False}
+            self.seconds.pop(run.name, None)  # the minutes another recipe spent are not this run's
             self.save()
         return before != _recipe_key(run)
 
