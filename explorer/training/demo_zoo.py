@@ -97,13 +97,13 @@ RUNS = (
                    "one-attribute negatives, its patch heads kept on; context 77"),
     # The fine-tunes train on batches of scenes and their counterfactual twins (twin_batches.py), their
     # losses unchanged: on random batches nothing asked for the attributes the base had learned, and the
-    # fine-tunes gave them back (bench/results/binding_experiment.md, part 9: one twin a scene, three for
+    # fine-tunes gave them back (bench/results/binding_experiment.md, part 9: one twin a scene, five for
     # the MulCLIPs, none for CAFT; chosen on the training world's test split).
     DemoRun("longclip", "longclip", steps=200, twins=1),
     DemoRun("finelip", "finelip", steps=200, twins=1),
     # sub_loss "sentences": the same image's other sentences are negatives too (README: why, with both numbers)
-    DemoRun("mulclip", "mulclip", steps=200, extra={"sub_loss": "sentences"}, twins=3),
-    DemoRun("mulclip-paper", "mulclip", steps=200, extra={"sub_loss": "paper"}, twins=3),  # the paper-literal L_sub
+    DemoRun("mulclip", "mulclip", steps=200, extra={"sub_loss": "sentences"}, twins=5),
+    DemoRun("mulclip-paper", "mulclip", steps=200, extra={"sub_loss": "paper"}, twins=5),  # the paper-literal L_sub
     DemoRun("goal", "goal", steps=200, twins=1),
     # FLAIR's text-conditioned pool and CAFT's grouping stages are new at the fine-tune (the base has neither):
     # 200 steps left FLAIR below the base on long R@1 (79.3; 87.3 at 600, 89.7 at 1,200) and CAFT under 80 % of
@@ -348,27 +348,12 @@ class _BuildContext:
 def _train_run(run: DemoRun, context: _BuildContext) -> Path:
     """Train (or resume) one run of the recipe table and publish it to the zoo."""
     from explorer.models.methods import get_method
-    from explorer.models.model import Model
     from explorer.training.loop import TrainConfig, train
 
     out, state, log = context.out, context.state, context.log
     method, report = build_method(run, out, context.vocab_file, context.work)
     cls = get_method(run.method)
-    @functools.cache
-    def base():  # FLISM's model for the local pairs: the init, as FAST-GOAL mines with CLIP
-        base_file = init_file(run.init, out, context.work)
-        return _load(base_file, context.device) if base_file.exists() else Model(
-            build_method(demo_run(run.init), out, context.vocab_file, context.work)[0], device=context.device)
-
-    if run.twins:  # batches made as they are trained on; GOAL's local pairs mined for their scenes alone
-        mine = (lambda scenes: mine_local_pairs(base(), scenes)) if cls.needs_local_pairs else None
-        dataset = twin_source(run, method, context, mine)
-    else:
-        if cls.needs_local_pairs and context.local_pairs is None:
-            with state.timing("local pairs"):
-                context.local_pairs = mine_local_pairs(base(), context.scenes, log)
-        dataset = training_samples(context.scenes, run.captions,
-                                   context.local_pairs if cls.needs_local_pairs else None, stage=run.stage)
+    dataset = _run_dataset(run, method, context)
     config = TrainConfig(max_steps=run.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
                          lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
                          clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
@@ -402,6 +387,31 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
         weights = save_method(method, init_file(run.name, out, context.work), {"seed": DEMO_SEED, "steps": result.steps})
     state.finish(run, result.steps, result.steps * run.batch_size, seconds, context.device)
     return weights
+
+
+def _run_dataset(run: DemoRun, method, context: _BuildContext):
+    """What ``run`` trains on: its samples over the training scenes, or twin batches made as they are
+    trained on. GOAL's local pairs are mined with the init, as FAST-GOAL mines them with CLIP: for every
+    training scene up front, or (twin batches) for each batch's scenes and twins."""
+    from explorer.models.methods import get_method
+    from explorer.models.model import Model
+
+    @functools.cache
+    def base():
+        base_file = init_file(run.init, context.out, context.work)
+        return _load(base_file, context.device) if base_file.exists() else Model(
+            build_method(demo_run(run.init), context.out, context.vocab_file, context.work)[0],
+            device=context.device)
+
+    needs_pairs = get_method(run.method).needs_local_pairs
+    if run.twins:
+        return twin_source(run, method, context, (lambda scenes: mine_local_pairs(base(), scenes))
+                           if needs_pairs else None)
+    if needs_pairs and context.local_pairs is None:
+        with context.state.timing("local pairs"):
+            context.local_pairs = mine_local_pairs(base(), context.scenes, context.log)
+    return training_samples(context.scenes, run.captions, context.local_pairs if needs_pairs else None,
+                            stage=run.stage)
 
 
 CURVE_EVERY = 250  # steps between two points of a stage's learning curve
