@@ -193,7 +193,8 @@ def visible(text: str) -> list[int]:
 
 class CounterfactualBatches:
     """A ``BatchSource``: each batch is scenes in a seeded random order, each followed by its twins, cut at
-    ``batch_size`` pictures."""
+    ``batch_size`` pictures. Kept as it ran for the records of part 1 (its draws for the scenes that fill a
+    batch differ); the build's batches are ``explorer.training.twin_batches.TwinBatches``."""
 
     def __init__(self, scenes, preprocess, batch_size: int, attributes, captions: str, seed: int = 0,
                  per_scene: int | None = None):

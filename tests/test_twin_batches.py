@@ -63,7 +63,7 @@ def test_a_resumed_epoch_sees_the_batches_an_uninterrupted_one_would(scenes):
 
 def test_a_twin_the_model_cannot_tell_from_its_scene_is_left_out(scenes):
     # a model that reads nothing of the caption: every twin reads as its scene, so batches hold scenes only
-    source = _source(scenes, reads=lambda caption: "")
+    source = _source(scenes, reads=lambda scene: "")
     picked = source.batch_scenes(epoch=0, b=0)
     assert len(picked) == 8 and {s.id for s in picked} <= {s.id for s in scenes}
 

@@ -158,11 +158,16 @@ def training_samples(scenes, captions: str = "long", local_pairs: dict | None = 
         if stage == "see":
             extras.update({PAIR_TARGETS: attribute_pairs(scene), OCCUPANCY_TARGETS: occupancy(scene)})
         samples.append(TrainingSample(
-            image=scene.image, caption=scene.short_caption if captions == "short" else scene.long_caption,
+            image=scene.image, caption=caption_of(scene, captions),
             short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
             local_box=pair[0] if pair else None, local_sentence=pair[1] if pair else None, extras=extras,
             negative_captions=[n.caption for n in scene.hard_negatives] if stage == "bind" else None))
     return samples
+
+
+def caption_of(scene, captions: str) -> str:
+    """The caption a run trains on: the scene's short or long caption."""
+    return scene.short_caption if captions == "short" else scene.long_caption
 
 
 def twin_source(run: DemoRun, method, context, mine: Callable | None):
@@ -175,7 +180,7 @@ def twin_source(run: DemoRun, method, context, mine: Callable | None):
         return training_samples(scenes, run.captions, mine(scenes) if mine else None, stage=run.stage)
 
     return TwinBatches(context.scenes, to_samples, method.preprocess, run.batch_size, run.twins, seed=DEMO_SEED,
-                       reads=lambda caption: tuple(encode(caption)[:method.context_length - 2]),
+                       reads=lambda scene: tuple(encode(caption_of(scene, run.captions))[:method.context_length - 2]),
                        n_objects=WORLD_OBJECTS)
 
 
@@ -353,7 +358,7 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
     out, state, log = context.out, context.state, context.log
     method, report = build_method(run, out, context.vocab_file, context.work)
     cls = get_method(run.method)
-    dataset = _run_dataset(run, method, context)
+    dataset = _run_dataset(run, method, context, cls.needs_local_pairs)
     config = TrainConfig(max_steps=run.steps, batch_size=run.batch_size, lr_backbone=run.lr_backbone,
                          lr_new=run.lr_new, warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
                          clip_grad_norm=run.clip_grad_norm, seed=DEMO_SEED,
@@ -389,11 +394,10 @@ def _train_run(run: DemoRun, context: _BuildContext) -> Path:
     return weights
 
 
-def _run_dataset(run: DemoRun, method, context: _BuildContext):
+def _run_dataset(run: DemoRun, method, context: _BuildContext, needs_pairs: bool):
     """What ``run`` trains on: its samples over the training scenes, or twin batches made as they are
     trained on. GOAL's local pairs are mined with the init, as FAST-GOAL mines them with CLIP: for every
     training scene up front, or (twin batches) for each batch's scenes and twins."""
-    from explorer.models.methods import get_method
     from explorer.models.model import Model
 
     @functools.cache
@@ -403,7 +407,6 @@ def _run_dataset(run: DemoRun, method, context: _BuildContext):
             build_method(demo_run(run.init), context.out, context.vocab_file, context.work)[0],
             device=context.device)
 
-    needs_pairs = get_method(run.method).needs_local_pairs
     if run.twins:
         return twin_source(run, method, context, (lambda scenes: mine_local_pairs(base(), scenes))
                            if needs_pairs else None)

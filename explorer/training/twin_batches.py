@@ -23,18 +23,22 @@ from explorer.models.preprocess import Preprocess
 from explorer.training.samples import collate
 
 
+def _long_caption(scene: Scene) -> str:
+    return scene.long_caption
+
+
 class TwinBatches:
     """A ``BatchSource`` over scenes: each batch is ``ceil(batch_size / (1 + twins))`` scenes in a seeded
     random order, each followed by up to ``twins`` twins (attributes and objects drawn at random), cut at
     ``batch_size`` pictures.
 
     ``to_samples``: scenes -> training samples (the run's captions and fields). ``reads``: what the model
-    reads of a long caption (its first tokens, for a model with a short context); a twin whose caption
+    reads of a scene's training caption (its first tokens, for a model with a short context); a twin that
     reads the same as one already in its group is drawn again elsewhere, since it would be a negative
     identical to a positive. ``n_objects``: the range the scenes were generated with (twins replay it)."""
 
     def __init__(self, scenes: Sequence[Scene], to_samples: Callable[[list[Scene]], list], preprocess: Preprocess,
-                 batch_size: int, twins: int = 1, seed: int = 0, reads: Callable[[str], Hashable] = str,
+                 batch_size: int, twins: int = 1, seed: int = 0, reads: Callable[[Scene], Hashable] = _long_caption,
                  n_objects: tuple[int, int] = (2, 6)):
         if twins < 1 or batch_size < 1 + twins:
             raise ValueError(f"twins must be at least 1 and batch_size at least 1 + twins, got {twins}, {batch_size}")
@@ -47,14 +51,14 @@ class TwinBatches:
 
     def group(self, scene: Scene, rng: np.random.Generator) -> list[Scene]:
         """``scene`` and up to ``twins`` twins of it, each changing another attribute."""
-        out, seen = [scene], {self.reads(scene.long_caption)}
+        out, seen = [scene], {self.reads(scene)}
         for a in rng.permutation(len(ATTRIBUTES)):
             if len(out) > self.twins:
                 break
             for k in rng.permutation(len(scene.objects)):
                 twin = counterfactual_twin(scene, ATTRIBUTES[a], int(k), rng, self.n_objects)
-                if twin is not None and self.reads(twin.long_caption) not in seen:
-                    seen.add(self.reads(twin.long_caption))
+                if twin is not None and self.reads(twin) not in seen:
+                    seen.add(self.reads(twin))
                     out.append(twin)
                     break
         return out
