@@ -13,9 +13,9 @@ import torch
 from explorer.data import generate_scenes
 from explorer.models.batch import TrainingBatch
 from explorer.models.methods.clip import ClipMethod
-from explorer.training.demo_base import (OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_ATTRIBUTES, PATCH_TARGETS,
-                                         BindingClip, ReadingClip, SeeingClip, as_clip, as_stage, occupancy,
-                                         patch_attributes)
+from explorer.training.demo_base import (OBJECT_ATTRIBUTES, OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_ATTRIBUTES,
+                                         PATCH_TARGETS, BindingClip, ReadingClip, SeeingClip, as_clip, as_stage,
+                                         occupancy, patch_attributes)
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +177,42 @@ def test_binding_stage_keeps_the_seeing_stages_patch_heads_on_and_saves_as_a_pla
         expected = F.cross_entropy(binding.attribute_heads[1](patches)[on_shape], targets[:, 1][on_shape])
     torch.testing.assert_close(losses["patch shape"].detach(), expected)
     plain = as_clip(binding)
+    assert type(plain) is ClipMethod and not any(k.startswith("attribute_heads") for k in plain.state_dict())
+
+
+def test_placing_stage_teaches_each_object_patch_the_cell_of_its_object(scenes):
+    """Stage "place" is the binding stage with one more patch head: the cell (of 9) of the object a patch
+    shows, so that the patch features, not only the pooled embedding, say where things are."""
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    from explorer.training.demo_zoo import collate_scenes, training_samples
+
+    torch.manual_seed(0)
+    placing = as_stage("place", ClipMethod(dataclasses.replace(_tiny().arch, patch_size=4)))
+    batch = collate_scenes(scenes[:3], placing, stage="place")
+    batch = dataclasses.replace(batch, captions=[s.long_caption for s in scenes[:3]],
+                                sentences=[[t.text for t in s.sentences if t.kind == "object"] for s in scenes[:3]])
+    targets = batch.extras[PATCH_TARGETS]
+    assert targets.shape == (3, 5, 256) and list(OBJECT_ATTRIBUTES)[4] == "position"
+    for scene, labels in zip(scenes[:3], targets):
+        on_object = labels[0] > 0
+        assert ((labels[4] > 0) == on_object).all()  # the same patches as the other heads
+        seen = {(int(c), int(p)) for c, p in zip(labels[0][on_object], labels[4][on_object])}
+        truth = {(OBJECT_ATTRIBUTES["colour"].index(o.colour) + 1, OBJECT_ATTRIBUTES["position"].index(o.position) + 1)
+                 for o in scene.objects}
+        assert {p for _, p in truth} == {p for _, p in seen} and seen <= truth  # each patch: its own object's cell
+    losses = placing.losses(batch)
+    assert set(losses) == {"contrastive", "object sentences", "hard negatives",
+                           *(f"patch {a}" for a in OBJECT_ATTRIBUTES)}
+    with torch.no_grad():
+        patches = placing.encode_image(batch.pixels).patches
+        on_object = targets[:, 4] > 0
+        expected = F.cross_entropy(placing.attribute_heads[4](patches)[on_object], targets[:, 4][on_object])
+    torch.testing.assert_close(losses["patch position"].detach(), expected)
+    assert all(s.negative_captions for s in training_samples(scenes, "long", stage="place"))
+    plain = as_clip(placing)
     assert type(plain) is ClipMethod and not any(k.startswith("attribute_heads") for k in plain.state_dict())
 
 

@@ -40,5 +40,9 @@ def test_each_gallery_figure_replays_to_the_same_pixels(kind, tmp_path, monkeypa
     assert main(["figure", "replay", str(GALLERY / f"{kind}.png.json"), "--out", str(again), "--device", "cpu"]) == 0
     expected, found = pixels(GALLERY / f"{kind}.png"), pixels(again)
     assert found.shape == expected.shape
-    differ = np.abs(found.astype(int) - expected.astype(int)).max(axis=2) > 0
-    assert differ.mean() == 0.0, f"{kind}: {100 * differ.mean():.3f}% of the pixels differ"
+    differ = np.abs(found.astype(int) - expected.astype(int)).max(axis=2)
+    # Float rounding that differs between numpy / BLAS releases moves a handful of pixels by a level or two
+    # (seen after a fresh install: 4 of 780,390 pixels, by 1-3 of 255); anything a change draws differently
+    # moves more pixels, or further.
+    assert (differ > 4).mean() == 0.0, f"{kind}: {100 * (differ > 4).mean():.3f}% of the pixels differ by more than 4"
+    assert (differ > 0).mean() <= 1e-4, f"{kind}: {100 * (differ > 0).mean():.3f}% of the pixels differ"

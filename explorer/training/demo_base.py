@@ -23,6 +23,8 @@ was taught to see first:
   forgets part of what it saw while it learns to read. Published as a plain CLIP. The build runs "see",
   then "bind" from it (reading and binding at once, the recipe measured with the attention pool:
   bench/results/binding_experiment.md, parts 3 and 7); "read" alone is the stage "bind" extends.
+- stage "place" (``PlacingClip``, not in the build): "bind" with one more patch head, the cell of the
+  patch's object, so that the patch features say where things are (measured and not taken: part 10).
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ OCCUPANCY_TARGETS = "occupancy"  # the batch's extras key: [B, len(POSITIONS)] f
 COVER = 0.25  # share of a patch an object must cover to label it
 
 
-def patch_attributes(scene, grid: int) -> torch.Tensor:
-    """[len(PATCH_ATTRIBUTES), grid * grid] long: per patch (row-major), each attribute's value index + 1 of the
+def patch_attributes(scene, grid: int, attributes: dict = PATCH_ATTRIBUTES) -> torch.Tensor:
+    """[len(attributes), grid * grid] long: per patch (row-major), each attribute's value index + 1 of the
     object covering most of its object pixels, at least ``COVER`` of the patch; 0 where no object does."""
     labels = scene.labels  # [H, W] 0 background, k + 1 object k
     side = labels.shape[0] // grid
@@ -63,8 +65,8 @@ def patch_attributes(scene, grid: int) -> torch.Tensor:
     n_labels = len(scene.objects) + 1
     counts = np.stack([np.bincount(block, minlength=n_labels) for block in blocks])[:, 1:]  # object pixels
     owner = np.where(counts.max(axis=1) >= COVER * side * side, counts.argmax(axis=1) + 1, 0)
-    out = np.zeros((len(PATCH_ATTRIBUTES), grid * grid), dtype=np.int64)
-    for a, (attribute, values) in enumerate(PATCH_ATTRIBUTES.items()):
+    out = np.zeros((len(attributes), grid * grid), dtype=np.int64)
+    for a, (attribute, values) in enumerate(attributes.items()):
         table = np.array([0] + [values.index(getattr(o, attribute)) + 1 for o in scene.objects])
         out[a] = table[owner]
     return torch.as_tensor(out)
@@ -89,18 +91,18 @@ def attribute_pairs(scene) -> torch.Tensor:
     return out
 
 
-def patch_heads(arch) -> nn.ModuleList:
+def patch_heads(arch, attributes: dict = PATCH_ATTRIBUTES) -> nn.ModuleList:
     """One linear head per attribute over the patch features (class 0: no object)."""
-    return nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1) for values in PATCH_ATTRIBUTES.values())
+    return nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1) for values in attributes.values())
 
 
 def patch_losses(heads: nn.ModuleList, patches: torch.Tensor, targets: torch.Tensor,
-                 prefix: str = "") -> dict[str, torch.Tensor]:
+                 prefix: str = "", attributes: dict = PATCH_ATTRIBUTES) -> dict[str, torch.Tensor]:
     """Per attribute, cross-entropy of its head over the patches an object covers (``targets``: [B, A, P],
     ``patch_attributes``'s); the patches no object covers are not scored."""
     targets = targets.to(patches.device)
     out = {}
-    for a, (attribute, head) in enumerate(zip(PATCH_ATTRIBUTES, heads)):
+    for a, (attribute, head) in enumerate(zip(attributes, heads)):
         on_object = targets[:, a] > 0
         out[prefix + attribute] = F.cross_entropy(head(patches)[on_object], targets[:, a][on_object])
     return out
@@ -110,6 +112,7 @@ class SeeingClip(ClipMethod):
     """Stage "see": the image tower and per-patch attribute heads, trained on the object patches."""
 
     new_module_prefixes = ("attribute_heads.", "pair_head.", "occupancy_head.")
+    patch_labels = PATCH_ATTRIBUTES  # what the patch heads are taught
 
     def __init__(self, arch, **extra):
         super().__init__(arch, **extra)
@@ -191,14 +194,16 @@ class BindingClip(ReadingClip):
     (README, "Choices behind the demo zoo")."""
 
     new_module_prefixes = ("attribute_heads.",)
+    patch_labels = PATCH_ATTRIBUTES  # what the patch heads are taught
 
     def __init__(self, arch, **extra):
         super().__init__(arch, **extra)
-        self.attribute_heads = patch_heads(arch)
+        self.attribute_heads = patch_heads(arch, self.patch_labels)
 
     def more_losses(self, batch, image, captions, scale, features) -> dict[str, torch.Tensor]:
         batch.require("negative_captions", method="the demo base's binding stage")
-        out = (patch_losses(self.attribute_heads, features.patches, batch.extras[PATCH_TARGETS], prefix="patch ")
+        out = (patch_losses(self.attribute_heads, features.patches, batch.extras[PATCH_TARGETS], prefix="patch ",
+                            attributes=self.patch_labels)
                if PATCH_TARGETS in batch.extras else {})
         negatives = [n for caption, rewritten in zip(batch.captions, batch.negative_captions)
                      for n in self.read_apart(caption, rewritten)]
@@ -215,7 +220,15 @@ class BindingClip(ReadingClip):
         return [text for text, ids in zip(rewritten, read) if ids != own]
 
 
-STAGES = {"see": SeeingClip, "read": ReadingClip, "bind": BindingClip}
+class PlacingClip(BindingClip):
+    """Stage "place": the binding stage with one more patch head, the cell of the object a patch shows."""
+
+    patch_labels = OBJECT_ATTRIBUTES
+
+
+STAGES = {"see": SeeingClip, "read": ReadingClip, "bind": BindingClip, "place": PlacingClip}
+READING_STAGES = ("read", "bind", "place")  # train on the object sentences
+BINDING_STAGES = ("bind", "place")  # ... and the world's one-attribute negatives, with the patch heads on
 
 
 def as_stage(stage: str, method: ClipMethod) -> ClipMethod:

@@ -144,24 +144,25 @@ def demo_architecture():
 
 def training_samples(scenes, captions: str = "long", local_pairs: dict | None = None, stage: str | None = None) -> list:
     """What a run trains on; the base's stages: the patches' attributes ("see"), object sentences only ("read"),
-    and the world's one-attribute negatives of each caption and the patches' attributes besides ("bind")."""
-    from explorer.training.demo_base import (OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_TARGETS, attribute_pairs,
-                                             occupancy, patch_attributes)
+    and the world's one-attribute negatives of each caption and the patches' attributes besides ("bind"; "place"
+    labels each patch with its object's cell too)."""
+    from explorer.training.demo_base import (BINDING_STAGES, OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_TARGETS,
+                                             READING_STAGES, STAGES, attribute_pairs, occupancy, patch_attributes)
     from explorer.training.samples import TrainingSample
 
     samples = []
     for scene in scenes:
-        sentences = [s.text for s in scene.sentences if stage not in ("read", "bind") or s.kind == "object"]
+        sentences = [s.text for s in scene.sentences if stage not in READING_STAGES or s.kind == "object"]
         pair = (local_pairs or {}).get(scene.id)
-        extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE)} if stage in ("see", "bind")
-                  else None)
+        extras = ({PATCH_TARGETS: patch_attributes(scene, IMAGE_SIZE // PATCH_SIZE, STAGES[stage].patch_labels)}
+                  if stage in ("see", *BINDING_STAGES) else None)
         if stage == "see":
             extras.update({PAIR_TARGETS: attribute_pairs(scene), OCCUPANCY_TARGETS: occupancy(scene)})
         samples.append(TrainingSample(
             image=scene.image, caption=caption_of(scene, captions),
             short_caption=scene.short_caption, sentences=sentences, dense_caption=scene.dense_caption,
             local_box=pair[0] if pair else None, local_sentence=pair[1] if pair else None, extras=extras,
-            negative_captions=[n.caption for n in scene.hard_negatives] if stage == "bind" else None))
+            negative_captions=[n.caption for n in scene.hard_negatives] if stage in BINDING_STAGES else None))
     return samples
 
 

@@ -1,0 +1,117 @@
+"""Place in the patch features: the demo base continued with a per-patch place head, and fine-tunes from it
+(issue 34; bench/results/binding_experiment.md, part 10).
+
+    python bench/place_stage.py train OUT WORK [RUN ...]    # e.g. caft flair mulclip; default: the base only
+    explorer eval --zoo OUT --model demo-clip-place          # held-out world; --data WORK/data --split test: validation
+    python bench/place_stage.py probe MANIFEST ...           # the cell of an object patch from its patch features
+
+FLAIR's and CAFT's scores pool the patch features by the caption, and MulCLIP's sub-caption term by the
+sentence; the demo base says where things are only through its attention pool's position keys, and a
+linear probe reads the cell of an object patch from its patch features 32 % of the time (9 cells). The
+"place" stage (``demo_base.PlacingClip``) is the binding stage with one more patch head, the cell of the
+object a patch shows, run from the zoo's base for ``--steps`` steps (default 600 at lr 5e-4, the binding
+stage's rate). Each RUN is then the zoo's recipe row with that stage as its init. OUT holds a copy of the
+zoo's base (``clip-base``), the stage (``clip-place``) and the fine-tunes, each with its manifest; WORK
+the world and the run folders, as ``explorer zoo build-demo`` lays them out. ``--stage bind`` is the
+control: the same continuation without the place head.
+
+``probe``: on the held-out world (seed 1, 300 test scenes), each object patch (an object covering a quarter
+of it) labelled with its object's cell; a linear softmax probe on the model's patch features fitted on the
+first half of the patches and scored on the second (chance: the commonest cell).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from explorer.core import paths
+from explorer.data.synthetic import generate_scenes
+from explorer.data.vocabulary import POSITIONS
+from explorer.training import demo_zoo
+from explorer.training.demo_base import COVER
+from explorer.zoo.manifest import Manifest, load_manifest
+
+BASE = "clip-base"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train")
+    train.add_argument("out", type=Path)
+    train.add_argument("work", type=Path)
+    train.add_argument("runs", nargs="*", help="recipe rows to fine-tune from the continued base")
+    train.add_argument("--steps", type=int, default=600)
+    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--stage", choices=("place", "bind"), default="place")
+    probe = commands.add_parser("probe")
+    probe.add_argument("manifests", nargs="+", type=Path)
+    probe.add_argument("--scenes", type=int, default=300)
+    args = parser.parse_args()
+    if args.command == "probe":
+        for manifest in args.manifests:
+            accuracy, chance, n = cell_probe(manifest, args.scenes)
+            print(f"{manifest}: cell of 9 from {n} object patches {100 * accuracy:.1f} % (commonest cell {100 * chance:.1f})")
+        return
+    name = "clip-place" if args.stage == "place" else "clip-cont"
+    args.out.mkdir(parents=True, exist_ok=True)
+    for file in (f"{BASE}.json", f"{BASE}.safetensors", "seps-vocab.txt"):
+        if not (args.out / file).exists():
+            shutil.copy(paths.demo_zoo_root() / file, args.out / file)
+    stage = demo_zoo.DemoRun(name, "clip", steps=args.steps, init=BASE, lr_backbone=args.lr, lr_new=1e-3,
+                             stage=args.stage)
+    table = demo_zoo.all_runs()
+    # the recipe table with the stage added and every fine-tune of the base started from it instead
+    moved = tuple(replace(run, init=name) if run.init == BASE and not run.stage else run for run in table)
+    demo_zoo.all_runs = lambda: (stage, *moved)
+    demo_zoo.build_demo(out=args.out, work=args.work, only=[name, *args.runs], progress=False)
+
+
+def object_patch_cells(scene, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """The object patches of a scene (row-major indices) and the cell (index in POSITIONS) of each one's object."""
+    side = scene.labels.shape[0] // grid
+    blocks = scene.labels.reshape(grid, side, grid, side).transpose(0, 2, 1, 3).reshape(grid * grid, -1)
+    counts = np.stack([np.bincount(block, minlength=len(scene.objects) + 1)[1:] for block in blocks])
+    patches = np.flatnonzero(counts.max(axis=1) >= COVER * side * side)
+    cells = np.array([POSITIONS.index(scene.objects[k].position) for k in counts[patches].argmax(axis=1)])
+    return patches, cells
+
+
+@torch.no_grad()
+def cell_probe(manifest: Path, n_scenes: int) -> tuple[float, float, int]:
+    model = load_manifest(Manifest.read(manifest), device="cpu")
+    scenes = list(generate_scenes(n_scenes, seed=1, image_size=demo_zoo.IMAGE_SIZE, split="test"))
+    features, cells = [], []
+    for start in range(0, n_scenes, 50):
+        chunk = scenes[start:start + 50]
+        image = model.encode_image([scene.image for scene in chunk])
+        for scene, patches in zip(chunk, image.patches):
+            index, cell = object_patch_cells(scene, image.grid_hw[0])
+            features.append(patches[index]), cells.append(torch.as_tensor(cell))
+    x, y = torch.cat(features).float(), torch.cat(cells)
+    half = len(x) // 2
+    x = (x - x[:half].mean(0)) / (x[:half].std(0) + 1e-6)
+    head = torch.nn.Linear(x.shape[1], len(POSITIONS))
+    optimiser = torch.optim.LBFGS(head.parameters(), max_iter=300)
+
+    def loss():
+        optimiser.zero_grad()
+        value = F.cross_entropy(head(x[:half]), y[:half]) + 1e-4 * head.weight.pow(2).sum()
+        value.backward()
+        return value
+
+    with torch.enable_grad():
+        optimiser.step(loss)
+    accuracy = float((head(x[half:]).argmax(1) == y[half:]).float().mean())
+    return accuracy, float(np.bincount(y[half:]).max() / (len(y) - half)), len(x)
+
+
+if __name__ == "__main__":
+    main()
