@@ -216,6 +216,38 @@ def test_placing_stage_teaches_each_object_patch_the_cell_of_its_object(scenes):
     assert type(plain) is ClipMethod and not any(k.startswith("attribute_heads") for k in plain.state_dict())
 
 
+def test_place_background_scores_the_place_head_on_every_patch(scenes):
+    """"place-background": the place head learns "no object" on the background too; the other heads and the
+    plain "place" stage score only the patches an object covers."""
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    from explorer.training.demo_zoo import collate_scenes
+
+    torch.manual_seed(0)
+    arch = dataclasses.replace(_tiny().arch, patch_size=4)
+    placing = as_stage("place-background", ClipMethod(arch))
+    batch = collate_scenes(scenes[:3], placing, stage="place-background")
+    batch = dataclasses.replace(batch, captions=[s.long_caption for s in scenes[:3]],
+                                sentences=[[t.text for t in s.sentences if t.kind == "object"] for s in scenes[:3]])
+    targets = batch.extras[PATCH_TARGETS]
+    assert (targets[:, 4] == 0).any()  # background patches are in the batch
+    with torch.no_grad():
+        losses = placing.losses(batch)
+        logits = placing.attribute_heads[4](placing.encode_image(batch.pixels).patches)
+        everywhere = F.cross_entropy(logits.flatten(0, 1), targets[:, 4].flatten())
+        on_object = targets[:, 1] > 0
+        shape = F.cross_entropy(placing.attribute_heads[1](placing.encode_image(batch.pixels).patches)[on_object],
+                                targets[:, 1][on_object])
+        plain = as_stage("place", ClipMethod(arch))
+        plain.load_state_dict(placing.state_dict())
+        object_only = plain.losses(batch)["patch position"]
+    torch.testing.assert_close(losses["patch position"], everywhere)
+    torch.testing.assert_close(losses["patch shape"], shape)
+    assert not torch.isclose(object_only, everywhere)
+
+
 def test_binding_samples_carry_the_worlds_negatives(scenes):
     from explorer.training.demo_zoo import collate_scenes, training_samples
 

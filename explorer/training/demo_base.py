@@ -24,7 +24,9 @@ was taught to see first:
   then "bind" from it (reading and binding at once, the recipe measured with the attention pool:
   bench/results/binding_experiment.md, parts 3 and 7); "read" alone is the stage "bind" extends.
 - stage "place" (``PlacingClip``, not in the build): "bind" with one more patch head, the cell of the
-  patch's object, so that the patch features say where things are (measured and not taken: part 10).
+  patch's object, so that the patch features say where things are; "place-background"
+  (``PlacingWithBackgroundClip``) scores that head on the background too, as "no object" (both measured and
+  not taken yet: bench/results/binding_experiment.md, part 10).
 """
 
 from __future__ import annotations
@@ -96,15 +98,16 @@ def patch_heads(arch, attributes: dict = PATCH_ATTRIBUTES) -> nn.ModuleList:
     return nn.ModuleList(nn.Linear(arch.embed_dim, len(values) + 1) for values in attributes.values())
 
 
-def patch_losses(heads: nn.ModuleList, patches: torch.Tensor, targets: torch.Tensor,
-                 prefix: str = "", attributes: dict = PATCH_ATTRIBUTES) -> dict[str, torch.Tensor]:
+def patch_losses(heads: nn.ModuleList, patches: torch.Tensor, targets: torch.Tensor, prefix: str = "",
+                 attributes: dict = PATCH_ATTRIBUTES, everywhere: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
     """Per attribute, cross-entropy of its head over the patches an object covers (``targets``: [B, A, P],
-    ``patch_attributes``'s); the patches no object covers are not scored."""
+    ``patch_attributes``'s); the patches no object covers are not scored, except by the heads ``everywhere``
+    names, for which "no object" (class 0) is a class like the others."""
     targets = targets.to(patches.device)
     out = {}
     for a, (attribute, head) in enumerate(zip(attributes, heads)):
-        on_object = targets[:, a] > 0
-        out[prefix + attribute] = F.cross_entropy(head(patches)[on_object], targets[:, a][on_object])
+        scored = torch.ones_like(targets[:, a], dtype=torch.bool) if attribute in everywhere else targets[:, a] > 0
+        out[prefix + attribute] = F.cross_entropy(head(patches)[scored], targets[:, a][scored])
     return out
 
 
@@ -195,6 +198,7 @@ class BindingClip(ReadingClip):
 
     new_module_prefixes = ("attribute_heads.",)
     patch_labels = PATCH_ATTRIBUTES  # what the patch heads are taught
+    scored_everywhere: tuple[str, ...] = ()  # heads also scored on the background ("no object")
 
     def __init__(self, arch, **extra):
         super().__init__(arch, **extra)
@@ -203,7 +207,7 @@ class BindingClip(ReadingClip):
     def more_losses(self, batch, image, captions, scale, features) -> dict[str, torch.Tensor]:
         batch.require("negative_captions", method="the demo base's binding stage")
         out = (patch_losses(self.attribute_heads, features.patches, batch.extras[PATCH_TARGETS], prefix="patch ",
-                            attributes=self.patch_labels)
+                            attributes=self.patch_labels, everywhere=self.scored_everywhere)
                if PATCH_TARGETS in batch.extras else {})
         negatives = [n for caption, rewritten in zip(batch.captions, batch.negative_captions)
                      for n in self.read_apart(caption, rewritten)]
@@ -226,9 +230,17 @@ class PlacingClip(BindingClip):
     patch_labels = OBJECT_ATTRIBUTES
 
 
-STAGES = {"see": SeeingClip, "read": ReadingClip, "bind": BindingClip, "place": PlacingClip}
-READING_STAGES = ("read", "bind", "place")  # train on the object sentences
-BINDING_STAGES = ("bind", "place")  # ... and the world's one-attribute negatives, with the patch heads on
+class PlacingWithBackgroundClip(PlacingClip):
+    """Stage "place-background": the place head also scored on the patches no object covers, as "no object",
+    so that it keeps place off the background (part 10: the base's generic map points far better)."""
+
+    scored_everywhere = ("position",)
+
+
+STAGES = {"see": SeeingClip, "read": ReadingClip, "bind": BindingClip, "place": PlacingClip,
+          "place-background": PlacingWithBackgroundClip}
+READING_STAGES = ("read", "bind", "place", "place-background")  # train on the object sentences
+BINDING_STAGES = READING_STAGES[1:]  # ... and the world's one-attribute negatives, with the patch heads on
 
 
 def as_stage(stage: str, method: ClipMethod) -> ClipMethod:
