@@ -36,7 +36,7 @@ from explorer.core import paths
 from explorer.data.synthetic import generate_scenes
 from explorer.data.vocabulary import POSITIONS
 from explorer.training import demo_zoo
-from explorer.training.demo_base import COVER
+from explorer.training.demo_base import patch_attributes
 from explorer.zoo.manifest import Manifest, load_manifest
 
 BASE = "clip-base"
@@ -75,16 +75,6 @@ def main() -> None:
     demo_zoo.build_demo(out=args.out, work=args.work, only=[name, *args.runs], progress=False)
 
 
-def object_patch_cells(scene, grid: int) -> tuple[np.ndarray, np.ndarray]:
-    """The object patches of a scene (row-major indices) and the cell (index in POSITIONS) of each one's object."""
-    side = scene.labels.shape[0] // grid
-    blocks = scene.labels.reshape(grid, side, grid, side).transpose(0, 2, 1, 3).reshape(grid * grid, -1)
-    counts = np.stack([np.bincount(block, minlength=len(scene.objects) + 1)[1:] for block in blocks])
-    patches = np.flatnonzero(counts.max(axis=1) >= COVER * side * side)
-    cells = np.array([POSITIONS.index(scene.objects[k].position) for k in counts[patches].argmax(axis=1)])
-    return patches, cells
-
-
 @torch.no_grad()
 def cell_probe(manifest: Path, n_scenes: int) -> tuple[float, float, int]:
     model = load_manifest(Manifest.read(manifest), device="cpu")
@@ -94,8 +84,10 @@ def cell_probe(manifest: Path, n_scenes: int) -> tuple[float, float, int]:
         chunk = scenes[start:start + 50]
         image = model.encode_image([scene.image for scene in chunk])
         for scene, patches in zip(chunk, image.patches):
-            index, cell = object_patch_cells(scene, image.grid_hw[0])
-            features.append(patches[index]), cells.append(torch.as_tensor(cell))
+            # each patch's object's cell + 1 (0: no object covers it), as the place head is taught
+            cell = patch_attributes(scene, image.grid_hw[0], {"position": POSITIONS})[0]
+            features.append(patches[cell > 0])
+            cells.append(cell[cell > 0] - 1)
     x, y = torch.cat(features).float(), torch.cat(cells)
     half = len(x) // 2
     x = (x - x[:half].mean(0)) / (x[:half].std(0) + 1e-6)
