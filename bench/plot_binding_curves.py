@@ -12,7 +12,8 @@ that binding stage's 1,200-step schedule (the zoo before); ``see2000-*`` the sam
 ``seebind-see2000``: the patch heads kept through the binding stage); ``see4000-negclip-bind-1200`` the
 binding stage without the patch heads, from the 4,000-step seeing stage (dropped); ``meanpool-*`` the mean-pooled
 zoo's stages; ``cellhead-*`` the seeing stage with a per-cell attribute head (dropped);
-``wide256-*`` the seeing stage with a 256-d embedding (a scratch run). Top row: the seeing stage (share of
+``wide256-*`` the seeing stage with a 256-d embedding (a scratch run); ``place-background-600`` the place
+stage after the build's binding stage (parts 10 and 11, dropped; drawn from where binding ended). Top row: the seeing stage (share of
 object patches each head gets right; under position, the share of the 9 cells whose occupancy the pooled
 embedding's head gets right); bottom row: the base's CLIP stages (the fair one-attribute hard-negative
 accuracy, chance 50 %). One panel per attribute.
@@ -32,9 +33,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 ATTRIBUTES = ("colour", "shape", "size", "texture", "position")
 HERE = Path(__file__).resolve().parent
 KEPT = {"build-clip-see", "build-clip-base"}
-# The mean-pooled zoo's binding stage (NegCLIP) fine-tuned its reading stage: its curves start where that ended.
-READ_SAMPLES = 1500 * 32
-BINDING = ("meanpool-bind", "bind-")
+# A stage that continues another starts where that one ended: the mean-pooled zoo's binding stage (NegCLIP)
+# its reading stage (1,500 steps), the place stage the build's binding stage (2,400 steps; batch 32).
+STARTS = {("meanpool-bind", "bind-"): 1500 * 32, ("place-background",): 2400 * 32}
 SEEING_POSITION = "occupancy"  # the seeing stage has no position head; its occupancy head stands there
 
 
@@ -52,7 +53,7 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
         for column, attribute in enumerate(ATTRIBUTES):
             ax = axes[row, column]
             for name, rows in curves.items():
-                start = READ_SAMPLES if name.startswith(BINDING) else 0
+                start = next((samples for names, samples in STARTS.items() if name.startswith(names)), 0)
                 key = SEEING_POSITION if row == 0 and attribute == "position" else attribute
                 points = [((start + r["samples"]) / 1000, 100 * r[key]) for r in rows
                           if r.get("measure") == measure and r.get(key) is not None]
