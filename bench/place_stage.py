@@ -14,7 +14,8 @@ stage's rate). Each RUN is then the zoo's recipe row with that stage as its init
 zoo's base (``clip-base``), the stage (``clip-place``) and the fine-tunes, each with its manifest; WORK
 the world and the run folders, as ``explorer zoo build-demo`` lays them out. ``--stage bind`` is the
 control: the same continuation without the place head; ``--stage place-background`` scores the place head
-on the background patches too, as "no object".
+on the background patches too, as "no object"; ``--stage place-balanced`` weights the object patches and
+the background half and half in that head's loss (part 11).
 
 ``probe``: on the held-out world (seed 1, 300 test scenes), each object patch (an object covering a quarter
 of it) labelled with its object's cell; a linear softmax probe on the model's patch features fitted on the
@@ -51,7 +52,7 @@ def main() -> None:
     train.add_argument("runs", nargs="*", help="recipe rows to fine-tune from the continued base")
     train.add_argument("--steps", type=int, default=600)
     train.add_argument("--lr", type=float, default=5e-4)
-    train.add_argument("--stage", choices=("place", "place-background", "bind"), default="place")
+    train.add_argument("--stage", choices=("place", "place-background", "place-balanced", "bind"), default="place")
     probe = commands.add_parser("probe")
     probe.add_argument("manifests", nargs="+", type=Path)
     probe.add_argument("--scenes", type=int, default=300)
@@ -61,7 +62,8 @@ def main() -> None:
             accuracy, chance, n = cell_probe(manifest, args.scenes)
             print(f"{manifest}: cell of 9 from {n} object patches {100 * accuracy:.1f} % (commonest cell {100 * chance:.1f})")
         return
-    name = {"place": "clip-place", "place-background": "clip-place-background"}.get(args.stage, "clip-cont")
+    name = {"place": "clip-place", "place-background": "clip-place-background",
+            "place-balanced": "clip-place-balanced"}.get(args.stage, "clip-cont")
     args.out.mkdir(parents=True, exist_ok=True)
     for file in (f"{BASE}.json", f"{BASE}.safetensors", "seps-vocab.txt"):
         if not (args.out / file).exists():

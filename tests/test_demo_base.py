@@ -246,6 +246,15 @@ def test_place_background_scores_the_place_head_on_every_patch(scenes):
     torch.testing.assert_close(losses["patch position"], everywhere)
     torch.testing.assert_close(losses["patch shape"], shape)
     assert not torch.isclose(object_only, everywhere)
+    # "place-balanced": half the object patches' mean, half the background's, the other heads unchanged
+    balanced = as_stage("place-balanced", ClipMethod(arch))
+    balanced.load_state_dict(placing.state_dict())
+    with torch.no_grad():
+        halves = balanced.losses(batch)
+        background = F.cross_entropy(logits[targets[:, 4] == 0], targets[:, 4][targets[:, 4] == 0])
+    torch.testing.assert_close(halves["patch position"], 0.5 * (object_only + background))
+    torch.testing.assert_close(halves["patch shape"], shape)
+    assert not torch.isclose(halves["patch position"], everywhere)
 
 
 def test_binding_samples_carry_the_worlds_negatives(scenes):
