@@ -3,7 +3,7 @@
 
     python bench/place_stage.py train OUT WORK [RUN ...]    # e.g. caft flair mulclip; default: the base only
     explorer eval --zoo OUT --model demo-clip-place          # held-out world; --data WORK/data --split test: validation
-    python bench/place_stage.py probe MANIFEST ...           # the cell of an object patch from its patch features
+    python bench/place_stage.py probe MANIFEST ... [--features patches|tokens|projected]  # the cell of an object patch
 
 FLAIR's and CAFT's scores pool the patch features by the caption, and MulCLIP's sub-caption term by the
 sentence; the demo base says where things are only through its attention pool's position keys, and a
@@ -19,7 +19,9 @@ the background half and half in that head's loss (part 11).
 
 ``probe``: on the held-out world (seed 1, 300 test scenes), each object patch (an object covering a quarter
 of it) labelled with its object's cell; a linear softmax probe on the model's patch features fitted on the
-first half of the patches and scored on the second (chance: the commonest cell).
+first half of the patches and scored on the second (chance: the commonest cell). ``--features tokens`` or
+``projected`` probes the tower's tokens (after ``ln_post``) or those through the image projection instead:
+on the attention-pooled base the patch features are the pool's values, which keep less of place (part 12).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from explorer.training.demo_base import patch_attributes
 from explorer.zoo.manifest import Manifest, load_manifest
 
 BASE = "clip-base"
+FEATURES = ("patches", "tokens", "projected")
 
 
 def main() -> None:
@@ -56,11 +59,14 @@ def main() -> None:
     probe = commands.add_parser("probe")
     probe.add_argument("manifests", nargs="+", type=Path)
     probe.add_argument("--scenes", type=int, default=300)
+    probe.add_argument("--features", choices=FEATURES, default="patches",
+                       help="which patch vectors: the patch features (maps; the pool's values on an attention-pooled "
+                            "base), the tower's tokens after ln_post, or those through the image projection")
     args = parser.parse_args()
     if args.command == "probe":
         for manifest in args.manifests:
-            accuracy, chance, n = cell_probe(manifest, args.scenes)
-            print(f"{manifest}: cell of 9 from {n} object patches {100 * accuracy:.1f} % (commonest cell {100 * chance:.1f})")
+            accuracy, chance, n = cell_probe(manifest, args.scenes, args.features)
+            print(f"{manifest} ({args.features}): cell of 9 from {n} object patches {100 * accuracy:.1f} % (commonest cell {100 * chance:.1f})")
         return
     name = {"place": "clip-place", "place-background": "clip-place-background",
             "place-balanced": "clip-place-balanced"}.get(args.stage, "clip-cont")
@@ -78,19 +84,20 @@ def main() -> None:
 
 
 @torch.no_grad()
-def cell_probe(manifest: Path, n_scenes: int) -> tuple[float, float, int]:
+def cell_probe(manifest: Path, n_scenes: int, features: str = "patches") -> tuple[float, float, int]:
     model = load_manifest(Manifest.read(manifest), device="cpu")
     scenes = list(generate_scenes(n_scenes, seed=1, image_size=demo_zoo.IMAGE_SIZE, split="test"))
-    features, cells = [], []
+    kept, cells = [], []
     for start in range(0, n_scenes, 50):
         chunk = scenes[start:start + 50]
-        image = model.encode_image([scene.image for scene in chunk])
-        for scene, patches in zip(chunk, image.patches):
+        vectors = patch_vectors(model, [scene.image for scene in chunk], features)
+        grid = round(vectors.shape[1] ** 0.5)
+        for scene, patches in zip(chunk, vectors):
             # each patch's object's cell + 1 (0: no object covers it), as the place head is taught
-            cell = patch_attributes(scene, image.grid_hw[0], {"position": POSITIONS})[0]
-            features.append(patches[cell > 0])
+            cell = patch_attributes(scene, grid, {"position": POSITIONS})[0]
+            kept.append(patches[cell > 0])
             cells.append(cell[cell > 0] - 1)
-    x, y = torch.cat(features).float(), torch.cat(cells)
+    x, y = torch.cat(kept).float(), torch.cat(cells)
     half = len(x) // 2
     x = (x - x[:half].mean(0)) / (x[:half].std(0) + 1e-6)
     head = torch.nn.Linear(x.shape[1], len(POSITIONS))
@@ -106,6 +113,15 @@ def cell_probe(manifest: Path, n_scenes: int) -> tuple[float, float, int]:
         optimiser.step(loss)
     accuracy = float((head(x[half:]).argmax(1) == y[half:]).float().mean())
     return accuracy, float(np.bincount(y[half:]).max() / (len(y) - half)), len(x)
+
+
+def patch_vectors(model, images: list, features: str) -> torch.Tensor:
+    """[B, P, d]: the patch features, or the tower's patch tokens (after ``ln_post``), or those through the
+    image projection (what FLAIR's code pools: part 12)."""
+    if features == "patches":
+        return model.encode_image(images).patches
+    tokens = model.method.image_tokens(model.pixels(images))[:, 1:]
+    return tokens if features == "tokens" else model.method.project_image(tokens)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ Training files are wrapped as ``{'epoch', 'name', 'state_dict': ...}`` with
 
 The pooling is ``MultiheadAttention(d, 8 heads, add_zero_attn=True)`` on
 LayerNorm'd query (the caption's global embedding t), keys and values (the
-projected patch tokens); the text-conditioned image embedding
+patch features: the projected patch tokens, or on an attention-pooled base
+that pool's values, as the maps read them; the tower's projected tokens
+instead gave the demo FLAIR no position: binding_experiment.md, part 12);
+the text-conditioned image embedding
 ``v_tc(I, T) = AttnPool(t, patches, patches)`` is compared with the caption
 by cosine. The zero-attention slot (a key and value of zeros after the
 projections, so its logit is exactly 0) lets a caption attend to nothing.
