@@ -39,7 +39,7 @@ from explorer.core import paths
 from explorer.data.synthetic import generate_scenes
 from explorer.data.vocabulary import POSITIONS
 from explorer.training import demo_zoo
-from explorer.training.demo_base import patch_attributes
+from explorer.training.demo_base import BINDING_STAGES, patch_attributes
 from explorer.zoo.manifest import Manifest, load_manifest
 
 BASE = "clip-base"
@@ -55,7 +55,7 @@ def main() -> None:
     train.add_argument("runs", nargs="*", help="recipe rows to fine-tune from the continued base")
     train.add_argument("--steps", type=int, default=600)
     train.add_argument("--lr", type=float, default=5e-4)
-    train.add_argument("--stage", choices=("place", "place-background", "place-balanced", "bind"), default="place")
+    train.add_argument("--stage", choices=BINDING_STAGES, default="place")
     probe = commands.add_parser("probe")
     probe.add_argument("manifests", nargs="+", type=Path)
     probe.add_argument("--scenes", type=int, default=300)
@@ -68,8 +68,7 @@ def main() -> None:
             accuracy, chance, n = cell_probe(manifest, args.scenes, args.features)
             print(f"{manifest} ({args.features}): cell of 9 from {n} object patches {100 * accuracy:.1f} % (commonest cell {100 * chance:.1f})")
         return
-    name = {"place": "clip-place", "place-background": "clip-place-background",
-            "place-balanced": "clip-place-balanced"}.get(args.stage, "clip-cont")
+    name = "clip-cont" if args.stage == "bind" else f"clip-{args.stage}"
     args.out.mkdir(parents=True, exist_ok=True)
     for file in (f"{BASE}.json", f"{BASE}.safetensors", "seps-vocab.txt"):
         if not (args.out / file).exists():
