@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from explorer.ui.startup import start_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -70,7 +71,7 @@ def app_url(zoo_root, home):
         access = Access.for_app(zoo_root, allow_roots=[Path(__file__).resolve().parents[1] / "checkpoints"])
         app = build_app(Zoo(zoo_root), access=access)
         app.queue()
-        app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+        start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                    **page_options())
         yield f"http://127.0.0.1:{port}"
         app.close()

@@ -8,6 +8,7 @@ import re
 
 import pytest
 from test_browser import ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo, upload  # noqa: F401
+from explorer.ui.startup import start_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -28,7 +29,7 @@ def public_url(tmp_path_factory):
         access = Access.for_app(zoo_root, public=True)
         app = serve(build_app(Zoo(zoo_root), access=access), access)
         port = _free_port()
-        app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+        start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                    **page_options(access))
         yield f"http://127.0.0.1:{port}"
         app.close()

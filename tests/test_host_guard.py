@@ -15,6 +15,7 @@ from explorer.ui import host_guard
 from explorer.ui.access import Access
 from explorer.ui.host_guard import HostGuard, is_loopback, resolve_bind
 from explorer.ui.page_guard import PageGuard
+from explorer.ui.startup import start_page
 
 # ---- where Gradio will listen -------------------------------------------------------------------------
 
@@ -134,7 +135,7 @@ def serve(access: Access, any_host: bool = False):
         gr.Button().click(lambda text: calls.append(text) or text, inputs=box, outputs=box, api_name="echo")
     queue(app, access)
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+    start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                **page_options(access, any_host=any_host))
     return app, port, calls
 

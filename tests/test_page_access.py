@@ -25,6 +25,7 @@ import httpx
 import pytest
 import torch
 from PIL import Image
+from explorer.ui.startup import start_page
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +119,7 @@ def serve_page(world, public: bool):
     jobs = None if public else JobManager(zoo_root=world["zoo"], gpu_ids=[], max_running=1)
     app = serve(build_app(Zoo(world["zoo"]), jobs=jobs, access=access), access)
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+    start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                **page_options(access))
     return app, f"http://127.0.0.1:{port}"
 
@@ -326,7 +327,7 @@ def test_a_session_may_hold_only_a_few_requests(world):
         gr.Button().click(lambda text: time.sleep(1.5) or text, inputs=box, outputs=box, api_name="slow")
     serve(app, Access(roots=(world["home"],), public=True, session_cap=2))
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
         fn_index = http.get("/config").json()["dependencies"][0]["id"]

@@ -26,6 +26,7 @@ from explorer.core import images
 from explorer.core.errors import ImageError
 from explorer.ui.access import Access
 from explorer.ui.budget import HEAVY, PUBLIC, Budget, BudgetExceeded
+from explorer.ui.startup import start_page
 
 
 def free_port() -> int:
@@ -202,8 +203,8 @@ def serve_tiny(access: Access, blocks: gr.Blocks):
 
     serve(blocks, access)
     port = free_port()
-    blocks.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                  **page_options(access))
+    start_page(blocks, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+               **page_options(access))
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
     client.get("/")  # the page: its session cookie
     return client

@@ -18,6 +18,7 @@ from explorer.cli import main
 from explorer.core.errors import CheckpointError
 from explorer.models.methods import BUILT_IN, get_method, plugins
 from plugin_fixtures import on_path, write_dist_info  # noqa: F401  (on_path: a fixture)
+from explorer.ui.startup import start_page
 
 TINY = {"size": "tiny", "batch_size": 4, "cpu_threads": 1, "evaluate": False}
 
@@ -139,7 +140,7 @@ def test_the_app_serves_with_a_broken_plugin_installed(broken, isolated_home):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         http = httpx.Client(base_url=app.local_url, timeout=60)
         assert http.get("/").status_code == 200 and http.get("/config").status_code == 200

@@ -1,16 +1,24 @@
 """The page serves before the heavy libraries (torch among them) and the zoo's checks: they come on page
-load, or when a feature first needs them (issue 24)."""
+load, or when a feature first needs them (issue 24). A page whose first answer is slow still starts: Gradio's
+own readiness check gives up after 3 s."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import socket
 import subprocess
 import sys
+import time
 
 import gradio as gr
+import httpx
+from gradio import blocks, networking
+from starlette.middleware import Middleware
 
 from explorer.ui import grounding_tab
 from explorer.ui.access import Access
+from explorer.ui.startup import start_page
 from explorer.zoo import Zoo
 
 HEAVY = ("torch", "open_clip", "transformers", "diffusers", "faiss", "torchvision", "skimage.filters",
@@ -75,3 +83,44 @@ def test_a_draw_says_which_model_it_is_loading_and_preloads_only_what_draw_accep
         assert fresh.cache.keys() == []
     failing = list(loading_first(Zoo(), refused, 1, 2)(None, "c", ["no-such-model", names[0]]))
     assert failing[-1] == "refused" and len(failing) == 2  # the failed load stops the preloading
+
+
+
+def test_gradio_still_refuses_to_start_when_its_one_readiness_check_fails():
+    """What ``start_page`` replaces during a launch; if Gradio renames it, the patience no longer applies."""
+    code = " ".join(inspect.getsource(blocks.Blocks.launch).split())
+    assert "not networking.url_ok(self.local_url)" in code
+    assert "timeout=3" in " ".join(inspect.getsource(networking.url_ok).split())
+
+
+class SlowFirstAnswer:
+    """Answers its first ``HEAD`` (Gradio's readiness check) after ``delay`` seconds: a busy machine."""
+
+    delay = 3.5
+
+    def __init__(self, app):
+        self.app, self.answered = app, False
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "HEAD" and not self.answered:
+            self.answered = True
+            time.sleep(self.delay)  # blocks the server's loop, as a busy CPU would
+        await self.app(scope, receive, send)
+
+
+def test_a_page_slower_than_gradios_three_seconds_still_starts():
+    with gr.Blocks() as app:
+        gr.Textbox("hello")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    original = networking.url_ok
+    started = time.monotonic()
+    start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+               app_kwargs={"middleware": [Middleware(SlowFirstAnswer)]})
+    try:
+        assert time.monotonic() - started >= SlowFirstAnswer.delay  # the slow answer was waited for
+        assert httpx.get(f"http://127.0.0.1:{port}/config", timeout=30).status_code == 200
+        assert networking.url_ok is original  # Gradio's own check is back for anyone else
+    finally:
+        app.close()

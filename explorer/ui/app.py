@@ -20,6 +20,7 @@ from explorer.ui import (generation_tab, grounding_tab, host_guard, jobs_tab, me
 from explorer.ui.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
 from explorer.ui.budget import HEAVY
 from explorer.ui.page_guard import PageGuard
+from explorer.ui.startup import start_page
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -207,7 +208,7 @@ def launch(host: str | None = None, port: int = 7860, share: bool = False, auth:
     access = access or Access.for_app(zoo.root, public=others)
     app = serve(build_app(zoo, access=access), access)
     # No SSR: its Node front would listen on an address of its own choosing.
-    app.launch(server_name=bind, server_port=port, share=share, auth=auth, prevent_thread_lock=True,
+    start_page(app, server_name=bind, server_port=port, share=share, auth=auth, prevent_thread_lock=True,
                ssr_mode=False, **page_options(access, any_host=others))
     if announce is not None:
         announce(app.share_url or app.local_url)
