@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from explorer.ui.startup import start_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

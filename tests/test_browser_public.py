@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_browser import ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo, upload  # noqa: F401
+
 from explorer.ui.startup import start_page
+from test_browser import ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo, upload  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -25,6 +25,7 @@ import httpx
 import pytest
 import torch
 from PIL import Image
+
 from explorer.ui.startup import start_page
 
 pytestmark = pytest.mark.slow

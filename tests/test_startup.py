@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -111,16 +110,13 @@ class SlowFirstAnswer:
 def test_a_page_slower_than_gradios_three_seconds_still_starts():
     with gr.Blocks() as app:
         gr.Textbox("hello")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     original = networking.url_ok
     started = time.monotonic()
-    start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+    start_page(app, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True,  # Gradio picks a free port
                app_kwargs={"middleware": [Middleware(SlowFirstAnswer)]})
     try:
         assert time.monotonic() - started >= SlowFirstAnswer.delay  # the slow answer was waited for
-        assert httpx.get(f"http://127.0.0.1:{port}/config", timeout=30).status_code == 200
+        assert httpx.get(f"{app.local_url}config", timeout=30).status_code == 200
         assert networking.url_ok is original  # Gradio's own check is back for anyone else
     finally:
         app.close()
