@@ -130,7 +130,7 @@ def test_grounding_draws_one_map_per_sentence(page, photo):
     page.locator("#grounding-caption textarea").fill(CAPTION)
     page.locator("#grounding-run").click()
     expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)
-    page.locator("#maps-grid img").wait_for(timeout=30_000)
+    page.locator("#maps-board [data-map-panel] img").first.wait_for(timeout=30_000)
     expect(page.locator("#maps-scores")).to_contain_text("whiskers")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "grounding.png"), full_page=True)
@@ -233,7 +233,7 @@ def test_an_explainer_map_is_drawn_beside_a_native_one(page, photo):
     page.locator("#grounding-run").click()
     expect(status).to_contain_text("demo-clip-base (legrad)", timeout=60_000)
     expect(status).to_contain_text("demo-flair (legrad)")
-    page.locator("#maps-grid img").wait_for(timeout=30_000)
+    page.locator("#maps-board [data-map-panel] img").first.wait_for(timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "explainers.png"), full_page=True)
     kind.click()
     kind.fill("native")
@@ -306,6 +306,7 @@ def test_the_first_minute_shows_the_budget_a_picture_and_two_models(page, app_ur
     page.locator("#grounding-run").wait_for(timeout=60_000)
     expect(page.locator("#token-summary")).to_contain_text("tokens", timeout=20_000)
     expect(page.locator("#token-summary")).to_contain_text("77")
+    open_accordion(page, "#token-budget-panel", "#sentence-table")  # folded under the caption's summary
     expect(page.locator("#sentence-table")).to_contain_text("yes", timeout=20_000)  # a row per sentence
     expect(page.locator("#grounding-preview img")).to_be_visible(timeout=20_000)
     chosen = page.locator("#grounding-model").inner_text()
@@ -408,6 +409,13 @@ def test_a_typed_sdxl_folder_is_named_and_generate_draws_the_stock_and_the_swapp
     page.screenshot(path=str(ARTIFACTS / "generation.png"), full_page=True)
 
 
+def open_accordion(page, selector: str, inside: str) -> None:
+    """Open a folded accordion (Gradio renders a closed one's content only once opened) until ``inside`` shows."""
+    if not page.locator(inside).is_visible():
+        page.locator(selector).locator("button.label-wrap").first.click()
+    page.locator(inside).first.wait_for(timeout=10_000)
+
+
 def columns_inside(page, table_id: str) -> list[str]:
     """Header cells of a table that are clipped (past its visible box or the window) or squeezed
     (a word of the header wider than the cell, so the page breaks it in the middle)."""
@@ -440,6 +448,7 @@ def test_no_table_column_is_clipped(page, photo, width):
         page.locator("#grounding-run").click()
         expect(page.locator("#maps-scores")).to_contain_text("demo-flair", timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / f"grounding-{width}.png"), full_page=True)
+        open_accordion(page, "#token-budget-panel", "#sentence-table")  # the sentence table is folded under the caption
         clipped = {table: columns_inside(page, table) for table in ("sentence-table", "maps-scores")}
         page.get_by_role("tab", name="Models").click()
         expect(page.locator("#zoo-table")).to_contain_text("UNTRAINED", timeout=15_000)
@@ -459,9 +468,10 @@ def test_a_value_typed_in_a_slider_box_re_renders_on_enter(page, photo):
     page.locator("#grounding-caption textarea").fill(CAPTION)
     page.locator("#grounding-run").click()
     expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)
-    grid = page.locator("#maps-grid img")
+    grid = page.locator("#maps-board [data-map-panel] img").first
     grid.wait_for(timeout=30_000)
     before = grid.get_attribute("src")
+    open_accordion(page, "#maps-display", "#maps-opacity")  # the display controls are folded above the board
     box = page.locator("#maps-opacity input[type=number]")
     box.fill("0.95")
     box.press("Enter")

@@ -465,6 +465,9 @@ def test_public_texts_name_files_not_server_folders():
     assert scrub_paths(["Wrote `/tmp/a/b/maps.png`.", {"x": "(/srv/x/y.txt)"}]) == ["Wrote `maps.png`.", {"x": "(y.txt)"}]
     for kept in ("77 / 248 tokens", "km/h and 1/2/3", "http://127.0.0.1:7860/gradio_api/file=/tmp/x/y.png"):
         assert scrub_paths(kept) == kept
+    # a picture inlined in the maps board: its base64 has "+/" runs that look like paths, and stays whole
+    board = '<img src="data:image/webp;base64,UklGR+/9k/ab+/cd/x==">, read from /srv/data/scene.png'
+    assert scrub_paths(board) == '<img src="data:image/webp;base64,UklGR+/9k/ab+/cd/x==">, read from scene.png'
 
 
 def test_a_split_is_a_plain_name_of_the_layouts_own(tmp_path):

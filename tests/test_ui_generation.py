@@ -73,6 +73,21 @@ def test_without_sdxl_the_tab_says_how_to_point_to_it_and_still_shows_the_budget
     assert "empty" in tab.on_prompt("   ")[0]
 
 
+def test_generate_is_off_with_its_reason_until_sdxl_is_found_and_the_endpoint_refuses_without_it(
+        worker, generator, sdxl_dir, tmp_path, owner):
+    button, reason = tab.generate_button(owner, "", "")
+    assert button["interactive"] is False and reason["visible"] is True and "no SDXL base is set" in reason["value"]
+    button, reason = tab.generate_button(owner, str(tmp_path / "nowhere"), "")
+    assert button["interactive"] is False and "cannot be used" in reason["value"]
+    button, reason = tab.generate_button(owner, "/etc", "")  # a path this page may not read
+    assert button["interactive"] is False and "not under an allowed folder" in reason["value"]
+    button, reason = tab.generate_button(owner, str(sdxl_dir), "")
+    assert button["interactive"] is True and reason["visible"] is False
+    # The button is only the page's: a direct call without SDXL is refused at once, nothing queued.
+    key, status, timer = tab.generate(owner, worker, generator, *request(""))
+    assert key is None and "No SDXL weights given" in status and timer.active is False
+
+
 def test_generate_runs_in_the_background_and_the_timer_shows_the_grid_reads_and_match(worker, generator, sdxl_dir, owner):
     key, status, timer = tab.generate(owner, worker, generator, *request(sdxl_dir))
     assert key and timer.active is True
@@ -80,6 +95,7 @@ def test_generate_runs_in_the_background_and_the_timer_shows_the_grid_reads_and_
     assert status.startswith("Done") and grid.size[0] > 2 * 64 and grid.size[1] > 2 * 64
     assert "stock SDXL" in reads and "248 tokens" in reads and "‖" in reads
     table = match["value"]
+    assert match["visible"] is True  # hidden until there are scores (no empty "1 2 3" table)
     assert table["headers"][-1] == "best" and len(table["data"]) == 1 + len(view.budget_rows(view.EXAMPLE_PROMPT))
     assert {row[-1] for row in table["data"][1:]} <= {"stock", LONG}
     assert all(Path(path).is_file() for path in files) and files[1].endswith(".json")

@@ -27,23 +27,26 @@ DISPLAY = ["turbo", 0.5, "contour", True, 0.5, "map", 1, 8]  # cmap, opacity, ma
 
 
 def draw(zoo, cache, image, caption, models=("tiny-untrained",), truth=None):
-    """The "Draw maps" button: (view, settings, picture, status, score rows, page slider)."""
+    """The "Draw maps" button: (view, settings, board HTML, status, score rows, page slider)."""
     return maps_tab.draw(zoo.load, cache, str(image) if image else None, caption, list(models), "native", "",
                           truth, *DISPLAY)
 
 
 def test_three_sentences_give_one_row_of_three_overlays(zoo, photo):
-    view, settings, picture, status, rows, _ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.")
+    view, settings, board, status, rows, _ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.")
     assert len(rows) == 3 and [r[1] for r in rows] == [1, 2, 3]
     assert view.models[0].maps.shape == (3, 60, 90)  # drawn at the picture's own size
-    assert picture.width > 4 * 90 and picture.height > 60  # the picture, then 3 panels
+    # a row per sentence with its text, a panel per (model, sentence), the model's column header
+    assert [board.count(f'data-sentence="{n}"') for n in (1, 2, 3)] == [1, 1, 1]
+    assert "A dog." in board and board.count("data-map-panel=") == 3
+    assert 'data-map-panel="tiny-untrained|3"' in board and 'data-map-model="tiny-untrained"' in board
     assert "UNTRAINED" in status and "Otsu" in status
 
 
 @pytest.mark.parametrize("caption, message", [("", "caption is empty"), ("   \n ", "caption is empty")])
 def test_empty_caption(zoo, photo, caption, message):
-    view, _, picture, status, rows, _ = draw(zoo, MapCache(), photo, caption)
-    assert view is None and picture is None and rows == [] and message in status
+    view, _, board, status, rows, _ = draw(zoo, MapCache(), photo, caption)
+    assert view is None and "data-map-panel" not in board and rows == [] and message in status
 
 
 def test_one_word_caption_draws_one_map_and_says_so(zoo, photo):
@@ -72,12 +75,13 @@ def test_re_rendering_uses_the_cache(zoo, photo):
     view, settings, *_ = draw(zoo, cache, photo, "A cat. A dog.")
     draw(zoo, cache, photo, "A cat. A dog.")
     assert (cache.misses, cache.hits) == (1, 1)
-    updated, picture, status, rows, _ = maps_tab.rerender(view, settings, "jet", 0.8, "both", False, 0.3, "shared",
+    updated, board, status, rows, _ = maps_tab.rerender(view, settings, "jet", 0.8, "both", False, 0.3, "shared",
                                                            1, 8)
     assert updated.cmap == "jet" and updated.threshold == 0.3 and updated.mask == "both"
     assert cache.misses == 1  # display change: no model run
     assert "0.30 of each map's range" in status
-    assert picture.width > draw(zoo, cache, photo, "A cat. A dog.")[2].width  # "both" adds a mask panel per sentence
+    # "both" adds the mask's picture to each panel
+    assert board.count("<img") == draw(zoo, cache, photo, "A cat. A dog.")[2].count("<img") + 2
 
 
 def test_wrong_size_truth_mask_is_refused_clearly(zoo, photo, tmp_path):
@@ -105,7 +109,8 @@ def test_fifty_sentences_are_paginated(zoo, photo):
     _, last_page, _, _, slider = maps_tab.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 7, 8)
     assert slider["value"] == 7
     first_page = draw(zoo, MapCache(), photo, caption)[2]
-    assert last_page.width < first_page.width  # page 7 holds 2 sentences, page 1 holds 8
+    assert 'data-sentences="2"' in last_page and 'data-sentences="8"' in first_page  # page 7 holds 2, page 1 holds 8
+    assert 'data-sentence="49"' in last_page and 'data-sentence="49"' not in first_page
     # fewer per page: more pages, and the page control follows (it was stale before)
     *_, slider = maps_tab.rerender(view, settings, "turbo", 0.5, "contour", True, 0.5, "map", 1, 1)
     assert slider["maximum"] == 50 and slider["visible"] is True
@@ -220,40 +225,34 @@ class Event:
 
 def test_the_focus_view_shows_the_picked_sentence_for_every_model(zoo, photo):
     view, settings, *_ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.", models=("tiny-untrained",) * 2)
-    figure, note = maps_tab.focus_by_number(view, settings, 2)
-    assert "**S2** of 3: A dog." in note
+    shown, note = maps_tab.focus_by_number(view, settings, 2)
+    assert "**S2** of 3: A dog." in note and shown["visible"] is True
+    figure = shown["value"]
     heatmaps = [trace for trace in figure.data if trace.type == "heatmap"]
     assert len(heatmaps) == 2 and all("value" in trace.hovertemplate for trace in heatmaps)
     shown = np.asarray(heatmaps[0].z)
     assert np.allclose(shown, view.models[0].maps[1], atol=1e-6)  # the map's own values, at the working size
     assert len([trace for trace in figure.data if trace.type == "image"]) == 2
+    assert figure.layout.xaxis2.matches == "x" and figure.layout.yaxis2.matches == "y"  # zoom and pan linked
+    assert figure.layout.yaxis.scaleanchor == "x"  # square pixels
     # the table's third row is the third sentence of the first model
     number, figure, note = maps_tab.focus_from_table(view, settings, Event([2, 1]))
     assert number == 3 and "S3" in note
-    # the strip: the panel under a point of the composed picture
-    from explorer.ui.view_controls import PREVIEW_SIDE
-    from explorer.views.maps_view import render_maps
-    from explorer.views.panels import GAP, LABEL_WIDTH, TITLE_HEIGHT
-
-    grid = render_maps(view, settings, PREVIEW_SIDE)
-    cell = grid.rows[0][0].pixels.shape[1]
-    x = LABEL_WIDTH + 2 * (cell + GAP) + cell // 2  # the second sentence's panel (after the picture)
-    number, figure, note = maps_tab.focus_from_strip(view, settings, Event([x, TITLE_HEIGHT + 5]))
-    assert number == 2 and "S2" in note
-    number, figure, note = maps_tab.focus_from_strip(view, settings, Event([LABEL_WIDTH + 3, TITLE_HEIGHT + 5]))
-    assert figure is None and "not the picture" in note  # the picture itself picks no sentence
+    # a panel of the board: the page sends its sentence number and "<model>|<n>"
+    number, figure, note = maps_tab.focus_from_board(view, settings, Event(2))
+    assert number == 2 and "S2" in note and figure["visible"] is True
 
 
 @pytest.mark.parametrize("value", [0.5, -1, 4, 10**9, float("nan"), float("inf"), "2", True, [1], {"x": 1}])
 def test_the_focus_view_refuses_what_no_sentence_is(zoo, photo, value):
     view, settings, *_ = draw(zoo, MapCache(), photo, "A cat. A dog. A tree.")
     figure, note = maps_tab.focus_by_number(view, settings, value)
-    assert figure is None and "Cannot do that" in note
-    for handler in (maps_tab.focus_from_table, maps_tab.focus_from_strip):
+    assert figure["value"] is None and "Cannot do that" in note
+    for handler in (maps_tab.focus_from_table, maps_tab.focus_from_board):
         for event in (None, Event(value), Event([value, value]), Event([1, 2, 3])):
             *_, figure, note = handler(view, settings, event)
-            assert figure is None and note
-    assert maps_tab.focus_by_number(None, None, 1)[0] is None  # nothing drawn yet
+            assert figure["value"] is None and figure["visible"] is False and note
+    assert maps_tab.focus_by_number(None, None, 1)[0]["value"] is None  # nothing drawn yet
 
 
 def test_the_map_kinds_figure_is_exported_from_the_page(zoo, photo, tmp_path, monkeypatch):

@@ -219,6 +219,8 @@ def test_bad_inputs_say_what_is_wrong(zoo, indexer, world, indexed, tmp_path, ow
     indexed_column, missing_column = columns(outputs)[:2]
     assert "no truth" in indexed_column["header"] and len(indexed_column["gallery"]["value"]) == 5
     assert "click Index first" in missing_column["header"] and NOT_INDEXED in outputs[0]
+    assert "click Index first" in outputs[0]  # said under the search buttons too, where the page shows it
+    assert missing_column["gallery"]["visible"] is False  # no empty box under a model without results
     note, table, evaluation, *_ = list(tab.evaluate(owner, zoo.load, indexer, *where(world), [NOT_INDEXED]))[-1]
     assert table == [] and "click Index first" in note and not evaluation.entries
     # and the page keeps working

@@ -569,7 +569,8 @@ def test_export_draws_panels_at_the_size_they_print(monkeypatch, tmp_path):
     from explorer.views.figures import panel_pixels
 
     view = crafted_view({"a": np.stack([bimodal_map(0), bimodal_map(1)])})
-    chosen = settings(width=1.5, dpi=100, header="number")  # numbered headers: panels as narrow as they go
+    # numbered headers: panels as narrow as they go (a column per sentence, as the test's sizes assume)
+    chosen = settings(width=1.5, dpi=100, header="number", layout="models-as-rows")
     sides = []
     original = pipeline.render_view
     monkeypatch.setattr(pipeline, "render_view", lambda v, s, side=None: sides.append(side) or original(v, s, side))

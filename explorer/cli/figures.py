@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from explorer.cli.common import model_loader, read_text, zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.views.figure_style import ANNOTATIONS, FONTS, HEADERS, PRESETS
 from explorer.views.render import COLORMAPS
-from explorer.views.settings import MASK_MODES, PCA_FITS, PCA_SOURCES, SCALES
+from explorer.views.settings import LAYOUTS, MASK_MODES, PCA_FITS, PCA_SOURCES, SCALES
 
 
 def add_commands(commands) -> None:
@@ -40,8 +41,9 @@ STYLE_FLAGS = ("preset", "width", "font", "font_size", "header", "annotate", "dp
 def add_style_arguments(parser: argparse.ArgumentParser) -> None:
     """How a figure looks: the same flags on every figure command (and on replay, to restyle one)."""
     parser.add_argument("--preset", choices=list(PRESETS),
-                        help="column (3.3 in), page (6.9 in; default) or slide (13.3 x 7.5 in), with the font "
-                             "size meant for that width (8 pt in print)")
+                        help="column (3.3 in, at most 4.5 in tall a page: more sentences go to more pages), page "
+                             "(6.9 in; default) or slide (13.3 x 7.5 in), with the font size meant for that width "
+                             "(8 pt in print)")
     parser.add_argument("--width", type=float, help="figure width in inches (default: the preset's)")
     parser.add_argument("--font", choices=FONTS, help="sans (default), serif, or cm: Computer Modern, as LaTeX "
                                                       "sets it (no TeX needed)")
@@ -113,6 +115,11 @@ def add_figure_arguments(parser: argparse.ArgumentParser, view: str) -> None:
         parser.add_argument("--mask", choices=MASK_MODES, help="how the Otsu mask is drawn (default contour)")
         parser.add_argument("--scale", choices=SCALES, help="colour range per map (default), per model, or shared")
         parser.add_argument("--save-maps", type=Path, help="also write the raw maps as .npz ([M, H, W] per model)")
+        parser.add_argument("--layout", choices=LAYOUTS, help="a row per sentence, its number and text beside it, a "
+                                                              "column per model (default; the page's), or a row "
+                                                              "per model and a column per sentence")
+        parser.add_argument("--no-picture", dest="picture", action="store_false", default=None,
+                            help="leave out the plain picture's column")
     if view == "regions":
         parser.add_argument("--detector", help="local YOLOS directory (default: $EXPLORER_DETECTOR, else "
                                                "Felzenszwalb segments from scikit-image)")
@@ -141,7 +148,7 @@ def _figure_settings(args):
     flags = {"image": getattr(args, "image", None), "caption": caption, "models": args.models}
     for name in ("kind", "dense_caption", "cmap", "opacity", "mask", "threshold", "scale", "per_page", "truth",
                  "detector", "images", "pca_source", "pca_fit", "kinds", "data", "split", "limit", "queries", "k",
-                 "direction", *STYLE_FLAGS):
+                 "direction", "layout", "picture", *STYLE_FLAGS):
         flags[name] = getattr(args, name, None)
     if args.view == "kinds" and flags["per_page"] is None and not args.settings:
         flags["per_page"] = 2  # a row per model and sentence: two sentences keep the figure on a page
@@ -198,8 +205,9 @@ def _run_gallery(args) -> int:
 
 
 def _write_figure(args, settings, out: Path) -> int:
+    from explorer.views.figure_pages import write_figure_pages
     from explorer.views.figures import check_format
-    from explorer.views.pipeline import compute_view, write_figure
+    from explorer.views.pipeline import compute_view
 
     check_format(out)
     zoo = zoo_from_args(args)
@@ -208,13 +216,38 @@ def _write_figure(args, settings, out: Path) -> int:
         if default is None:
             raise ExplorerError(f"no models in {zoo.root}; pass --model")
         settings.models = [default]
-    view = compute_view(model_loader(args, zoo), settings)
-    figure, settings_file = write_figure(view, settings, out)
+    load = model_loader(args, zoo)
+    view = compute_view(load, settings)
+    written = write_figure_pages(view, settings, out)
     if getattr(args, "save_maps", None):
         import numpy as np
 
         np.savez_compressed(args.save_maps, **{m.name: m.maps for m in view.models})
     for note in view.notes:
         print(f"note: {note}")
-    print(f"wrote {figure} and {settings_file}")
+    warning = synthetic_warning(view, settings, load)
+    for line in ([f"warning: {warning}"] if warning else []) + written.lines:
+        print(line, file=sys.stderr)
+    others = "".join(f", {file}" for file in written.files[1:])
+    print(f"wrote {written.figure}{others} and {written.settings_file}")
     return 0
+
+
+def synthetic_warning(view, settings, load) -> str | None:
+    """The line for demo models drawn on a picture without truth (their maps mean nothing there), for the
+    views that draw their maps: sentence maps, map kinds, regions."""
+    from explorer.views.maps_view import MapsView, ModelMaps, find_view_truth
+
+    if isinstance(view, MapsView):
+        return view.synthetic_warning()
+    if settings.view not in ("kinds", "regions"):
+        return None
+    demo = [load(name).name for name in settings.models if getattr(load(name), "synthetic_only", False)]
+    if not demo:
+        return None
+    truth = getattr(view, "truth", None)
+    if settings.view == "regions":
+        truth = find_view_truth(settings, view.picture, view.sentences, None)[0]
+    # the maps view's own line, for these models and this truth
+    maps = [ModelMaps(name=name, result=None, synthetic_only=True) for name in demo]
+    return MapsView(picture=view.picture, sentences=view.sentences, models=maps, truth=truth).synthetic_warning()

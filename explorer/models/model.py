@@ -91,7 +91,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 class Model:
     def __init__(self, method: Method, name: str = "", report: KeyReport | None = None,
-                 device: str = "auto", precision: str = "fp32", trained: bool = True):
+                 device: str = "auto", precision: str = "fp32", trained: bool = True,
+                 synthetic_only: bool = False):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, not {precision!r}")
         self.device = resolve_device(device)
@@ -104,6 +105,7 @@ class Model:
         self.name = name or method.title
         self.key_report = report
         self.trained = trained
+        self.synthetic_only = synthetic_only  # trained on the synthetic shapes only (a demo model)
 
     # ---- what the model is ---------------------------------------------------------------------
 

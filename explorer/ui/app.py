@@ -54,6 +54,15 @@ PAGE_CSS = """
   overflow-wrap: break-word !important; }
 .table-wrap th, .table-wrap td, .table-wrap th *, .table-wrap td * { word-break: normal !important;
   overflow-wrap: break-word !important; hyphens: auto; }
+/* A header breaks between its words only ("metho d" read as two); the column widths fit the words. Gradio 6
+   draws body cells as div.body-cell, which the rule above misses: they get its word-boundary rule too. */
+.table-wrap th, .table-wrap th * { overflow-wrap: normal !important; hyphens: manual !important; }
+.table-wrap .body-cell, .table-wrap .body-cell * { word-break: normal !important;
+  overflow-wrap: break-word !important; }
+/* The run table's ten columns fit two thirds of a 1400 px page at 13 px (jobs_tab.TABLE_WIDTHS). */
+#jobs-table th, #jobs-table th *, #jobs-table td, #jobs-table td *, #jobs-table .body-cell,
+#jobs-table .body-cell * { font-size: 13px !important; }
+#jobs-table .cell-wrap { padding-left: 5px !important; padding-right: 5px !important; }
 """
 
 

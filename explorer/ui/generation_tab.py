@@ -12,6 +12,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.core.background import BackgroundWorker
+from explorer.core.errors import ExplorerError
 from explorer.generation.generate import Generator
 from explorer.generation.settings import LAYERS, GenerationSettings
 from explorer.models.methods import imported_method
@@ -49,9 +50,9 @@ def sdxl_paths(access: Access, sdxl, sdxl_config) -> tuple[str, str]:
 def public_limits(worker, seeds) -> None:
     """A public page shares one SDXL among every visitor: a few seeds per request, a few requests at once."""
     if len(view.parse_seeds(seeds)) > PUBLIC_SEEDS:
-        raise ValueError(f"this public demo draws at most {PUBLIC_SEEDS} seeds per request")
+        raise ExplorerError(f"this public demo draws at most {PUBLIC_SEEDS} seeds per request")
     if sum(task.active for task in worker.tasks()) >= PUBLIC_GENERATIONS:
-        raise ValueError("the demo's SDXL is busy with other visitors' pictures: try again in a minute")
+        raise ExplorerError("the demo's SDXL is busy with other visitors' pictures: try again in a minute")
 
 
 def sdxl_status(access: Access, sdxl, sdxl_config) -> str:
@@ -60,6 +61,17 @@ def sdxl_status(access: Access, sdxl, sdxl_config) -> str:
         return view.sdxl_line(*sdxl_paths(access, sdxl, sdxl_config))
     except Exception as error:  # noqa: BLE001
         return explain(error)
+
+
+def generate_button(access: Access, sdxl, sdxl_config) -> tuple:
+    """(Generate button, the reason beside it): the button is on only while SDXL base is found where this
+    page may read it; the reason shows while it is off. ``generate`` refuses on its own all the same (anyone
+    can call the endpoint)."""
+    try:
+        reason = view.generate_reason(*sdxl_paths(access, sdxl, sdxl_config))
+    except Exception as error:  # noqa: BLE001 - a path this page may not read: said, the button stays off
+        reason = explain(error)
+    return gr.update(interactive=not reason), gr.update(value=reason, visible=bool(reason))
 
 
 def generate(access: Access, worker, generator, sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size,
@@ -71,7 +83,7 @@ def generate(access: Access, worker, generator, sdxl, sdxl_config, prompt, negat
             public_limits(worker, seeds)
         models = as_list(models)
         if len(models) > MAX_SWAPPED:
-            raise ValueError(f"choose at most {MAX_SWAPPED} long-text models (with stock SDXL: three columns)")
+            raise ExplorerError(f"choose at most {MAX_SWAPPED} long-text models (with stock SDXL: three columns)")
         settings = GenerationSettings(
             prompt=prompt or "", negative=negative or "", models=models, stock=bool(stock),
             seeds=view.parse_seeds(seeds), steps=int(steps), size=int(size), guidance=float(guidance),
@@ -110,10 +122,10 @@ def poll(worker, key):
     saved = task.result if task.state == "done" else None
     if saved is None:
         return status_line(task), gr.update(), gr.update(), gr.update(), gr.update(), gr.Timer(active=False)
-    table = gr.update(value=None)
+    table = gr.update(value=None, visible=False)  # no scorer: no table, not an empty "1 2 3" one
     if saved.match is not None:
         headers, rows = view.match_table(saved.match, saved.seeds[0])
-        table = gr.update(value={"headers": headers, "data": rows},
+        table = gr.update(value={"headers": headers, "data": rows}, visible=True,
                           column_widths=view.match_widths(len(headers) - len(view.MATCH_HEADERS_FIXED) - 1))
     files = [str(saved.grid_path), str(saved.settings_path)]
     return status_line(task), saved.grid, view.reads_markdown(saved), table, files, gr.Timer(active=False)
@@ -182,16 +194,21 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
             cpu_offload = gr.Checkbox(False, label="model CPU offload")
             attention_slicing = gr.Checkbox(False, label="attention slicing")
             vae_tiling = gr.Checkbox(False, label="VAE tiling")
-    with gr.Row():
-        go = gr.Button("Generate", variant="primary", elem_id="generation-go")
+    ready = view.generate_reason(default_sdxl, default_config or "")
+    if access.public and ready:
+        ready = "This demo has no SDXL: Generate is off; the budgets above show what each encoder would read."
+    with gr.Row(equal_height=True):
+        go = gr.Button("Generate", variant="primary", elem_id="generation-go", interactive=not ready)
         stop = gr.Button("Cancel", elem_id="generation-cancel")
+        go_reason = gr.Markdown(ready, visible=bool(ready), elem_id="generation-go-reason")
     status = gr.Markdown("", elem_id="generation-status")
     grid = gr.Image(label="Rows: seeds · columns: stock, then each model", type="pil", elem_id="generation-grid",
                     interactive=False)
     reads = gr.Markdown("", elem_id="generation-reads")
+    # Shown once a generation has scores: an empty table would read as a result ("1 2 3").
     match = gr.Dataframe(label="How well each picture matches each sentence (higher is better; scores of one model "
                                "compare across pictures, not across models)", interactive=False, wrap=True,
-                         elem_id="generation-match")
+                         visible=False, elem_id="generation-match")
     files = gr.File(label="Grid (PNG) and settings (JSON: draws it again with explorer generate --settings)",
                     file_count="multiple", interactive=False, elem_id="generation-files")
     key = gr.State(None)
@@ -201,6 +218,8 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
     for box, api in ((sdxl, "sdxl_status"), (sdxl_config, "sdxl_config_status")):
         box.change(lambda *values: sdxl_status(access, *values), inputs=[sdxl, sdxl_config], outputs=sdxl_note,
                    show_progress="hidden", api_name=api)
+        box.change(lambda *values: generate_button(access, *values), inputs=[sdxl, sdxl_config],
+                   outputs=[go, go_reason], show_progress="hidden", api_visibility="undocumented")
     inputs = [sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size, guidance, layer, allow_cut,
               score_with, precision, cpu_offload, attention_slicing, vae_tiling]
     go.click(lambda *values: generate(access, worker, generator, *values), inputs=inputs, outputs=[key, status, timer],

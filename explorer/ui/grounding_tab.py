@@ -157,8 +157,13 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     defaults = zoo.default_names(2)
     examples = page_examples()
     first_picture, first_caption = (str(examples.first[0]), examples.first[1]) if examples.first else (None, "")
-    with gr.Row():
-        with gr.Column(scale=1):
+    # The inputs in one band across the page (picture | caption | models: the model picker above the fold),
+    # and the views under it at the page's whole width: four models' maps side by side need it.
+    # The caption is made first (the examples under the picture fill it) and set in its column below.
+    caption = gr.Textbox(label="Long caption", lines=5, max_lines=12, elem_id="grounding-caption",
+                         value=first_caption, info=access.budget.describe(), render=False)
+    with gr.Row(equal_height=False, elem_id="grounding-inputs"):
+        with gr.Column(scale=3, min_width=260):
             # A File input, not gr.Image: Gradio would decode an Image upload itself, before our
             # checks (corrupt files, 16-bit, decompression bombs) could say what is wrong.
             # The page opens on the first example (picture, caption, its token budget) and two models whose
@@ -168,20 +173,38 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
                             file_types=access.picture_types)
             picture, picture_text = describe(first_picture)
             preview = gr.Image(value=picture, label="Image", interactive=False, elem_id="grounding-preview",
-                               height=260)
+                               height=220)
             picture_note = gr.Markdown(picture_text, elem_id="image-note")
-            caption = gr.Textbox(label="Long caption", lines=6, elem_id="grounding-caption", value=first_caption,
-                                 info=access.budget.describe())
-            budget_view = gr.HighlightedText(value=[], label="Token budget", elem_id="token-budget",
-                                             show_legend=True, combine_adjacent=True)
+        with gr.Column(scale=5, min_width=380):
+            caption.render()
             budget_note = gr.Markdown("Counting tokens…", elem_id="token-summary")
-            table = gr.Dataframe(value=[], headers=SENTENCE_COLUMNS, interactive=False, wrap=True,
-                                 elem_id="sentence-table", max_height=260, column_widths=SENTENCE_WIDTHS,
-                                 label="Sentences: tok = its tokens; 77 / 248 = still read when CLIP / Long-CLIP "
-                                       "reads the whole caption", show_label=True)
+            with gr.Accordion("Token budget: what CLIP (77) and Long-CLIP (248) read of each sentence", open=False,
+                              elem_id="token-budget-panel"):
+                budget_view = gr.HighlightedText(value=[], label="Token budget", elem_id="token-budget",
+                                                 show_legend=True, combine_adjacent=True)
+                table = gr.Dataframe(value=[], headers=SENTENCE_COLUMNS, interactive=False, wrap=True,
+                                     elem_id="sentence-table", max_height=260, column_widths=SENTENCE_WIDTHS,
+                                     label="Sentences: tok = its tokens; 77 / 248 = still read when CLIP / "
+                                           "Long-CLIP reads the whole caption", show_label=True)
+            if examples.scenes:
+                gr.Examples([[str(p), c] for p, c in examples.scenes], inputs=[image, caption],
+                            label="Examples: synthetic scenes (the demo models' world; each carries its truth)",
+                            elem_id="scene-examples", example_labels=example_labels(examples.scenes),
+                            examples_per_page=4)
+            if examples.photos:
+                gr.Examples([[str(p), c] for p, c in examples.photos], inputs=[image, caption],
+                            label="Examples: photos (scikit-image)", elem_id="photo-examples",
+                            example_labels=example_labels(examples.photos), examples_per_page=4)
+                gr.Markdown(PHOTO_NOTE, elem_id="photo-note")
+            if examples.problem:  # names the folder it looked in: on a public page, not the server's path
+                gr.Markdown(scrub_paths(examples.problem) if access.public else examples.problem,
+                            elem_id="examples-note")
+        with gr.Column(scale=4, min_width=300):
+            # No max_choices: the browser would drop a fifth pick without a word; the server trims it and says so.
             models = gr.Dropdown(choices, value=defaults, multiselect=True,
-                                 max_choices=MAX_MODELS, label=f"Models (up to {MAX_MODELS}, compared row by row)",
+                                 label=f"Models (up to {MAX_MODELS}, compared side by side)",
                                  elem_id="grounding-model")
+            model_limit = gr.Markdown("", elem_id="model-limit-note")
             kinds = kind_choices(zoo, defaults, imported_method)
             kind = gr.Dropdown(kinds, value=NATIVE, label="Map kind (native: each model's own)",
                                elem_id="grounding-kind")
@@ -192,31 +215,20 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
             with gr.Accordion("Ground truth (optional): a label mask for mIoU and pointing game", open=False):
                 gr.Markdown("A single-channel PNG the size of the picture: pixel value *k* marks sentence *k* "
                             "(1-based), 0 nothing; a plain 0/255 mask applies to every sentence. The synthetic "
-                            "examples carry their own truth.")
+                            "examples carry their own truth. Pointing game: a *hit* when a map's peak pixel lies "
+                            "inside its sentence's truth mask.")
                 truth = gr.File(label="Label mask (PNG)", type="filepath", file_count="single",
                                 elem_id="grounding-truth", height=90, file_types=access.picture_types)
-            if examples.scenes:
-                gr.Examples([[str(p), c] for p, c in examples.scenes], inputs=[image, caption],
-                            label="Examples: synthetic scenes (the demo models' world; each carries its truth)")
-            if examples.photos:
-                gr.Examples([[str(p), c] for p, c in examples.photos], inputs=[image, caption],
-                            label="Examples: photos (scikit-image)")
-                gr.Markdown(PHOTO_NOTE, elem_id="photo-note")
-            if examples.problem:  # names the folder it looked in: on a public page, not the server's path
-                gr.Markdown(scrub_paths(examples.problem) if access.public else examples.problem,
-                            elem_id="examples-note")
             inputs = Inputs(image=image, caption=caption, models=models, kind=kind, dense_caption=dense_caption,
                             truth=truth)
             grounding_dataset_panel.build(access, inputs)
-        with gr.Column(scale=2):
-            with gr.Tabs():
-                with gr.Tab("Sentence maps", id="maps"):
-                    maps_tab.build(inputs, zoo, cache, access)
-                with gr.Tab("FLISM regions", id="regions"):
-                    regions_tab.build(inputs, zoo, cache, access)
-                with gr.Tab("PCA maps", id="pca"):
-                    pca_tab.build(inputs, zoo, cache, access)
-
+    with gr.Tabs():
+        with gr.Tab("Sentence maps", id="maps"):
+            maps_tab.build(inputs, zoo, cache, access)
+        with gr.Tab("FLISM regions", id="regions"):
+            regions_tab.build(inputs, zoo, cache, access)
+        with gr.Tab("PCA maps", id="pca"):
+            pca_tab.build(inputs, zoo, cache, access)
 
     def on_models(names, current):
         kinds = kind_choices(zoo, names)
@@ -225,6 +237,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
 
     caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table])
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
+    models.input(limit_models, inputs=models, outputs=[models, model_limit], show_progress="hidden")
     kind.change(kind_note, inputs=kind, outputs=kind_line, show_progress="hidden")
     image.change(describe, inputs=image, outputs=[preview, picture_note], **HEAVY)
 
@@ -238,6 +251,31 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     loads = [dict(fn=safe_budget, inputs=caption, outputs=[budget_view, budget_note, table]),
              dict(fn=models_load, inputs=[models, kind], outputs=[models, kind, model_note])]
     return inputs, loads
+
+
+EXAMPLE_LABEL_CHARACTERS = 90  # a caption's start, readable in the picture column
+
+
+def example_labels(pairs) -> list[str]:
+    """What an example button reads: the file's name and its caption's start."""
+    labels = []
+    for path, caption in pairs:
+        start = caption if len(caption) <= EXAMPLE_LABEL_CHARACTERS else \
+            caption[:EXAMPLE_LABEL_CHARACTERS].rsplit(" ", 1)[0] + "…"
+        name = path.stem.replace("synthetic-test-", "scene ")  # the held-out scenes' file names: scene 000000
+        labels.append(f"{name}: {start}")
+    return labels
+
+
+def limit_models(names):
+    """A pick past the limit: the first ``MAX_MODELS`` stay chosen and the page says what was left out (the
+    server checks the count again on every Draw)."""
+    names = [name for name in as_list(names) if isinstance(name, str)]
+    if len(names) <= MAX_MODELS:
+        return gr.update(), ""
+    left_out = ", ".join(names[MAX_MODELS:])
+    return (gr.update(value=names[:MAX_MODELS]),
+            f"**At most {MAX_MODELS} models** are compared at once: {left_out} was not added. Remove a model first.")
 
 
 def safe_budget(text):

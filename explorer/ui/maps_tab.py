@@ -1,10 +1,13 @@
-"""Sentence maps on the page: a row per model, Otsu masks, scores against ground truth, export.
+"""Sentence maps on the page: the maps board (a row per sentence, a column per model), Otsu masks,
+scores against ground truth, export.
 
 "Draw maps" runs the models (cached per model, picture, sentences and kind). Every other
 control re-renders the stored result: colour map, opacity, mask style, threshold, colour
-scale and page never run a model. Beside the strip, the focus view shows one sentence's maps
-large for every model (``views.focus_view``): picked by its row in the table, its panel in the
-strip, or its number. Every pick is checked on the server: a visitor may send any value.
+scale and page never run a model. Above the board, the focus view shows one sentence's maps
+large for every model (``views.focus_view``): picked by its row in the table, its panel on the
+board, or its number. A change to any input marks the board out of date and forgets the result
+(nothing stale is exported or focused). Every pick is checked on the server: a visitor may send
+any value.
 """
 
 from __future__ import annotations
@@ -12,18 +15,19 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
+from explorer.ui import maps_board
 from explorer.ui.examples import truth_dir
 from explorer.ui.messages import explain
 from explorer.ui.budget import HEAVY
-from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, export_view, loading_first
+from explorer.ui.view_controls import Inputs, as_list, base_settings, export_row, export_view, loading_first
 from explorer.views.focus_view import check_sentence, focus_figure
-from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps, render_maps
-from explorer.views.panels import compose, panel_at
+from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps
 from explorer.views.render import COLORMAPS
-from explorer.views.settings import MASK_MODES, SCALES, ViewSettings
+from explorer.views.settings import MASK_MODES, NATIVE, SCALES, ViewSettings
 from explorer.zoo import Zoo
 
 SCORE_COLUMNS = ["model", "#", "sentence", "threshold", "mask %", "tokens cut", "IoU", "pointing"]
+POINTING_HEADER = "pointing: hit when the map's peak pixel lies inside the truth mask"
 SCORE_WIDTHS = ["14%", "5%", "28%", "13%", "9%", "11%", "8%", "12%"]  # every column readable at 1280 px
 
 
@@ -37,7 +41,9 @@ def score_rows(view: MapsView, settings: ViewSettings) -> list[list]:
     rows = []
     for row in view.scores(settings.threshold):
         iou, hit = row.get("IoU"), row.get("pointing")
-        rows.append([row["model"], row["#"], row["sentence"], round(row["threshold"], 4), round(row["mask %"], 1),
+        flat = view.models[row["row"]].flat(row["#"] - 1)
+        rows.append([row["model"], row["#"], row["sentence"], round(row["threshold"], 4),
+                     "flat" if flat else round(row["mask %"], 1),
                      row["tokens cut"] or "", "" if iou is None else round(iou, 3),
                      "" if hit is None else ("hit" if hit else "miss")])
     return rows
@@ -55,6 +61,9 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
             for s in view.summary(settings.threshold) if s["miou"] is not None)
         lines.append(f"Ground truth from {view.truth.source} ({view.summary(settings.threshold)[0]['n']} sentence(s)): "
                      f"{summary}")
+    warning = view.synthetic_warning()
+    if warning:
+        lines.append(f"- **Warning:** {warning}")
     lines += [f"- {note}" for note in view.notes]
     lines += [f"- **{m.name}** ({m.kind}): {SAME_MAP_NOTE}: every sentence gets the same map"
               for m in view.models if m.same_for_every_sentence]
@@ -62,17 +71,17 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
 
 
 def draw(load, cache: MapCache, *values, budget=None):
-    """The "Draw maps" button: (view, settings, picture, status, scores, page slider). A failure leaves
+    """The "Draw maps" button: (view, settings, board, status, scores, page slider). A failure leaves
     only its message (the stored result is cleared, so nothing stale is exported)."""
     common, display = values[:6], values[6:]
     try:
         settings = ViewSettings(**base_settings("maps", *common, budget=budget), **display_settings(*display))
         view = compute_maps(load, settings, cache, truth_dir=truth_dir())  # the examples' scene truth
         settings.page = min(settings.page, view.pages(settings.per_page) - 1)
-        picture = compose(render_maps(view, settings, PREVIEW_SIDE))
+        board = maps_board.board_html(view, settings)
     except Exception as error:  # noqa: BLE001 - the page shows it and keeps serving
-        return None, None, None, explain(error), [], gr.update()
-    return view, settings, picture, status_text(view, settings), score_rows(view, settings), page_slider(view, settings)
+        return None, None, maps_board.empty_board(), explain(error), [], gr.update()
+    return view, settings, board, status_text(view, settings), score_rows(view, settings), page_slider(view, settings)
 
 
 def page_slider(view: MapsView, settings: ViewSettings):
@@ -82,7 +91,7 @@ def page_slider(view: MapsView, settings: ViewSettings):
 
 
 def rerender(view: MapsView | None, settings: ViewSettings | None, *display):
-    """Any display control: (settings, picture, status, scores, page slider) from the stored maps; no
+    """Any display control: (settings, board, status, scores, page slider) from the stored maps; no
     model runs."""
     if view is None or settings is None:
         return settings, gr.update(), gr.update(), gr.update(), gr.update()
@@ -90,33 +99,69 @@ def rerender(view: MapsView | None, settings: ViewSettings | None, *display):
         values = {**vars(settings), **display_settings(*display)}
         updated = ViewSettings(**values)
         updated.page = min(updated.page, view.pages(updated.per_page) - 1)
-        picture = compose(render_maps(view, updated, PREVIEW_SIDE))
+        board = maps_board.board_html(view, updated)
     except Exception as error:  # noqa: BLE001
         return settings, gr.update(), explain(error), gr.update(), gr.update()
-    return updated, picture, status_text(view, updated), score_rows(view, updated), page_slider(view, updated)
+    return updated, board, status_text(view, updated), score_rows(view, updated), page_slider(view, updated)
 
 
-FOCUS_HINT = ("**Focus**: pick a sentence (its row in the table below, its panel in the strip, or its number) to "
-              "see its map for every model at the picture's working size; hover to read the map's value, drag to "
-              "zoom.")
+def drawn_from(settings: ViewSettings, image, caption, models, kind, dense_caption, truth) -> bool:
+    """Whether the inputs as the page holds them now are those the stored maps were drawn from. A change
+    event can arrive after a Draw that already used its value (the queue runs them in turn), so the board is
+    marked by what differs, not by the event's arrival."""
+    try:
+        now = (str(image) if image else "", caption or "", as_list(models), kind or NATIVE, dense_caption or "",
+               str(truth) if truth else "")
+    except TypeError:  # a value no page sends (anyone may call the endpoint): treat it as a change
+        return False
+    drawn = (settings.image, settings.caption, settings.models, settings.kind, settings.dense_caption,
+             settings.truth)
+    return now == drawn
+
+
+def mark_stale(view: MapsView | None, settings: ViewSettings | None, *inputs):
+    """An input changed (picture, caption, models, kind, dense caption, truth): the board is dimmed under an
+    out-of-date line and the result is forgotten, so nothing stale is focused or exported; the focus number
+    resets (a new caption may have fewer sentences). ``inputs``: the page's inputs now (none: always out of
+    date). (view, settings, board, status, scores, focus #, focus plot, note)."""
+    unchanged = gr.update()
+    if view is None or settings is None:  # nothing drawn, or already marked: a Draw running now keeps its result
+        return unchanged, unchanged, unchanged, unchanged, unchanged, None, hidden_plot(), FOCUS_HINT
+    if inputs and drawn_from(settings, *inputs):  # a late event for what was drawn: the board is current
+        return view, settings, unchanged, unchanged, unchanged, unchanged, unchanged, unchanged
+    try:
+        board = maps_board.board_html(view, settings, stale=True)
+    except Exception:  # noqa: BLE001 - an out-of-date board is cleared rather than shown wrong
+        board = maps_board.empty_board(maps_board.STALE_NOTE)
+    status = f"**Out of date:** the inputs changed since the last Draw. {maps_board.STALE_NOTE.split('. ', 1)[1]}"
+    return None, None, board, status, [], None, hidden_plot(), FOCUS_HINT
+
+
+FOCUS_HINT = ("**Focus**: pick a sentence (click its map on the board below, its row in the table, or type its "
+              "number) to see it large for every model; hover to read the map's value, drag to zoom all of them.")
 
 
 def show_focus(view: MapsView | None, settings: ViewSettings | None, sentence):
-    """(plot, note) for ``sentence`` (0-based; anything a visitor sends is checked by ``check_sentence``)."""
+    """(plot, note) for ``sentence`` (0-based; anything a visitor sends is checked by ``check_sentence``).
+    The plot is shown only while it holds a sentence's maps."""
     if view is None or settings is None:
-        return None, "Draw the maps first, then pick a sentence."
+        return hidden_plot(), "Draw the maps first, then pick a sentence."
     try:
         i = check_sentence(view, sentence)
         figure = focus_figure(view, settings, i)
     except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
-        return None, explain(error)
-    return figure, f"**S{i + 1}** of {len(view.sentences)}: {view.sentences[i]}"
+        return hidden_plot(), explain(error)
+    return gr.update(value=figure, visible=True), f"**S{i + 1}** of {len(view.sentences)}: {view.sentences[i]}"
+
+
+def hidden_plot():
+    return gr.update(value=None, visible=False)
 
 
 def focus_by_number(view, settings, number):
     """The Sentence box: a number from 1 (the box sends a float, or anything at all); empty: the hint."""
     if number in (None, 0) and view is not None:  # an empty box (the page sends 0 for it): nothing picked yet
-        return None, FOCUS_HINT
+        return hidden_plot(), FOCUS_HINT
     if isinstance(number, (int, float)) and not isinstance(number, bool):
         number = number - 1
     return show_focus(view, settings, number)
@@ -135,22 +180,23 @@ def focus_from_table(view, settings, event: gr.SelectData = None):
     rows = view.scores(settings.threshold)
     row = index[0] if index else None
     if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(rows):
-        return gr.update(), None, "Pick a row of the table."
+        return gr.update(), hidden_plot(), "Pick a row of the table."
     sentence = rows[row]["#"] - 1
     return sentence + 1, *show_focus(view, settings, sentence)
 
 
-def focus_from_strip(view, settings, event: gr.SelectData = None):
-    """A click on the strip: the sentence of the panel under the pointer (none on a label or the picture)."""
-    index = _event_index(event)
+def focus_from_board(view, settings, event: gr.SelectData = None):
+    """A click on a panel of the board: its sentence. The page sends the panel's number (``index``) and
+    "<model>|<n>" (``value``); a visitor may send anything, so only a whole number the view has is taken."""
     if view is None or settings is None:
         return gr.update(), *show_focus(None, None, 0)
-    if not index or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6 for v in index):
-        return gr.update(), None, "Click a map in the strip."
-    panel = panel_at(render_maps(view, settings, PREVIEW_SIDE), float(index[0]), float(index[1]))
-    if panel is None or panel.sentence is None:
-        return gr.update(), None, "Click a sentence's map in the strip (not the picture or a label)."
-    return panel.sentence + 1, *show_focus(view, settings, panel.sentence)
+    index = getattr(event, "index", None)
+    if isinstance(index, float) and index.is_integer():
+        index = int(index)
+    if not isinstance(index, int) or isinstance(index, bool):
+        return gr.update(), hidden_plot(), "Click a sentence's map on the board."
+    figure, note = show_focus(view, settings, index - 1)
+    return (index if 1 <= index <= len(view.sentences) else gr.update()), figure, note
 
 
 def export_kinds(load, cache: MapCache, view, settings, sentence, *style, zoo_root=None, budget=None, public=False):
@@ -173,33 +219,34 @@ def export_kinds(load, cache: MapCache, view, settings, sentence, *style, zoo_ro
 
 
 def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
-    with gr.Row():
-        cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map", elem_id="maps-cmap")
-        opacity = gr.Slider(0.0, 1.0, value=0.55, step=0.05, label="Opacity", elem_id="maps-opacity")
-        scale = gr.Radio(list(SCALES), value="map", label="Colour scale (per map, per model, shared)",
-                         elem_id="maps-scale")
-    with gr.Row():
-        mask = gr.Radio(list(MASK_MODES), value="contour", label="Mask", elem_id="maps-mask")
-        otsu = gr.Checkbox(value=True, label="Otsu threshold", elem_id="maps-otsu")
-        threshold = gr.Slider(0.0, 1.0, value=0.5, step=0.01, label="Manual threshold (fraction of each map's range)",
-                              elem_id="maps-threshold")
-    with gr.Row():
-        per_page = gr.Slider(1, 12, value=8, step=1, label="Sentences per page", elem_id="maps-per-page")
-        page = gr.Slider(1, 2, value=1, step=1, label="Page", visible=False, elem_id="maps-page")
-    run = gr.Button("Draw maps", variant="primary", elem_id="grounding-run")
+    with gr.Row(equal_height=True):
+        run = gr.Button("Draw maps", variant="primary", elem_id="grounding-run", scale=1)
+        per_page = gr.Slider(1, 12, value=8, step=1, label="Sentences per page", elem_id="maps-per-page", scale=1)
+        page = gr.Slider(1, 2, value=1, step=1, label="Page", visible=False, elem_id="maps-page", scale=1)
     status = gr.Markdown("Pick an image, a caption and up to 4 models, then **Draw maps**.", elem_id="grounding-status")
-    # The label goes above the picture, not over it: on the picture it would hide the first row's model name.
-    gr.Markdown("**Maps**: a row per model, a panel per sentence.", elem_id="maps-grid-label")
-    picture = gr.Image(interactive=False, elem_id="maps-grid", format="png", show_label=False)
-    # The focus view, right under the strip and as wide: the strip stays the overview at its size, and one
-    # sentence's maps get the whole width (two models: about 430 px each at a 1400 px window).
+    # Display controls re-render the stored maps (no model runs); folded so the board starts high on the page.
+    with gr.Accordion("Display: colour map, opacity, mask, threshold, colour scale", open=False,
+                      elem_id="maps-display"):
+        with gr.Row():
+            cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map", elem_id="maps-cmap")
+            opacity = gr.Slider(0.0, 1.0, value=0.55, step=0.05, label="Opacity", elem_id="maps-opacity")
+            scale = gr.Radio(list(SCALES), value="map", label="Colour scale (per map, per model, shared)",
+                             elem_id="maps-scale")
+        with gr.Row():
+            mask = gr.Radio(list(MASK_MODES), value="contour", label="Mask", elem_id="maps-mask")
+            otsu = gr.Checkbox(value=True, label="Otsu threshold", elem_id="maps-otsu")
+            threshold = gr.Slider(0.0, 1.0, value=0.5, step=0.01,
+                                  label="Manual threshold (fraction of each map's range)", elem_id="maps-threshold")
+    # The focus view above the board: a click on a panel opens it here (the page scrolls to it).
     with gr.Row(equal_height=True):
         focus_note = gr.Markdown(FOCUS_HINT, elem_id="maps-focus-note")
         focus_sentence = gr.Number(value=None, precision=0, label="Sentence # (0: none; Enter)", scale=0,
                                    min_width=160, elem_id="maps-focus-sentence")
-    focus = gr.Plot(elem_id="maps-focus", show_label=False)
+    focus = gr.Plot(elem_id="maps-focus", show_label=False, visible=False)
+    board = gr.HTML(maps_board.empty_board(), elem_id=maps_board.ELEM_ID, css_template=maps_board.CSS,
+                    js_on_load=maps_board.JS_ON_LOAD, apply_default_css=False)
     scores = gr.Dataframe(headers=SCORE_COLUMNS, interactive=False, wrap=True, elem_id="maps-scores",
-                          max_height=320, column_widths=SCORE_WIDTHS)
+                          max_height=320, column_widths=SCORE_WIDTHS, label=POINTING_HEADER, show_label=True)
     view_state, settings_state = gr.State(None), gr.State(None)
     row = export_row("maps", view_state, settings_state, zoo, access)
     budget, public = (access.budget, access.public) if access is not None else (None, False)
@@ -214,7 +261,7 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     drawn = run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values, budget=budget), status_at=3,
                                     n_outputs=6),
                       inputs=inputs.components() + display,
-                      outputs=[view_state, settings_state, picture, status, scores, page], api_name="draw_maps",
+                      outputs=[view_state, settings_state, board, status, scores, page], api_name="draw_maps",
                       **HEAVY)
     # A new drawing or a display change redraws the focused sentence (if one is picked) from the stored maps.
     focus_again = dict(fn=focus_by_number, inputs=[view_state, settings_state, focus_sentence],
@@ -222,13 +269,20 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     drawn.then(**focus_again)
     scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
                   api_name="focus_table", **HEAVY)
-    picture.select(focus_from_strip, inputs=[view_state, settings_state],
-                   outputs=[focus_sentence, focus, focus_note], api_name="focus_strip", **HEAVY)
+    board.select(focus_from_board, inputs=[view_state, settings_state],
+                 outputs=[focus_sentence, focus, focus_note], api_name="focus_board", **HEAVY)
     focus_sentence.submit(**focus_again, api_name="focus_sentence")
     for control in display:
         # A slider re-renders on "input" (a drag, or a number typed in its box and Enter) with only
         # the latest value kept while one is running; other controls on "change".
         event = control.input if isinstance(control, gr.Slider) else control.change
         event(rerender, inputs=[view_state, settings_state, *display],
-              outputs=[settings_state, picture, status, scores, page], api_name=f"rerender_maps_{control.elem_id}",
+              outputs=[settings_state, board, status, scores, page], api_name=f"rerender_maps_{control.elem_id}",
               trigger_mode="always_last", **HEAVY).then(**focus_again)
+    # Any input that changes what a Draw would compute makes the board out of date until the next Draw.
+    for component in inputs.components():
+        # Not in the HEAVY group: it encodes nothing (the board is memoised), so a keystroke never waits
+        # behind a Draw, nor counts against the visitor's heavy requests.
+        component.change(mark_stale, inputs=[view_state, settings_state, *inputs.components()],
+                         outputs=[view_state, settings_state, board, status, scores, focus_sentence, focus, focus_note],
+                         show_progress="hidden", trigger_mode="always_last")

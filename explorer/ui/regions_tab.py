@@ -93,7 +93,11 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
                        label="Sentences by region (the ids on the picture)", column_widths=KEY_WIDTHS)
     table = gr.Dataframe(headers=MATCH_COLUMNS, interactive=False, wrap=True, elem_id="regions-table",
                          max_height=320, label="Best region per sentence", column_widths=MATCH_WIDTHS)
-    plot = gr.Plot(label="Sentence x region similarity", elem_id="regions-plot")
+    # As for the picture: Gradio draws a plot's label over its top-left corner, where it hid the first
+    # model's heat-map title; a line above the plot says it instead.
+    gr.Markdown("**Sentence x region similarity**, a heat map per model (hover a cell: its sentence, region and "
+                "cosine).", elem_id="regions-plot-label")
+    plot = gr.Plot(show_label=False, elem_id="regions-plot")
     view_state, settings_state = gr.State(None), gr.State(None)
     export_row("regions", view_state, settings_state, zoo, access)
 

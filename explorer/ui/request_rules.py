@@ -32,6 +32,7 @@ GRADIO_ERROR = "the page could not read this request (a value of the wrong type 
 
 TEXT_OUTPUTS = (gr.Markdown, gr.Textbox, gr.HTML, gr.Dataframe, gr.HighlightedText, gr.Label, gr.JSON)
 # An absolute path: "/" then at least one "folder/" (not a URL's path, nor "77 / 248", nor "km/h").
+_DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]+")
 _SERVER_PATH = re.compile(r"(?<![\w:/.~=-])/(?:[^\s/`'\"<>()\[\]]+/)+[^\s/`'\"<>()\[\],;*]*")
 
 
@@ -63,9 +64,14 @@ def first_long_text(values, limit: int) -> str | None:
 
 
 def scrub_paths(value):
-    """``value`` (a text, or lists, tuples and dicts of them) with every absolute path cut to its last part."""
+    """``value`` (a text, or lists, tuples and dicts of them) with every absolute path cut to its last part.
+    Pictures inlined as data URIs (the maps board's) are left whole: base64 has slashes, not paths."""
     if isinstance(value, str):
-        return _SERVER_PATH.sub(lambda m: PurePosixPath(m.group()).name or "…", value)
+        pieces, start = [], 0
+        for inline in _DATA_URI.finditer(value):
+            pieces += [_scrub_text(value[start:inline.start()]), inline.group()]
+            start = inline.end()
+        return "".join(pieces) + _scrub_text(value[start:])
     if isinstance(value, (list, tuple)):
         return type(value)(scrub_paths(inner) for inner in value)
     if isinstance(value, dict):
@@ -73,6 +79,10 @@ def scrub_paths(value):
     if hasattr(value, "map") and hasattr(value, "columns"):  # a pandas DataFrame
         return value.map(lambda cell: scrub_paths(cell) if isinstance(cell, str) else cell)
     return value
+
+
+def _scrub_text(text: str) -> str:
+    return _SERVER_PATH.sub(lambda m: PurePosixPath(m.group()).name or "…", text)
 
 
 def scrub_outputs(result, texts: set[int], n_outputs: int):

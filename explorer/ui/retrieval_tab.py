@@ -147,9 +147,10 @@ def column_updates(found) -> list:
         one = found[i]
         pictures = one.result is None or one.result.direction == "t2i"
         header = view.header_line(one) if one.result is not None else f"**{one.name}**: {explain(one.error)}"
+        shown = one.result is not None  # no empty 420 px box under a model that has no result
         updates += [gr.update(visible=True), header,
-                    gr.update(value=view.gallery_items(one), visible=pictures),
-                    gr.update(value=view.caption_rows(one), visible=not pictures)]
+                    gr.update(value=view.gallery_items(one), visible=shown and pictures),
+                    gr.update(value=view.caption_rows(one), visible=shown and not pictures)]
     return updates
 
 
@@ -160,11 +161,10 @@ def run_search(access: Access, load, indexer: Indexer, choice, folder, split, na
         found = view.search(load, as_list(names), dataset, query, k, indexer)
     except Exception as error:  # noqa: BLE001
         return [explain(error), *[gr.update() for _ in range(4 * MAX_MODELS)]]
-    missing = [one.name for one in found if one.result is None]
     kind = "text" if isinstance(query, str) else f"picture #{query}" if isinstance(query, int) else "your picture"
     status = f"Top {int(k)} for the {kind} on {dataset.layout} ({dataset.split}), {len(dataset.images)} pictures."
-    if missing:
-        status += f" No result from {', '.join(missing)}: see its column."
+    # Why a model has no result is said here, under the search buttons, not only in its column far below.
+    status += "".join(f"\n- {view.header_line(one)}" for one in found if one.result is None)
     return [status, *column_updates(found)]
 
 
@@ -174,7 +174,7 @@ def search_text(access: Access, load, indexer, choice, folder, split, names, tex
 
 def search_number(access: Access, load, indexer, choice, folder, split, names, number, k) -> list:
     if number is None:
-        return [explain(ValueError("Give the number of a dataset picture (or click one).")),
+        return [explain(ExplorerError("Give the number of a dataset picture (or click one).")),
                 *[gr.update() for _ in range(4 * MAX_MODELS)]]
     return run_search(access, load, indexer, choice, folder, split, names, int(number), k)
 
@@ -306,6 +306,8 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
             with gr.Row():
                 index_button = gr.Button("Index", variant="primary", elem_id="retrieval-index")
                 stop_button = gr.Button("Stop indexing", elem_id="retrieval-stop", visible=not access.public)
+            # Under its button: the timer rewrites the index status every second, which would hide it there.
+            stop_note = gr.Markdown(elem_id="retrieval-stop-note")
             index_note = gr.Markdown(status_markdown([]), elem_id="retrieval-index-status")
         with gr.Column(scale=2):
             text = gr.Textbox(label="Text query", lines=3, elem_id="retrieval-text",
@@ -314,17 +316,19 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                 text_button = gr.Button("Search with the text", variant="primary", elem_id="retrieval-search-text")
                 k = gr.Slider(1, 50, value=10, step=1, label="k (results per model)", elem_id="retrieval-k")
             with gr.Row():
+                # Tall enough for the whole drop box ("Drop File Here - or - Click to Upload"); at 90 px it was cut.
                 upload = gr.File(label="…or a picture file (PNG, JPEG, WebP...)", type="filepath", file_count="single",
-                                 elem_id="retrieval-query-image", height=90, file_types=access.picture_types)
+                                 elem_id="retrieval-query-image", height=150, file_types=access.picture_types)
                 number = gr.Number(label="…or dataset picture #", precision=0, minimum=0, value=0,
                                    elem_id="retrieval-picture-number")
             with gr.Row():
                 file_button = gr.Button("Search with the file", elem_id="retrieval-search-file")
                 number_button = gr.Button("Search with picture #", elem_id="retrieval-search-picture")
                 caption_button = gr.Button("Its caption as the text query", elem_id="retrieval-use-caption")
+            # The search's message sits under the buttons that caused it and above the pictures, in view.
+            status = gr.Markdown(elem_id="retrieval-status")
             query_gallery = gr.Gallery(label="Dataset pictures: click one to search with it", columns=10, height=200,
                                        allow_preview=False, elem_id="retrieval-query-gallery")
-    status = gr.Markdown(elem_id="retrieval-status")
     columns = []
     with gr.Row(equal_height=False):
         for i in range(MAX_MODELS):
@@ -376,7 +380,7 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                        outputs=[tasks, index_note, timer], api_name="retrieval_index", **HEAVY)
     timer.tick(lambda current: poll(indexer, current), inputs=tasks, outputs=[index_note, timer],
                show_progress="hidden")
-    stop_button.click(lambda current: stop_indexing(access, indexer, current), inputs=tasks, outputs=status)
+    stop_button.click(lambda current: stop_indexing(access, indexer, current), inputs=tasks, outputs=stop_note)
 
     results = [status, *columns]
     by_text, by_number, by_file = ([*where, models, query, k] for query in (text, number, upload))

@@ -150,8 +150,10 @@ def export_view(view, settings: ViewSettings | None, fmt: str, preset: str = DEF
                 zoo_root: str | Path | None = None, budget: Budget | None = None,
                 public: bool = False) -> tuple[list[str] | None, str]:
     """Write the figure, its settings JSON and copies of its inputs; (files for download, message). The
-    exports folder is kept to ``budget``; a public page's message names the files, not the server's folders."""
-    from explorer.views.pipeline import bundle_inputs, write_figure
+    exports folder is kept to ``budget``; a public page's message names the files, not the server's folders.
+    A venue's page height may put sentences on more pages (a column): the message says which went where."""
+    from explorer.views.figure_pages import write_figure_pages
+    from explorer.views.pipeline import bundle_inputs
 
     if view is None or settings is None:
         return None, "**Cannot do that:** draw the view first, then export it."
@@ -159,19 +161,23 @@ def export_view(view, settings: ViewSettings | None, fmt: str, preset: str = DEF
         fmt, style = figure_choices(fmt, preset, font, width, header, annotate)
         with export_folder(budget) as folder:
             settings = bundle_inputs(view, ViewSettings(**{**vars(settings), **style}), folder)
-            figure, settings_file = write_figure(view, settings, folder / f"{settings.view}.{fmt}")
+            written = write_figure_pages(view, settings, folder / f"{settings.view}.{fmt}")
     except Exception as error:  # noqa: BLE001 - the page says what went wrong and keeps serving
         return None, explain(error)
+    figure, settings_file = written.figure, written.settings_file
+    files = [str(path) for path in written.files] + [str(settings_file)]
+    names = ", ".join(f"**{path.name}**" for path in written.files)
+    pages = "".join(f" {line[0].upper()}{line[1:]}." for line in written.lines)
     if public:
-        return [str(figure), str(settings_file)], (
-            f"Wrote **{figure.name}** ({settings.figure_width:g} in wide, {settings.font}) and "
-            f"**{settings_file.name}**: download them below. "
+        return files, (
+            f"Wrote {names} ({settings.figure_width:g} in wide, {settings.font}) and "
+            f"**{settings_file.name}**: download them below.{pages} "
             f"The same figure from a shell: `explorer figure replay {settings_file.name}` in the folder you save "
             "them to, with the same models.")
     zoo = f" --checkpoints {Path(zoo_root).resolve()}" if zoo_root else ""
-    return [str(figure), str(settings_file)], (
-        f"Wrote **{figure.name}** ({settings.figure_width:g} in wide, {settings.font}) with its settings and inputs "
-        f"in `{folder}`. The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
+    return files, (
+        f"Wrote {names} ({settings.figure_width:g} in wide, {settings.font}) with its settings and inputs "
+        f"in `{folder}`.{pages} The same figure from the shell: `explorer{zoo} figure replay {settings_file}`")
 
 
 @dataclass

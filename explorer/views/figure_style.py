@@ -5,7 +5,8 @@ PDF and PS embed TrueType (Type 42) fonts, never Type 3 (IEEE PDF eXpress refuse
 keeps its text as ``<text>`` so it can be edited in Inkscape or Illustrator. ``cm`` is matplotlib's own
 Computer Modern (``cmr10``), so a figure matches a LaTeX paper with no TeX install.
 
-A preset is a width (and, for slides, a height) with the font size meant for it; text is measured
+A preset is a width (and, for slides, a height; for a column, the most a page may be tall) with the font
+size meant for it; text is measured
 with the font it is drawn in (``Measure``), so the layout wraps and cuts it at its final size.
 """
 
@@ -30,10 +31,13 @@ class Preset:
     width: float  # inches
     height: float | None  # inches; None: as tall as the content
     font_size: float  # points, for labels; notes under panels are one point smaller
+    max_height: float | None = None  # inches a page may take at most (a taller figure goes on more pages)
 
 
-# A single column (3.3 in: IEEE, CVPR, ACM), a full page width (6.9 in), a 16:9 slide (13.3 x 7.5 in).
-PRESETS = {"column": Preset(3.3, None, 8.0), "page": Preset(6.9, None, 8.0), "slide": Preset(13.3, 7.5, 14.0)}
+# A single column (3.3 in: IEEE, CVPR, ACM; at most 4.5 in tall a page, so it sits in a column beside its
+# text), a full page width (6.9 in), a 16:9 slide (13.3 x 7.5 in).
+PRESETS = {"column": Preset(3.3, None, 8.0, 4.5), "page": Preset(6.9, None, 8.0),
+           "slide": Preset(13.3, 7.5, 14.0)}
 DEFAULT_PRESET = "page"
 
 # Each family is a list: a glyph the first font lacks (cmr10 has ASCII only) is taken from the next one,
@@ -57,6 +61,7 @@ class FigureStyle:
     header: str = "sentence"
     annotate: str = "scores"
     header_lines: int = HEADER_LINES
+    max_height: float | None = None  # a page's most inches: the maps go on more pages, panels shrink a little
 
     @property
     def small(self) -> float:
@@ -84,11 +89,12 @@ def resolve_style(preset: str = DEFAULT_PRESET, width: float | None = None, font
                   header_lines: int = HEADER_LINES) -> FigureStyle:
     """The preset's width, height and font size, each overridden when given."""
     chosen = PRESETS[preset]
-    # A width given by hand drops the slide's fixed height: the figure is then as tall as its content.
+    # A width given by hand drops the slide's fixed height: the figure is then as tall as its content. A
+    # column's most height a page stays: it is the venue's, whatever the width.
     height = chosen.height if width is None else None
     return FigureStyle(width=chosen.width if width is None else float(width), height=height, font=font,
                        font_size=chosen.font_size if font_size is None else float(font_size), header=header,
-                       annotate=annotate, header_lines=header_lines)
+                       annotate=annotate, header_lines=header_lines, max_height=chosen.max_height)
 
 
 def rc_params(font: str, font_size: float) -> dict:

@@ -6,8 +6,9 @@ width) is a ``FigureStyle`` (``figure_style``). The layout is computed in inches
 text measured in the font and size it is drawn in, so the figure is as wide as asked with no
 padding, text is never scaled after layout, nothing overlaps and nothing leaves the page: a header
 too long for its column is wrapped, then cut with an ellipsis; a figure too narrow for its columns
-wraps them into bands, the picture repeated in each. Files are byte-for-byte reproducible (no dates
-in PDF/SVG, fixed SVG ids).
+wraps them into bands, the picture repeated in each. A venue with a most height a page (a column) gets
+its panels shrunk a little, and a view split across pages (``split_pages``, ``save_pages``: pages of one
+PDF, or numbered PNG/SVG files). Files are byte-for-byte reproducible (no dates in PDF/SVG, fixed SVG ids).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class FigureError(ExplorerError, ValueError):
 
 FORMATS = (".png", ".pdf", ".svg")
 MIN_PANEL = 0.25  # inches: below this a panel is a smudge
+MIN_PAGE_PANEL = 0.55  # inches: panels shrink to fit a page's most height no further (more pages, not smaller maps)
 NARROW = 4.0  # inches: a figure this narrow (a column) puts its row labels above the rows
 MIN_MATRIX = 1.2  # inches for a similarity matrix with its labels and colour bar
 HEADER_EMS = 5.5  # a column headed by a sentence is at least this many ems wide, else the columns wrap into bands
@@ -42,6 +44,7 @@ PAD = 0.03  # inches between a text and the panel it belongs to
 NOTE_LINES = 3  # the note under a panel is cut past this many lines
 BODY_LINES = 9  # a text cell (a retrieved caption) is cut past this many lines
 TITLE_LINES = 3  # a line across the figure (a query, a sentence) is cut past this many lines
+LABEL_LINES = 8  # a row label beside its row (a sentence) is cut past this many lines
 TEXT_CELL_EDGE = "#b0b0b0"
 # Fixed metadata: no creation dates, so the same settings give the same bytes.
 METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None, "Producer": None}, ".svg": {"Date": None}}
@@ -92,6 +95,7 @@ class Layout:
     bands: list[list[int]]  # the columns of each band, in order
     width: float = 0.0  # of the content (the figure's width, unless a slide's panels were shrunk to fit)
     labels_on_top: bool = False  # a label column would break a model's name: each label goes above its row
+    inset: float = 0.0  # panels shrunk to a page's height keep the width for text, and sit centred in it
 
     @property
     def columns(self) -> int:
@@ -135,27 +139,99 @@ def build_figure(grid: PanelGrid, style: FigureStyle | float | None = None) -> F
 
 
 def fitted_plan(grid: PanelGrid, style: FigureStyle) -> Plan:
-    """The plan at the style's width; on a slide (a fixed height) the panels shrink until it fits."""
+    """The plan at the style's width; on a slide (a fixed height) the panels shrink until it fits; under a
+    venue's most height a page they shrink down to ``MIN_PAGE_PANEL`` (``split_pages`` puts fewer sentences on a
+    page), and a page that does not fit even so is as tall as it takes."""
     layout = plan(grid, style)
     full = make_plan(grid, layout)
-    if style.height is None or full.height <= style.height:
+    limit = style.height or style.max_height
+    if limit is None or full.height <= limit:
         return full
-    # Narrower panels may wrap their notes onto more lines, so the height is not monotone in the panel
-    # width: try widths from the widest down, and take the first that fits.
-    steps = 48
-    for step in range(1, steps + 1):
-        panel = layout.panel - (layout.panel - MIN_PANEL) * step / steps
-        candidate = make_plan(grid, _with_panel(layout, panel))
-        if candidate.height <= style.height:
-            return candidate
+    least = MIN_PANEL if style.height else min(layout.panel, MIN_PAGE_PANEL)
+    shrunk = _shrunk_plan(grid, layout, limit, least, keep_width=style.height is None)
+    if shrunk is not None:
+        return shrunk
+    if style.height is None:
+        return make_plan(grid, _with_panel(layout, least, keep_width=True))
     raise FigureError(f"the figure does not fit on a {style.width:g} x {style.height:g} in slide: show fewer "
                       "sentences or models, or give --width to let it grow taller")
 
 
-def _with_panel(layout: Layout, panel: float) -> Layout:
+def _shrunk_plan(grid: PanelGrid, layout: Layout, limit: float, least: float, keep_width: bool) -> Plan | None:
+    """The plan with the widest panels (down to ``least`` inches) that is at most ``limit`` inches tall; with
+    ``keep_width`` texts keep the figure's width (a slide's content shrinks with its panels, and is centred)."""
+    # Narrower panels may wrap their notes onto more lines, so the height is not monotone in the panel
+    # width: try widths from the widest down, and take the first that fits.
+    steps = 48
+    for step in range(1, steps + 1):
+        panel = layout.panel - (layout.panel - least) * step / steps
+        candidate = make_plan(grid, _with_panel(layout, panel, keep_width))
+        if candidate.height <= limit:
+            return candidate
+    return None
+
+
+def figure_height(grid: PanelGrid, style: FigureStyle) -> float:
+    """Inches the figure of ``grid`` takes in ``style`` (a slide's fixed height, else its content's)."""
+    return style.height or fitted_plan(grid, style).height
+
+
+def split_pages(count: int, grid_of: Callable[[list[int]], PanelGrid], style: FigureStyle) -> list[list[int]]:
+    """Items ``0..count-1`` (a view's sentences) in the fewest pages that each fit the style's most height
+    (``fitted_plan``), as evenly as their number allows; ``grid_of`` draws a page of them. When none fits, the
+    split with the lowest pages (the caller says they are too tall). One page when the style has no such height."""
+    if style.max_height is None or count < 2:
+        return [list(range(count))]
+    lowest, least_height = even_pages(count, count), math.inf
+    for number in range(1, count + 1):
+        pages = even_pages(count, number)
+        height = max(fitted_plan(grid_of(page), style).height for page in pages)
+        if height <= style.max_height:
+            return pages
+        if height < least_height:
+            lowest, least_height = pages, height
+    return lowest
+
+
+def even_pages(count: int, pages: int) -> list[list[int]]:
+    """``0..count-1`` in ``pages`` pages (at most ``count``), their sizes differing by one at most."""
+    pages = max(1, min(pages, count))
+    size, extra = divmod(count, pages)
+    bounds = [0]
+    for page in range(pages):
+        bounds.append(bounds[-1] + size + (page < extra))
+    return [list(range(start, end)) for start, end in zip(bounds, bounds[1:])]
+
+
+def page_file(out: Path, page: int) -> Path:
+    """Where page ``page`` (from 1) of a PNG or SVG figure goes: ``out`` itself, then maps-2.png, maps-3.png..."""
+    return out if page == 1 else out.with_name(f"{out.stem}-{page}{out.suffix}")
+
+
+def save_pages(grids: list[PanelGrid], out: str | Path, dpi: int = 300, style: FigureStyle | None = None) -> list[Path]:
+    """Each grid a page: the pages of one PDF (``out``), or one PNG/SVG file each (``page_file``); the files
+    written. One grid is ``save_figure``'s file."""
+    out = check_format(out)
+    style = style or as_style(None)
+    if len(grids) == 1 or out.suffix.lower() != ".pdf":
+        return [save_figure(grid, page_file(out, n), dpi=dpi, style=style) for n, grid in enumerate(grids, 1)]
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    for grid in grids:
+        _check_grid(grid)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with figure_style(style), PdfPages(out, metadata=METADATA[".pdf"]) as pdf:
+        for grid in grids:
+            pdf.savefig(build_figure(grid, style), dpi=dpi)
+    return [out]
+
+
+def _with_panel(layout: Layout, panel: float, keep_width: bool = False) -> Layout:
     columns = layout.columns
     width = layout.label + columns * panel + GAP * (columns - 1) + layout.matrix
-    return Layout(layout.style, layout.label, panel, layout.matrix, layout.bands, width, layout.labels_on_top)
+    inset = (layout.width - width) / 2 if keep_width else 0.0
+    return Layout(layout.style, layout.label, panel, layout.matrix, layout.bands,
+                  layout.width if keep_width else width, layout.labels_on_top, inset)
 
 
 def panel_pixels(grid: PanelGrid, style: FigureStyle | float | None, dpi: int) -> int:
@@ -243,10 +319,15 @@ def make_plan(grid: PanelGrid, layout: Layout) -> Plan:
             label = grid.row_labels[r] if r < len(grid.row_labels) else ""
             if title:
                 result.blocks.append(_title_block(title, layout, gap_above=bool(r) or b > 0))
-            if layout.labels_on_top and label.strip():  # above the headers, so each header sits on its column
+            # Short headers (names, kinds) head the grid, each row's label below them; sentence headers stay on
+            # their columns, the first row's label above them.
+            heads_first = grid.headers and r == 0 and not any(header.text for header in grid.headers)
+            if heads_first:
+                result.blocks.append(_header_block(grid, layout, band))
+            if layout.labels_on_top and label.strip():
                 result.blocks.append(_title_block(", ".join(label.split("\n")), layout, gap_above=False))
                 label = ""
-            if grid.headers and r == 0:
+            if grid.headers and r == 0 and not heads_first:
                 result.blocks.append(_header_block(grid, layout, band))
             extra = grid.extras[r] if r < len(grid.extras) else None
             cells = [row[c] if c < len(row) else None for c in band]
@@ -267,7 +348,7 @@ def _nothing(fig, top, left, height) -> None:
 
 def _x(layout: Layout, column: int) -> float:
     """The left edge of the ``column``-th panel of a band, from the content's left edge."""
-    return layout.label + column * (layout.panel + GAP)
+    return layout.label + layout.inset + column * (layout.panel + GAP)
 
 
 def header_lines(header, layout: Layout) -> list[str]:
@@ -275,7 +356,7 @@ def header_lines(header, layout: Layout) -> list[str]:
     measure = style.measure()
     if style.header == "sentence" and header.text:
         return measure.wrap(header.text, layout.panel, style.header_lines)
-    return measure.wrap(header.label, layout.panel, 2) if header.label else []
+    return [piece for line in header.label.split("\n") for piece in measure.wrap(line, layout.panel, 2)]
 
 
 def _header_block(grid: PanelGrid, layout: Layout, band: list[int]) -> Block:
@@ -349,6 +430,9 @@ def _row_block(cells: list[Panel | None], layout: Layout, label: str, matrix, ti
     heights = [_cell_height(cell, layout) for cell in cells]
     below = [small.height(len(lines)) + PAD if lines else 0.0 for lines in notes]
     label_lines = [piece for line in label.split("\n") for piece in measure.wrap(line, layout.label - 2 * GAP)]
+    if len(label_lines) > LABEL_LINES:
+        label_lines = label_lines[:LABEL_LINES - 1] + [measure.ellipsis(label_lines[LABEL_LINES - 1],
+                                                                         layout.label - 2 * GAP)]
     body = max([h + n for h, n in zip(heights, below)] + [measure.height(len(label_lines))])
     row_height = title_height + body
 
@@ -490,4 +574,5 @@ def _draw_matrix(fig, layout: Layout, matrix, top: float, row_height: float, hei
     bar.ax.yaxis.set_major_locator(_ticks())
 
 
-__all__ = ["FigureError", "as_style", "build_figure", "check_format", "panel_pixels", "plan", "save_figure"]
+__all__ = ["FigureError", "as_style", "build_figure", "check_format", "figure_height", "page_file", "panel_pixels",
+           "plan", "save_figure", "save_pages", "split_pages"]

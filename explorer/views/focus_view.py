@@ -1,9 +1,10 @@
 """One sentence's maps, large: a plotly image per model side by side, to zoom into and read values from.
 
-The strip of the maps view shows every sentence small; this shows the one picked at the working size
+The maps board shows every sentence at panel size; this shows the one picked at the working size
 of the picture, with the map's value under the pointer (plotly's hover), the Otsu contour (white)
-and, when the truth is known, the truth's outline (green dashed) on top. The map is drawn from the
-same stored result as the strip (``MapsView``): no model runs here.
+and, when the truth is known, the truth's outline (green dashed) on top; zoom and pan are linked
+across the models. The map is drawn from the same stored result as the board (``MapsView``): no
+model runs here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from explorer.views.render import overlay
 from explorer.views.settings import ViewSettings
 
 HOVER_SIDE = 256  # map values sent to the browser per side at most (the hover reads them; the picture is full size)
-PLOT_WIDTH = 880  # pixels the page gives the plot at a 1400 px window: the height follows, so maps fill it
+PLOT_WIDTH = 1200  # pixels the page gives the plot at a 1400 px window: the height follows, so maps fill it
 TRUTH_COLOUR = "#00e676"
 TURBO = "Turbo"
 PLOTLY_SCALES = {"turbo": "Turbo", "viridis": "Viridis", "jet": "Jet"}
@@ -67,8 +68,9 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
 
     i = check_sentence(view, sentence)
     width, height = view.picture.size
-    titles = [f"{m.name} ({m.kind})" for m in view.models]
-    figure = make_subplots(rows=1, cols=len(view.models), subplot_titles=titles, horizontal_spacing=0.03)
+    # Two lines per title (name, then kind): four side by side stay apart and readable.
+    titles = [f"<b>{m.name}</b><br>{m.kind}" + (" · flat map" if m.flat(i) else "") for m in view.models]
+    figure = make_subplots(rows=1, cols=len(view.models), subplot_titles=titles, horizontal_spacing=0.02)
     truth = None
     if view.truth is not None and i < len(view.truth.masks) and view.truth.masks[i] is not None:
         truth = _outline_xy(np.asarray(view.truth.masks[i]))
@@ -82,7 +84,7 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
         high = float(values.max()) if high is None else high
         mask = model.masks(settings.threshold)[i]
         pixels = np.asarray(overlay(view.picture, values, settings.cmap, settings.opacity, low, high))
-        if settings.mask != "none":
+        if settings.mask != "none" and not model.flat(i):  # a constant map has no mask to outline
             pixels = draw_contour(pixels, outline(mask))
         figure.add_trace(go.Image(source=_data_uri(pixels), hoverinfo="skip"), row=1, col=column)
         # The values, invisible, on the same pixels: the hover reads them (a shrunk copy for a large picture).
@@ -97,17 +99,21 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
             figure.add_trace(go.Scatter(x=truth[0], y=truth[1], mode="lines", name="truth",
                                         line=dict(color=TRUTH_COLOUR, width=2, dash="dash"), hoverinfo="skip",
                                         showlegend=m == 0), row=1, col=column)
-        figure.update_xaxes(range=[-0.5, width - 0.5], showticklabels=False, row=1, col=column)
-        anchor = "x" if column == 1 else f"x{column}"  # square pixels
-        figure.update_yaxes(range=[height - 0.5, -0.5], showticklabels=False, scaleanchor=anchor, row=1, col=column)
+        # Zoom and pan are linked: every panel's axes match the first's, whose pixels are square.
+        linked = {} if column == 1 else {"matches": "x"}
+        figure.update_xaxes(range=[-0.5, width - 0.5], showticklabels=False, row=1, col=column, **linked)
+        linked = {"scaleanchor": "x"} if column == 1 else {"matches": "y"}
+        figure.update_yaxes(range=[height - 0.5, -0.5], showticklabels=False, row=1, col=column, **linked)
     threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of the range"
     side = PLOT_WIDTH / len(view.models) * height / width
-    figure.update_layout(height=int(min(720, max(260, side + 90))), margin=dict(l=10, r=10, t=40, b=40),
+    figure.update_layout(height=int(min(720, max(280, side + 110))), margin=dict(l=10, r=10, t=60, b=40),
                          hovermode="closest", legend=dict(orientation="h", y=-0.02),
                          annotations=list(figure.layout.annotations) + [dict(
                              text=f"white: the {threshold} mask's outline" + (", green: the truth" if truth else ""),
                              showarrow=False, xref="paper", yref="paper", x=0, y=-0.06, xanchor="left",
-                             font=dict(size=11))])
+                             font=dict(size=12))])
+    for title in figure.layout.annotations[:len(view.models)]:
+        title.font = dict(size=13)
     return figure
 
 

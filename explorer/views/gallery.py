@@ -28,8 +28,9 @@ def gallery_settings(inputs: Path, scenes: list[tuple[Path, str]]) -> dict[str, 
     truth = str(inputs / "truth")
     common = dict(image=str(first), caption=caption, truth_dir=truth, dpi=DPI)
     return {
+        # as the gallery's maps.png was drawn (a sentence per column); maps-column.pdf shows the page's layout
         "maps": ViewSettings(view="maps", models=["demo-mulclip", "demo-flair", "demo-clip-base"], per_page=4,
-                             **common),
+                             layout="models-as-rows", **common),
         "regions": ViewSettings(view="regions", models=["demo-flair"], detector="felzenszwalb", **common),
         "pca": ViewSettings(view="pca", models=["demo-clip-base", "demo-caft"], images=[str(second)],
                             image=str(first), dpi=DPI),

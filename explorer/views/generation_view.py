@@ -166,6 +166,20 @@ def sdxl_line(path, config="") -> str:
     return f"SDXL base at `{source.path}`{stock}."
 
 
+def generate_reason(path, config="") -> str:
+    """Why Generate is off, in a line beside it ("" when SDXL base at ``path`` is usable). The full
+    reason is the line under the SDXL field (``sdxl_line``); this one says where to look."""
+    from explorer.generation.sdxl_source import SdxlError, check_source
+
+    try:
+        check_source(path, config or None)
+    except SdxlError:
+        if not path:
+            return "Generate is off: no SDXL base is set (the SDXL field above, `--sdxl` or `$EXPLORER_SDXL`)."
+        return "Generate is off: the SDXL base above cannot be used (its line says why)."
+    return ""
+
+
 def submit_generation(worker, generator, settings, score_with: str | None, new_folder):
     """Queue one generation on the shared worker; returns its task. Settings are checked first, so a bad
     request is refused at once, not after the queue. ``new_folder()`` makes the folder the result is

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -21,9 +21,9 @@ from explorer.evaluation.grounding_eval import native_kind
 from explorer.grounding.masks import otsu_masks
 from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
 from explorer.models.map_kinds import BEST_EXPLAINER, GENERIC_MAP
-from explorer.views.panels import (Colorbar, Header, PanelGrid, fit_size, map_panels, outline, picture_panel,
+from explorer.views.panels import (Colorbar, Header, Panel, PanelGrid, fit_size, map_panels, outline, picture_panel,
                                    resize_maps, resize_masks)
-from explorer.views.settings import NATIVE, ViewSettings
+from explorer.views.settings import MODELS_AS_ROWS, NATIVE, ViewSettings
 
 if TYPE_CHECKING:  # the page is built before torch is imported
     from explorer.models.model import Model
@@ -53,6 +53,8 @@ def resolve_kind(model: Model, wanted: str) -> tuple[str, str | None]:
 
 
 SAME_MAP_NOTE = "this map does not depend on the sentence"
+FLAT_NOTE = "flat map (constant): points at nothing"
+FLAT_TOLERANCE = 1e-6  # a map whose range is below this fraction of its magnitude is constant
 MEMO_SIZE = 16  # display variants kept per model (thresholds x sizes): enough for slider work, bounded
 DISPLAY_MEMO = "display variants of one view"  # each open view's memo: the memory panel sums them
 MEMO_BYTES = 32 * MB  # per view: a display size of 60 maps at 256 px is 16 MB
@@ -73,6 +75,7 @@ class ModelMaps:
     name: str
     result: GroundingResult
     trained: bool = True
+    synthetic_only: bool = False  # a demo model: trained on the synthetic shapes only
     _memo: BoundedCache = field(default_factory=display_memo, repr=False)
 
     @property
@@ -92,6 +95,13 @@ class ModelMaps:
     @property
     def kind(self) -> str:
         return self.result.maps.kind
+
+    def flat(self, sentence: int) -> bool:
+        """Whether a sentence's map is constant (e.g. Grad-CAM with no positive gradient: all zero): it points
+        at nothing, so views label it as flat instead of drawing a mask of nothing (or of everything)."""
+        values = self.maps[sentence]
+        spread = float(values.max() - values.min())
+        return spread <= FLAT_TOLERANCE * max(1.0, float(np.abs(values).max()))
 
     def thresholds(self, fraction: float | None) -> np.ndarray:
         """[M] thresholds in map units: Otsu's (None) or ``fraction`` of each map's own range."""
@@ -130,6 +140,16 @@ class MapsView:
     truth_file: Path | None = None  # where that truth was read from (a label mask, or a scene's .npz)
     notes: list[str] = field(default_factory=list)
     _memo: BoundedCache = field(default_factory=display_memo, repr=False)
+
+    def synthetic_warning(self) -> str | None:
+        """A line for demo models drawn on a picture without truth (a photo, most likely): they were trained
+        on synthetic shapes only, so what they light up there says nothing about the picture."""
+        demo = [m.name for m in self.models if m.synthetic_only]
+        if not demo or self.truth is not None:
+            return None
+        return (f"{', '.join(demo)} {'was' if len(demo) == 1 else 'were'} trained on synthetic shapes only: on a "
+                "picture outside that world (no truth is known for this one) their maps mean nothing; add a real "
+                "checkpoint to read a photo.")
 
     def picture_at(self, size: tuple[int, int]):
         """The picture at a panel's size (memoised)."""
@@ -208,7 +228,8 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
                         dense_caption=settings.dense_caption)
         notes.extend(n for n in result.notes if n not in notes)
         picture, sentences = result.image, result.maps.sentences
-        models.append(ModelMaps(name=model.name, result=result, trained=model.trained))
+        models.append(ModelMaps(name=model.name, result=result, trained=model.trained,
+                                synthetic_only=getattr(model, "synthetic_only", False)))
     truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir, working.original_size)
     if truth is not None:
         notes.extend(truth.notes)
@@ -243,27 +264,91 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
     return found, truth.truth_path(picture, truth_dir)
 
 
-def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None) -> PanelGrid:
-    """The current page as panels: the picture, then one overlay per sentence, a row per model.
+def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None,
+                sentences: Sequence[int] | None = None) -> PanelGrid:
+    """The current page as panels: the picture (unless ``settings.picture`` is off), then one overlay per
+    sentence, a row per model (the page's composite; ``render_maps_figure`` follows ``settings.layout``).
 
     ``side`` shrinks every panel to at most that many pixels (the page's preview); None keeps
-    the working resolution (figures).
+    the working resolution (figures). ``sentences`` (0-based) replaces the settings' page of sentences.
     """
     size = fit_size(view.picture.size, side)
+    indices = _shown(view, settings, sentences)
+    cells = _map_cells(view, settings, size, indices)
+    summaries = _summaries(view, settings)
+    first = [Header("")] if settings.picture else []
+    headers = first + [header for i in indices for header in _sentence_headers(view, settings, i)]
+    rows = [_picture_cells(view, settings, size) + [panel for i in indices for panel in cells[m][i]]
+            for m in range(len(view.models))]
+    labels = [f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED")
+              + (f"\n{SAME_MAP_NOTE}" if model.same_for_every_sentence else "") + summaries.get(m, "")
+              for m, model in enumerate(view.models)]
+    return PanelGrid(rows=rows, row_labels=labels, colorbar=_colorbar(view, settings), headers=headers,
+                     repeat=len(first))
+
+
+def render_maps_figure(view: MapsView, settings: ViewSettings, side: int | None = None,
+                       sentences: Sequence[int] | None = None) -> PanelGrid:
+    """The maps as ``settings.layout`` lays them out (figures and exports): a row per sentence, or per model."""
+    if settings.layout == MODELS_AS_ROWS:
+        return render_maps(view, settings, side, sentences)
+    return render_sentence_rows(view, settings, side, sentences)
+
+
+def render_sentence_rows(view: MapsView, settings: ViewSettings, side: int | None = None,
+                         sentences: Sequence[int] | None = None) -> PanelGrid:
+    """A row per sentence labelled with its number and text (S1.. and a legend with ``header`` number), a
+    column per model headed by its name and map kind (two with ``mask`` both), the picture first."""
+    size = fit_size(view.picture.size, side)
+    indices = _shown(view, settings, sentences)
+    cells = _map_cells(view, settings, size, indices)
+    summaries = _summaries(view, settings)
+    headers = [Header("")] if settings.picture else []
+    for m, model in enumerate(view.models):
+        headers.append(Header(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED")
+                              + summaries.get(m, "")))
+        if settings.mask == "both":
+            headers.append(Header("mask"))
+    rows = [_picture_cells(view, settings, size) + [panel for m in range(len(view.models)) for panel in cells[m][i]]
+            for i in indices]
+    numbered = settings.header == "number"
+    labels = [f"S{i + 1}" if numbered else f"{i + 1}. {view.sentences[i]}" for i in indices]
+    notes = [f"S{i + 1}: {view.sentences[i]}" for i in indices] if numbered else []
+    notes += [f"{model.name}: {SAME_MAP_NOTE}." for model in view.models if model.same_for_every_sentence]
+    return PanelGrid(rows=rows, row_labels=labels, colorbar=_colorbar(view, settings), headers=headers,
+                     caption=" ".join(notes), repeat=1 if settings.picture else 0)
+
+
+def _shown(view: MapsView, settings: ViewSettings, sentences: Sequence[int] | None) -> list[int]:
+    """The sentences drawn: those asked for, else the settings' page of them."""
+    if sentences is None:
+        return list(view.page_indices(settings.page, settings.per_page))
+    return [i for i in sentences if 0 <= i < len(view.sentences)]
+
+
+def _picture_cells(view: MapsView, settings: ViewSettings, size: tuple[int, int]) -> list:
+    return [picture_panel(view.picture_at(size), "image")] if settings.picture else []
+
+
+def _summaries(view: MapsView, settings: ViewSettings) -> dict[int, str]:
+    """Per model row, its mIoU and pointing game as extra label lines (none without truth)."""
+    return {s["row"]: f"\nmIoU {s['miou']:.2f}" + ("" if s["pointing"] is None else
+                                                   f"\npointing {100 * s['pointing']:.0f}%")
+            for s in view.summary(settings.threshold) if s["miou"] is not None}
+
+
+def _map_cells(view: MapsView, settings: ViewSettings, size: tuple[int, int], indices: list[int]) -> list[dict]:
+    """Per model, per sentence: its panels (the overlay, and the mask beside it with ``mask`` both), each
+    with its title and the note a figure prints under it."""
     base = view.picture_at(size)
-    indices = view.page_indices(settings.page, settings.per_page)
     scored = {(r["row"], r["#"] - 1): r for r in view.scores(settings.threshold)} if view.truth else {}
-    summaries = {s["row"]: f"\nmIoU {s['miou']:.2f}" + ("" if s["pointing"] is None else
-                                                           f"\npointing {100 * s['pointing']:.0f}%")
-                 for s in view.summary(settings.threshold) if s["miou"] is not None}
-    rows, labels = [], []
-    headers = [Header("")] + [header for i in indices for header in _sentence_headers(view, settings, i)]
+    cells = []
     for m, model in enumerate(view.models):
         maps = model.resized(size)
         thresholds = model.thresholds(settings.threshold)
         masks = model.display_masks(settings.threshold, size) if settings.mask != "none" else None
-        row = [picture_panel(base, "image")]
         low, high = view.colour_range(settings.scale, m)
+        row = {}
         for i in indices:
             title = f"S{i + 1} · t={thresholds[i]:.3g}"
             cut = model.result.maps.n_cut[i]
@@ -275,16 +360,18 @@ def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None)
                 iou = score_note(score["IoU"], score["pointing"])
                 title += " · " + iou.replace(", ", " · ")
                 scores = f"{iou}, {scores}" if scores else iou
-            panels = map_panels(base, maps[i], None if masks is None else masks[i], settings, low, high,
+            flat = model.flat(i)
+            if flat:  # a constant map: no mask to draw, and the note says why
+                title, scores = f"S{i + 1} · flat map", FLAT_NOTE + (f", {scores}" if scores else "")
+            panels = map_panels(base, maps[i], None if masks is None or flat else masks[i], settings, low, high,
                                 title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask")
+            if flat and settings.mask == "both":  # keep the columns: an empty cell where its mask would be
+                panels.append(Panel(None, f"S{i + 1} mask", view.sentences[i]))
             for panel in panels:  # what a figure prints under it, by --annotate
                 panel.scores, panel.details, panel.sentence = scores, f"t={thresholds[i]:.3g}", i
-            row.extend(panels)
-        rows.append(row)
-        labels.append(f"{model.name}\n{model.kind}" + ("" if model.trained else "\nUNTRAINED")
-                      + (f"\n{SAME_MAP_NOTE}" if model.same_for_every_sentence else "") + summaries.get(m, ""))
-    colorbar = _colorbar(view, settings)
-    return PanelGrid(rows=rows, row_labels=labels, colorbar=colorbar, headers=headers, repeat=1)
+            row[i] = panels
+        cells.append(row)
+    return cells
 
 
 def score_note(iou: float, hit: bool | None) -> str:
@@ -309,4 +396,5 @@ def _colorbar(view: MapsView, settings: ViewSettings) -> Colorbar | None:
     return Colorbar(settings.cmap, 0.0, 1.0, "map value, normalised per " + settings.scale)
 
 
-__all__ = ["MapsView", "ModelMaps", "compute_maps", "render_maps", "resolve_kind"]
+__all__ = ["MapsView", "ModelMaps", "compute_maps", "render_maps", "render_maps_figure", "render_sentence_rows",
+           "resolve_kind"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from explorer.grounding.sentence_maps import MapCache
 from explorer.views.kinds_view import KindsView, compute_kinds, render_kinds
-from explorer.views.maps_view import Loader, MapsView, compute_maps, render_maps
+from explorer.views.maps_view import Loader, MapsView, compute_maps, render_maps_figure
 from explorer.views.panels import PanelGrid
 from explorer.views.pca_view import PcaView, compute_pca, render_pca
 from explorer.views.regions_view import RegionsView, compute_regions, render_regions
@@ -35,8 +35,8 @@ def compute_view(load: Loader, settings: ViewSettings, cache: MapCache | None = 
 
 def render_view(view: View, settings: ViewSettings, side: int | None = None) -> PanelGrid:
     """Panels from display settings only; no model runs here."""
-    if isinstance(view, MapsView):
-        return render_maps(view, settings, side)
+    if isinstance(view, MapsView):  # as settings.layout lays them out
+        return render_maps_figure(view, settings, side)
     if isinstance(view, RegionsView):
         return render_regions(view, settings, side)
     if isinstance(view, KindsView):
@@ -50,22 +50,13 @@ def render_view(view: View, settings: ViewSettings, side: int | None = None) -> 
 
 def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[Path, Path]:
     """The view as a figure (``out``'s suffix picks PDF/SVG/PNG; width and dpi from the settings) and
-    its settings beside it (``out``.json).
-
-    Panels are drawn at the size they print at (panel width x dpi), so one-pixel mask outlines
-    stay whole in the file instead of being thinned out by resampling.
+    its settings beside it (``out``.json): (the first file, the settings file). A venue's page height may
+    put sentences on more pages (``figure_pages.write_figure_pages`` says which).
     """
-    from explorer.views.figures import panel_pixels, save_figure
+    from explorer.views.figure_pages import write_figure_pages
 
-    style = settings.style()
-    grid = render_view(view, settings)
-    side = panel_pixels(grid, style, settings.dpi)
-    if side < max(max(p.pixels.shape[:2]) for row in grid.rows for p in row if p.pixels is not None):
-        grid = render_view(view, settings, side)
-    figure = save_figure(grid, out, dpi=settings.dpi, style=style)
-    settings_file = figure.with_name(figure.name + ".json")
-    settings_file.write_text(settings.to_json())
-    return figure, settings_file
+    written = write_figure_pages(view, settings, out)
+    return written.figure, written.settings_file
 
 
 KEPT_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif", ".npz")

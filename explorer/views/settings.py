@@ -24,6 +24,9 @@ PCA_SOURCES = ("features", "attention")
 PCA_FITS = ("joint", "per-model", "per-image")  # one basis for all panels, per model row, or per panel
 NATIVE = "native"  # each model's own first map kind (generic when it has none)
 MAX_MODELS = 4
+# the sentence maps' figure: a row per sentence and a column per model (the page's), or today's transpose
+SENTENCES_AS_ROWS, MODELS_AS_ROWS = "sentences-as-rows", "models-as-rows"
+LAYOUTS = (SENTENCES_AS_ROWS, MODELS_AS_ROWS)
 
 
 class SettingsError(ExplorerError):
@@ -48,6 +51,8 @@ class ViewSettings:
     per_page: int = 8
     truth: str = ""  # an uploaded label mask (file path)
     truth_dir: str = ""  # where scene truth is looked up by the picture's pixels (default: the examples')
+    layout: str = SENTENCES_AS_ROWS  # a row per sentence (the page's) or per model
+    picture: bool = True  # the plain picture's column beside the maps
     # FLISM regions
     detector: str = ""  # a local YOLOS directory, or "felzenszwalb"; empty: $EXPLORER_DETECTOR if set
     # PCA maps
@@ -81,6 +86,7 @@ class ViewSettings:
         _one_of("cmap", self.cmap, COLORMAPS)
         _one_of("mask", self.mask, MASK_MODES)
         _one_of("scale", self.scale, SCALES)
+        _one_of("layout", self.layout, LAYOUTS)
         _one_of("pca_source", self.pca_source, PCA_SOURCES)
         _one_of("pca_fit", self.pca_fit, PCA_FITS)
         _one_of("direction", self.direction, DIRECTIONS)
@@ -138,6 +144,7 @@ class ViewSettings:
             raise SettingsError(f"cannot read the settings file {path}: {error}") from error
         if not isinstance(data, dict):
             raise SettingsError(f"{path} does not hold a settings object")
+        data.setdefault("layout", MODELS_AS_ROWS)  # a file from before layouts was drawn so: replayed as drawn
         return cls.from_dict(relative_to(data, Path(path).resolve().parent))
 
 
@@ -168,6 +175,8 @@ def _check_types(settings: ViewSettings) -> None:
             ok = isinstance(value, str)
         elif expected == "list[str]":
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        elif expected == "bool":
+            ok = isinstance(value, bool)
         elif expected == "int":
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif expected == "float":

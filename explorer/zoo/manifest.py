@@ -127,4 +127,4 @@ def load_manifest(manifest: Manifest, device: str = "auto", precision: str = "fp
                                     overrides=manifest.resolved_options(),
                                     allow_pickle=manifest.allow_pickle)
     return Model(method, name=manifest.name, report=report, device=device, precision=precision,
-                 trained=manifest.trained)
+                 trained=manifest.trained, synthetic_only=manifest.is_demo)
