@@ -24,15 +24,28 @@ FOUR = ["demo-mulclip", "demo-clip-base", "demo-caft", "demo-flair"]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
-def serve(port: int):
-    """The owner's page on the checkout's zoo; returns the app (close it when done)."""
+def zoo_copy(folder: Path) -> Path:
+    """The checkout's manifests, pointing at its weights, in ``folder``: the Jobs tab's run joins this copy,
+    never the checkout's zoo."""
+    from explorer.zoo import Manifest, Zoo
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for manifest in Zoo(ROOT / "checkpoints").manifests():
+        fields = {k: v for k, v in vars(manifest).items() if k != "path"}
+        Manifest(**{**fields, "weights": manifest.display_weights(), "options": manifest.resolved_options()}).write(
+            folder / f"{manifest.name}.json")
+    return folder
+
+
+def serve(port: int, home: Path):
+    """The owner's page on a copy of the checkout's zoo; returns the app (close it when done)."""
     from explorer.ui.access import Access
     from explorer.ui.app import build_app, page_options
     from explorer.ui.startup import start_page
     from explorer.zoo import Zoo
 
-    zoo_root = ROOT / "checkpoints"
-    access = Access.for_app(zoo_root, allow_roots=[zoo_root])
+    zoo_root = zoo_copy(Path(home) / "zoo")
+    access = Access.for_app(zoo_root, allow_roots=[ROOT / "checkpoints"])
     app = build_app(Zoo(zoo_root), access=access)
     app.queue()
     start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
@@ -132,7 +145,7 @@ def main(argv=None) -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    app = serve(port)
+    app = serve(port, Path(home))
     from playwright.sync_api import sync_playwright
 
     try:
