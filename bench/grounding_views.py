@@ -37,6 +37,7 @@ from grounding_latency import SENTENCES, picture  # noqa: E402  (the same kitche
 
 import explorer  # noqa: E402
 from explorer.grounding.sentence_maps import MapCache  # noqa: E402
+from explorer.ui.maps_board import board_html  # noqa: E402  (what the page shows)
 from explorer.models.methods import get_method  # noqa: E402
 from explorer.ui.view_controls import PREVIEW_SIDE  # noqa: E402
 from explorer.views.maps_view import compute_maps, render_maps  # noqa: E402
@@ -78,7 +79,7 @@ def first_draw_large(args) -> int:
 
     files = large_files(args.folder)
     work = Path(tempfile.mkdtemp(prefix="explorer-bench-large-"))
-    zoo = Zoo(work / "zoo")
+    zoo = Zoo(work / "zoo", precision=args.precision)
     names = [zoo.add(path, name=f"{name}-L14").name for name, path in files.items()]
     image = work / "kitchen.png"
     picture(args.side).save(image)
@@ -90,19 +91,39 @@ def first_draw_large(args) -> int:
         zoo.load(name)
         loads[name] = time.perf_counter() - began
     began = time.perf_counter()
-    view = compute_maps(zoo.load, settings, MapCache(), truth_dir=work / "no-truth")
-    compose(render_maps(view, settings, PREVIEW_SIDE))
+    cache = MapCache()
+    view = compute_maps(zoo.load, settings, cache, truth_dir=work / "no-truth")
+    board_html(view, settings)
     maps = time.perf_counter() - began
     total = time.perf_counter() - start
+    # the same picture, another caption: the image features are reused where the kind allows
+    again = ViewSettings(**{**vars(settings), "caption": " ".join(SENTENCES[args.sentences:2 * args.sentences])
+                            or "A different caption. It names other things."})
+    began = time.perf_counter()
+    board_html(compute_maps(zoo.load, again, cache, truth_dir=work / "no-truth"), again)
+    caption_change = time.perf_counter() - began
+    resident = _resident_gb()
     sizes = {name: files[name.removesuffix("-L14")].stat().st_size / 1e9 for name in names}
+    precision = zoo.load(names[0]).precision
     print(f"first Draw, four ViT-L/14 models from files: CPU, {torch.get_num_threads()} threads, picture {args.side} px, "
-          f"{args.sentences} sentences (files in {args.folder}: page cache warm after the first write)")
+          f"{args.sentences} sentences, precision {args.precision} -> {precision} "
+          f"(files in {args.folder}: page cache warm after the first write)")
     for name in names:
         print(f"  load {name:14s} ({sizes[name]:.2f} GB file)  {loads[name]:6.2f} s")
     kinds = ", ".join(f"{m.name}: {m.kind}" for m in view.models)
     print(f"  maps of 4 models + preview      {maps:6.2f} s   ({kinds})")
     print(f"  first Draw in all               {total:6.2f} s")
+    print(f"  caption change, same picture    {caption_change:6.2f} s")
+    print(f"  resident memory, 4 models held  {resident:6.2f} GB")
     return 0
+
+
+def _resident_gb() -> float:
+    """This process's resident memory now (Linux /proc), in GB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1e6
+    return float("nan")
 
 
 def count_forwards(models) -> list[int]:
@@ -138,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="base: four ViT-B/16 built in code; large: four ViT-L/14 loaded from files")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/explorer-views-large"),
                         help="where --size large writes its files (once)")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="fp32",
+                        help="--size large: what the four models compute in (the page's default is auto)")
     args = parser.parse_args(argv)
     if args.size == "large":
         return first_draw_large(args)

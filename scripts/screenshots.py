@@ -91,7 +91,7 @@ def one_view(page, out: Path, tab: str, prefix: str, done: str, name: str) -> No
     page.get_by_role("tab", name=tab).click()
     page.locator(f"#{prefix}-run").click()
     expect(page.locator(f"#{prefix}-status")).to_contain_text(done, timeout=180_000)
-    page.locator(f"#{prefix}-run").scroll_into_view_if_needed()
+    page.evaluate(f"document.getElementById('{prefix}-run').scrollIntoView({{block: 'start'}})")  # the results
     page.wait_for_timeout(800)
     page.screenshot(path=str(out / name))
 

@@ -87,3 +87,20 @@ def poll(condition, timeout: float = 180.0, what: str = "the condition"):
 def wait_for():
     """``wait_for(condition, timeout=180, what=...)``: ``poll``, for a run process to get somewhere."""
     return poll
+
+
+@pytest.fixture
+def app_command(monkeypatch, tmp_path):
+    """``explorer app ...`` parsed and checked but not served: (run(*flags) -> exit code, the keywords it would
+    launch the page with)."""
+    from explorer import cli
+    from explorer.ui import app as app_module
+
+    seen = {}
+    monkeypatch.setattr(app_module, "launch", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
+
+    def run(*flags) -> int:
+        return cli.main(["app", "--checkpoints", str(tmp_path / "zoo"), *flags])
+
+    return run, seen

@@ -45,14 +45,27 @@ def page(app_url):  # noqa: F811 - the fixture imported from test_browser
 
 
 def choose_exactly(page, names) -> None:
-    """Set the model box to ``names`` (one by one, as a person picks them)."""
+    """Set the model box to ``names`` (one by one, as a person picks them). On two busy cores a pick can be
+    lost while the page is still re-rendering the box, so the chosen tokens are read back and a lost pick
+    is made again (3 tries)."""
     box = page.locator("#grounding-model")
-    clear = box.locator(".remove-all")
-    if clear.count():
-        clear.click()
-    for name in names:
-        pick(page, name)
-    page.keyboard.press("Escape")
+    for _ in range(3):
+        clear = box.locator(".remove-all")
+        if clear.count():
+            clear.click()
+        for name in names:
+            pick(page, name)
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
+        if chosen(page) == list(names):
+            return
+    assert chosen(page) == list(names), chosen(page)
+
+
+def chosen(page) -> list[str]:
+    """The names in the model box, in order (each token reads "name · method · maps: ...")."""
+    tokens = page.locator("#grounding-model .token span").all_inner_texts()
+    return [token.split(" · ")[0].strip() for token in tokens]
 
 
 def pick(page, name) -> None:

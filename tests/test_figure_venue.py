@@ -171,6 +171,27 @@ def test_a_page_that_cannot_fit_says_so(zoo, tmp_path, capsys):
     assert f"tall.pdf, page 1 is {pages[0][1]:.2f} in tall, over the column preset's 4.5 in" in err
 
 
+def test_a_later_page_of_sentences_splits_into_its_own_sentences(load, tmp_path, monkeypatch):  # noqa: F811
+    """The page's export of its second page of sentences (5-7): the column pages hold those, and say so."""
+    from explorer.views import figures
+    from explorer.views.figure_pages import write_figure_pages
+
+    tall = tmp_path / "tall.png"  # a portrait picture: two sentences' rows fill a column page
+    Image.fromarray((np.random.default_rng(1).random((96, 40, 3)) * 255).astype(np.uint8)).save(tall)
+    chosen = ViewSettings(image=str(tall), caption=CAPTION, models=["clip", "caft"], per_page=4, page=1,
+                          preset="column")
+    view = compute_maps(load, chosen, MapCache(), truth_dir=tmp_path / "truth")
+    drawn = []
+    save = figures.save_pages
+    monkeypatch.setattr(figures, "save_pages", lambda grids, *a, **k: drawn.extend(grids) or save(grids, *a, **k))
+    written = write_figure_pages(view, chosen, tmp_path / "maps.pdf")
+    pages = [[int(label.split(".")[0]) for label in grid.row_labels] for grid in drawn]  # the rows' numbers
+    assert len(pages) > 1 and sum(pages, []) == [5, 6, 7]  # the second page of sentences, in order, each once
+    lines = moved("\n".join(written.pages))  # numbered as the rows are
+    assert [(first, last) for first, last, _ in lines] == [(rows[0], rows[-1]) for rows in pages[1:]]
+    assert [where for *_, where in lines] == [f"page {n} of maps.pdf" for n in range(2, len(drawn) + 1)]
+
+
 def test_pages_are_as_even_as_their_count_allows():
     assert even_pages(7, 3) == [[0, 1, 2], [3, 4], [5, 6]]
     assert even_pages(6, 4) == [[0, 1], [2, 3], [4], [5]] and even_pages(2, 5) == [[0], [1]]

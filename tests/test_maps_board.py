@@ -3,7 +3,10 @@ scores as page text, flat maps named, the out-of-date marking, the model limit a
 
 from __future__ import annotations
 
+import base64
+import io
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +17,7 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.ui import grounding_tab, maps_board, maps_tab
 from explorer.views.focus_view import focus_figure
 from explorer.views.maps_view import FLAT_NOTE, compute_maps, render_maps
+from explorer.views.render import overlay
 from explorer.views.settings import ViewSettings
 from explorer.zoo import Zoo
 
@@ -58,8 +62,47 @@ def test_a_row_per_sentence_a_column_per_model_and_scores_as_text(zoo, photo, ha
     flair_two = board.split('data-map-panel="demo-flair|2"')[1].split("</figure>")[0]
     assert re.search(r"IoU \d\.\d\d", flair_two) and re.search(r'class="mb-(hit|miss)"', flair_two)
     assert "IoU" not in board.split('data-map-panel="demo-flair|3"')[1].split("</figure>")[0]  # no truth there
+    for row in view.scores(settings.threshold):  # each label says what the scores say
+        label = board.split(f'data-map-panel="{row["model"]}|{row["#"]}"')[1].split("</figure>")[0]
+        if row.get("pointing") is not None:
+            assert f"IoU {row['IoU']:.2f}" in label and f'class="mb-{"hit" if row["pointing"] else "miss"}"' in label
+    assert "data-pointing-note" not in draw(zoo, photo)[2]  # no truth: nothing to explain
     assert "peak pixel" in board and 'data-stale="false"' in board
+    heads = {name: board.split(f'data-map-model="{name}"')[1].split("</div>")[0] for name in ("tiny-untrained",
+                                                                                            "demo-flair")}
+    assert all(re.search(r"mIoU \d\.\d\d · pointing \d+%", head) for head in heads.values())  # per model, with truth
+    assert "UNTRAINED" in heads["tiny-untrained"] and "UNTRAINED" not in heads["demo-flair"]
     assert board.count("<img") == 1 + 6  # the plain picture once, then a map per panel
+
+
+def test_the_status_line_and_the_headers_say_what_the_models_computed_in(zoo, photo):
+    from explorer.models.precision import cpu_has_native_bf16
+
+    view, settings, board, status, *_ = draw(zoo, photo)
+    assert "computed in fp32" in status and settings.precision == "fp32"
+    auto = Zoo(zoo.root, precision="auto")
+    view, settings, board, status, *_ = draw(auto, photo)
+    ran = "bf16" if cpu_has_native_bf16() else "fp32"
+    assert f"computed in {ran}" in status and settings.precision == ran
+    assert f"· {ran}</span>" in board  # each column's header
+
+
+def test_each_display_setting_draws_its_own_board(zoo, photo):
+    """The board is memoised per display setting: a change of any of them is a board of its own."""
+    view, settings, board, *_ = draw(zoo, photo)
+
+    def shown(cmap="turbo", opacity=0.5, mask="contour", otsu=True, threshold=0.5, scale="map"):
+        return maps_tab.rerender(view, settings, cmap, opacity, mask, otsu, threshold, scale, 1, 8)[1]
+
+    def pictures(html):
+        return re.findall(r'src="(data:[^"]+)"', html)[1:]  # the maps, not the plain picture
+
+    assert shown() == board
+    labels = re.findall(r"· t=([^<]+)</figcaption>", shown(otsu=False, threshold=0.3))
+    assert labels != re.findall(r"· t=([^<]+)</figcaption>", board) and len(labels) == 3
+    for changed in (dict(cmap="jet"), dict(opacity=0.9), dict(mask="none"), dict(otsu=False, threshold=0.9)):
+        assert pictures(shown(**changed)) != pictures(board), changed
+    assert shown() == board  # and back
 
 
 def test_the_both_mask_mode_stacks_the_mask_under_the_map(zoo, photo):
@@ -81,13 +124,33 @@ def test_a_flat_map_is_named_and_not_masked(zoo, photo):
     plain = np.asarray(view.picture_at(view.picture.size).convert("RGB"))  # no white outline drawn on it
     assert not np.any(np.all(panel.pixels == 255, axis=2) & ~np.all(plain == 255, axis=2))
     assert "flat map" in focus_figure(view, settings, 1).layout.annotations[0].text
+    rows = maps_tab.score_rows(view, settings)  # the table says so too, instead of a mask's share
+    assert [row[4] == "flat" for row in rows] == [False, True, False]
+
+
+def test_a_nearly_constant_map_is_flat_and_its_noise_never_outlined(zoo, photo):
+    """A map constant but for rounding noise: Otsu would outline the noise; no view draws it."""
+    settings = ViewSettings(image=str(photo), caption=CAPTION, models=["tiny-untrained"])
+    view = compute_maps(zoo.load, settings, MapCache())
+    maps = view.models[0].result.maps.maps
+    maps[1] = 0.25 + 5e-7 * np.random.default_rng(1).random(maps[1].shape)  # within FLAT_TOLERANCE
+    model = view.models[0]
+    assert model.flat(1) and 0 < model.masks(None)[1].mean() < 1  # a mask of noise is there to outline
+    figure = focus_figure(view, settings, 1)
+    source = next(trace.source for trace in figure.data if trace.type == "image")
+    shown = np.asarray(Image.open(io.BytesIO(base64.b64decode(source.split(",", 1)[1]))).convert("RGB"))
+    plain = np.asarray(overlay(view.picture, maps[1], settings.cmap, settings.opacity, None, None).convert("RGB"))
+    assert np.array_equal(shown, plain)  # the overlay alone: no white outline of the noise
+    panel = [p for p in render_maps(view, settings).rows[0] if p.sentence == 1][0]
+    assert np.array_equal(panel.pixels[..., :3], plain) and FLAT_NOTE in panel.scores
 
 
 def test_a_changed_input_marks_the_board_out_of_date_and_forgets_the_result(zoo, photo):
     view, settings, board, *_ = draw(zoo, photo)
     drawn = [str(photo), CAPTION, ["tiny-untrained"], "native", "", None]
     late = maps_tab.mark_stale(view, settings, *drawn)  # an event for the inputs it was drawn from, queued behind it
-    assert late[0] is view and late[2] == {"__type__": "update"}
+    # nothing written back, not even the states it read: a Draw finishing meanwhile keeps its result
+    assert late == tuple([{"__type__": "update"}] * 8)
     new_caption = [str(photo), "A cat.", *drawn[2:]]
     kept_view, kept_settings, stale, status, rows, number, plot, note = maps_tab.mark_stale(view, settings,
                                                                                           *new_caption)
@@ -97,6 +160,45 @@ def test_a_changed_input_marks_the_board_out_of_date_and_forgets_the_result(zoo,
     assert "Out of date" in status and rows == [] and number is None and plot["visible"] is False
     again = maps_tab.mark_stale(None, None)  # typing on: nothing more to do (and a Draw running keeps its result)
     assert again[0] == again[2] == {"__type__": "update"} and again[5] is None
+
+
+@pytest.mark.parametrize("position, value", [(0, "other.png"), (1, "A cat."), (2, ["tiny-untrained", "demo-flair"]),
+                                             (3, "gradcam"), (4, "A dense caption."), (5, "labels.png")])
+def test_every_input_that_changes_marks_the_board_out_of_date(zoo, photo, position, value):
+    view, settings, *_ = draw(zoo, photo)
+    drawn = [str(photo), CAPTION, ["tiny-untrained"], "native", "", None]
+    assert maps_tab.drawn_from(settings, *drawn)
+    changed = list(drawn)
+    changed[position] = value
+    assert not maps_tab.drawn_from(settings, *changed)
+    assert 'data-stale="true"' in maps_tab.mark_stale(view, settings, *changed)[2]
+
+
+@pytest.mark.parametrize("hostile", [5, {"a": 1}, [["x"]], float("nan"), "<b>x</b>" * 1000])
+def test_any_value_sent_to_the_stale_check_is_a_change_never_a_failure(zoo, photo, hostile):
+    view, settings, *_ = draw(zoo, photo)
+    for position in range(6):
+        values = [str(photo), CAPTION, ["tiny-untrained"], "native", "", None]
+        values[position] = hostile
+        assert not maps_tab.drawn_from(settings, *values)
+        assert maps_tab.mark_stale(view, settings, *values)[0] is None
+
+
+def test_the_page_wires_the_model_limit_and_the_stale_marking(zoo):
+    import gradio as gr
+
+    from explorer.ui.access import Access
+
+    with gr.Blocks() as page:
+        inputs, _ = grounding_tab.build(zoo, MapCache(), Access.for_app(zoo.root))
+    by_name = {}
+    for fn in page.fns.values():
+        by_name.setdefault(fn.name, []).append(fn)
+    models, note = inputs.models, [b for b in page.blocks.values() if b.elem_id == "model-limit-note"][0]
+    limit = [fn for fn in by_name["limit_models"] if (models._id, "input") in fn.targets]
+    assert len(limit) == 1 and limit[0].outputs == [models, note]
+    marked = {target for fn in by_name["mark_stale"] for target in fn.targets}
+    assert {(c._id, "change") for c in inputs.components()} <= marked
 
 
 def test_a_fifth_model_is_left_out_with_a_message(zoo):
@@ -116,6 +218,18 @@ def test_demo_models_on_a_picture_without_truth_get_a_warning(zoo, photo, halves
     assert "data-warning" not in draw(zoo, photo, ("tiny-untrained",))[2]  # not a demo model: its own label says
 
 
+def test_the_focus_view_of_four_models_links_every_panel_and_titles_them_on_two_lines(zoo, photo):
+    four = ("tiny-untrained", "demo-flair", "demo-caft", "demo-clip-base")
+    view, settings, *_ = draw(zoo, photo, four)
+    layout = focus_figure(view, settings, 0).layout
+    assert layout.xaxis.matches is None and layout.yaxis.scaleanchor == "x"  # the first panel: square pixels
+    for k in (2, 3, 4):  # every other panel zooms and pans with the first
+        assert layout[f"xaxis{k}"].matches == "x" and layout[f"yaxis{k}"].matches == "y", k
+    titles = [a for a in layout.annotations if any(name in a.text for name in four)]
+    assert [t.text for t in titles] == [f"<b>{m.name}</b><br>{m.kind}" for m in view.models]  # name, then kind
+    assert all(t.font.size >= 12 for t in titles)
+
+
 def test_a_panel_pick_is_checked_on_the_server(zoo, photo):
     class Event:
         def __init__(self, index):
@@ -124,13 +238,94 @@ def test_a_panel_pick_is_checked_on_the_server(zoo, photo):
     view, settings, *_ = draw(zoo, photo)
     number, plot, note = maps_tab.focus_from_board(view, settings, Event(3.0))
     assert number == 3 and plot["visible"] is True and "S3" in note
-    for index in (0, 4, -1, "2", None, 2.5, True, [1, 2]):
+    for index in (0, 4, -1, 10**30, 1e300, "2", None, 2.5, True, [1, 2], float("nan")):
         number, plot, note = maps_tab.focus_from_board(view, settings, Event(index))
-        assert plot["visible"] is False and note, index
+        assert plot["visible"] is False and note and number == {"__type__": "update"}, index  # the box kept
 
 
 def test_examples_read_as_their_name_and_their_caption_start():
     long = "An image showing three shapes on a noisy dark gray background. A medium dotted blue cross is at the top."
     labels = grounding_tab.example_labels([(Path("synthetic-test-000000.png"), long), (Path("cat.png"), "A cat.")])
     assert labels[0].startswith("scene 000000: An image showing three shapes") and labels[0].endswith("…")
-    assert "at the top" not in labels[0] and labels[1] == "cat: A cat."  # cut at a word
+    assert "at the top" not in labels[0] and labels[1] == "cat: A cat."
+    start = labels[0].removeprefix("scene 000000: ").removesuffix("…")
+    assert long.startswith(start) and long[len(start)] == " "  # cut at a word, never inside one
+
+
+def test_inputs_changed_while_a_draw_or_re_render_ran_mark_its_result_out_of_date(zoo, photo):
+    """A change event that ran during a Draw found nothing to mark (or had its marking undone by the result):
+    the check chained after every Draw and re-render compares the inputs as they are then."""
+    view, settings, *_ = draw(zoo, photo)
+    drawn = [str(photo), CAPTION, ["tiny-untrained"], "native", "", None]
+    assert maps_tab.recheck(view, settings, *drawn) == tuple([{"__type__": "update"}] * 8)  # still current
+    kept_view, kept_settings, board, status, rows, number, plot, _ = maps_tab.recheck(
+        view, settings, str(photo), "A cat.", *drawn[2:])
+    assert kept_view is None and kept_settings is None and 'data-stale="true"' in board and "data-stale-line" in board
+    assert "Out of date" in status and rows == [] and number is None and plot["visible"] is False
+    # a re-render that finished after the inputs changed: its settings are back, its view is gone, its board fresh
+    kept_view, kept_settings, board, status, *_ = maps_tab.recheck(None, settings, *drawn)
+    assert kept_view is None and kept_settings is None
+    assert 'data-stale="true"' in board and "data-stale-line" in board and "Out of date" in status
+    assert maps_tab.recheck(None, None, *drawn) == tuple([{"__type__": "update"}] * 8)  # a failed Draw: nothing
+
+
+def test_every_draw_and_re_render_is_followed_by_the_check(zoo):
+    import gradio as gr
+
+    from explorer.ui.view_controls import Inputs
+
+    with gr.Blocks() as page:
+        inputs = Inputs(image=gr.File(), caption=gr.Textbox(), models=gr.Dropdown(multiselect=True),
+                        kind=gr.Dropdown(), dense_caption=gr.Textbox(), truth=gr.File())
+        maps_tab.build(inputs, zoo, MapCache())
+    fns = list(page.fns.values())
+    after = {fn._id: [later for later in fns if later.trigger_after == fn._id] for fn in fns}
+    sources = [fn for fn in fns if fn.api_name == "draw_maps" or str(fn.api_name).startswith("rerender_maps_")]
+    assert len(sources) == 9  # the Draw and the eight display controls
+    for fn in sources:
+        chained = after[fn._id]
+        assert [later.name for later in chained] == ["recheck"], fn.api_name
+        assert [later.name for later in after[chained[0]._id]] == ["focus_by_number"], fn.api_name
+
+
+def test_a_board_that_cannot_be_drawn_again_is_still_marked_out_of_date(zoo, photo, monkeypatch):
+    view, settings, *_ = draw(zoo, photo)
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(maps_board, "board_html", broken)
+    board = maps_tab.mark_stale(view, settings, str(photo), "A cat.", ["tiny-untrained"], "native", "", None)[2]
+    assert 'data-stale="true"' in board and "data-stale-line" in board and "data-map-panel" not in board
+
+
+def test_what_a_visitor_or_a_zoo_names_is_text_on_the_board_never_markup(zoo, photo):
+    """Sentences are what a visitor types; model names and kinds come from the zoo's files."""
+    caption = 'A <script>alert(1)</script> cat. A dog "on" the <b>right</b> & left.'
+    settings = ViewSettings(image=str(photo), caption=caption, models=["tiny-untrained"])
+    view = compute_maps(zoo.load, settings, MapCache())
+    name = '<img src=x onerror=alert(2)>"\'|'
+    view.models[0].name, view.models[0].synthetic_only = name, True  # the warning names it too
+    view.models[0].result.maps.n_cut[0] = 3  # and the tokens it cut
+    view.models[0].result.maps.kind = "<i>kind</i>"
+    board = maps_board.board_html(view, settings, stale=True)
+    text = re.sub(r'src="data:image/webp;base64,[A-Za-z0-9+/=]+"', 'src=""', board)
+    for markup in ("<script", "<img src=x", "<b>right", "<i>kind", "onerror=alert(2)>", '"on"'):
+        assert markup not in text, markup
+    # the warning, the header (attribute and name), the cut tokens, each panel (attribute and alt text)
+    assert text.count("&lt;img src=x onerror=alert(2)&gt;&quot;&#x27;|") == 8
+    assert 'data-sentence="1"' in text and "A &lt;script&gt;alert(1)&lt;/script&gt; cat." in text
+    first = text.split('data-sentence="1"')[1].split('data-sentence="2"')[0]
+    assert "cuts 3 token(s)" in first and "cuts" not in text.split('data-sentence="2"')[1]  # in its own row
+
+    class Attributes(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.panels = []
+
+        def handle_starttag(self, tag, attrs):
+            self.panels += [value for key, value in attrs if key == "data-map-panel"]
+
+    parser = Attributes()
+    parser.feed(board)
+    assert parser.panels == [f"{name}|1", f"{name}|2"]  # the contract's value, read back whole

@@ -217,7 +217,9 @@ def test_fp16_through_explorer_load_on_cpu():
 
 
 def test_unknown_precision_is_refused():
-    with pytest.raises(ValueError, match="precision"):
+    from explorer.models.precision import PrecisionError
+
+    with pytest.raises(PrecisionError, match="precision"):
         Model(ClipMethod(SHORT_ARCH), device="cpu", precision="fp8")
 
 
@@ -250,3 +252,48 @@ def test_sentence_maps_made_on_demand_survive_pickling_and_large_sizes(monkeypat
     monkeypatch.setattr(FULL_MAPS, "max_bytes", 2 * 40 * 40 * 4 - 1)  # two 40x40 maps: just past the bound
     big = SentenceMaps(kind="generic", grid=grid, sentences=["a", "b"], n_cut=[0, 0], size=(40, 40))
     assert big.maps is big.maps  # made once, kept on the result
+
+
+def test_a_caption_change_on_the_same_picture_reuses_its_image_features(monkeypatch):
+    """Only the text tower runs again for a new caption on the same picture (kinds that read the features);
+    an explainer needs the tower's graph and runs it each time; another picture runs it again."""
+    torch.manual_seed(0)
+    model = Model(ClipMethod(SHORT_ARCH), name="counted", device="cpu")
+    calls = []
+    encode = model.method.encode_image
+    monkeypatch.setattr(model.method, "encode_image", lambda pixels: calls.append(1) or encode(pixels))
+    picture = Image.fromarray((np.random.default_rng(1).random((48, 64, 3)) * 255).astype(np.uint8))
+    first = model.sentence_maps(picture, ["A cat.", "A dog."])
+    model.sentence_maps(picture, ["A tree on the left."])
+    assert len(calls) == 1
+    again = model.sentence_maps(picture, ["A cat.", "A dog."])
+    assert len(calls) == 1 and np.allclose(first.maps, again.maps)  # the same features, the same maps
+    model.sentence_maps(picture.rotate(90, expand=True), ["A cat."])
+    assert len(calls) == 2
+    before = len(calls)
+    model.sentence_maps(picture, ["A cat."], kind="gradcam")
+    model.sentence_maps(picture, ["A dog."], kind="gradcam")
+    assert len(calls) - before == 2  # Grad-CAM runs the tower (with its graph) for each caption
+
+
+def test_auto_precision_holds_bf16_weights_where_the_cpu_has_them_and_returns_fp32():
+    from explorer.models.precision import cpu_has_native_bf16
+
+    torch.manual_seed(0)
+    model = Model(ClipMethod(SHORT_ARCH), name="auto", device="cpu", precision="auto")
+    expected = "bf16" if cpu_has_native_bf16() else "fp32"
+    assert model.precision == expected
+    assert next(model.method.parameters()).dtype == (torch.bfloat16 if expected == "bf16" else torch.float32)
+    picture = Image.fromarray((np.random.default_rng(2).random((40, 40, 3)) * 255).astype(np.uint8))
+    features = model.encode_image([picture])
+    assert features.cls.dtype == features.patches.dtype == torch.float32  # features leave the model in fp32
+    assert model.similarity([picture], ["A cat."]).dtype == torch.float32
+    assert model.sentence_maps(picture, ["A cat."]).maps.dtype == np.float32
+    fp16 = Model(ClipMethod(SHORT_ARCH), name="fp16", device="cpu", precision="fp16")
+    assert fp16.precision == "fp32" and any("fp16" in note for note in fp16.notes)
+
+
+def test_the_page_computes_in_auto_unless_told(app_command):
+    run, seen = app_command
+    assert run() == 0 and seen["precision"] == "auto"
+    assert run("--precision", "fp32") == 0 and seen["precision"] == "fp32"

@@ -198,13 +198,13 @@ def test_open_clips_word_cache_is_bounded():
 # ---- heavy requests: two at once in all, two per visitor ------------------------------------------------
 
 
-def serve_tiny(access: Access, blocks: gr.Blocks):
+def serve_tiny(access: Access, blocks: gr.Blocks, uploads=None):
     from explorer.ui.app import page_options, serve
 
     serve(blocks, access)
     port = free_port()
     start_page(blocks, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-               **page_options(access))
+               **page_options(access, uploads=uploads))
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
     client.get("/")  # the page: its session cookie
     return client
@@ -226,7 +226,8 @@ def test_heavy_requests_share_the_budgets_slots_across_events_and_two_per_sessio
     from dataclasses import replace
 
     assert PUBLIC.heavy_at_once == 2
-    budget = replace(PUBLIC, heavy_at_once=3)  # not Gradio's default of 2: the group's limit is the budget's
+    # not Gradio's default of 2: the group's limit is the budget's; eight from one address, so no address cap
+    budget = replace(PUBLIC, heavy_at_once=3, heavy_per_address=None)
     running, peak, lock, full, release = [0], [0], threading.Lock(), threading.Event(), threading.Event()
 
     def work(text):
@@ -298,7 +299,7 @@ def test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota(tmp_p
     from gradio.utils import get_upload_folder
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))  # not the machine's shared /tmp/gradio
-    budget = replace(PUBLIC, uploads_per_session=3, upload_bytes_total=3 * 3000)
+    budget = replace(PUBLIC, uploads_per_session=3, upload_bytes_total=3 * 9000)  # on disk: 4 KB blocks + folder
     with gr.Blocks() as blocks:
         gr.File(file_types=["image"])
     client = serve_tiny(Access(roots=(tmp_path,), public=True, budget=budget), blocks)
@@ -318,8 +319,9 @@ def test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota(tmp_p
         assert fourth.status_code == 429 and "at most 3" in fourth.text
         other = httpx.Client(base_url=client.base_url, timeout=30)
         other.get("/")
-        assert upload(other, "q.png", picture).status_code == 200  # another session; the total passes 3 x 3000
-        assert not paths[0].exists() and paths[2].exists()  # the oldest upload went first
+        full = upload(other, "q.png", picture)  # another session; the total would pass 3 x 9000
+        assert full.status_code == 429 and "try again later" in full.text
+        assert all(path.exists() for path in paths)  # one visitor's upload never removes another's
     finally:
         blocks.close()
 
@@ -330,16 +332,174 @@ def test_a_sessions_upload_bytes_and_age_are_bounded(tmp_path):
     from explorer.ui.page_guard import Refusal, UploadLedger
 
     ledger = UploadLedger(replace(PUBLIC, upload_bytes_per_session=5 * 2**20, upload_seconds=60))
-    first = tmp_path / "a.png"
+    first = tmp_path / "a" / "a.png"
+    first.parent.mkdir()
     first.write_bytes(b"x" * 3 * 2**20)
-    ledger.admit("s", 3 * 2**20)
-    ledger.record("s", [first])
+    ticket = ledger.reserve("s", 3 * 2**20)
+    ledger.add_part(ticket)
+    ledger.settle(ticket, [first])
     with pytest.raises(Refusal, match="would pass 5 MB"):
-        ledger.admit("s", 3 * 2**20)
-    ledger.admit("t", 3 * 2**20)  # another session has its own quota
-    ledger.sessions["s"][0].time -= 61
-    ledger.admit("s", 3 * 2**20)  # the old upload expired: removed, and no longer counted
+        ledger.reserve("s", 3 * 2**20)
+    ledger.cancel(ledger.reserve("t", 3 * 2**20))  # another session has its own quota
+    ledger.files[first.resolve()].holders["s"] -= 61
+    ledger.cancel(ledger.reserve("s", 3 * 2**20))  # the old upload expired: removed, and no longer counted
     assert not first.exists() and ledger.total_bytes() == 0
+
+
+def bomb_bmp(side: int = 30000) -> bytes:
+    """A BMP header claiming ``side`` x ``side`` (past Pillow's decompression-bomb limit) and some noise."""
+    import struct
+
+    return (b"BM" + struct.pack("<IHHI", 54 + side * side * 3, 0, 0, 54)
+            + struct.pack("<IiiHHIIiiII", 40, side, side, 1, 24, 0, side * side * 3, 2835, 2835, 0, 0)
+            + os.urandom(4096))
+
+
+def upload_files(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file()] if folder.exists() else []
+
+
+def tiny_upload_page(tmp_path, monkeypatch, **quotas):
+    """A public page with ``quotas`` (``Budget`` fields), its ledger and its own upload folder."""
+    from dataclasses import replace
+
+    from explorer.ui.upload_ledger import UploadLedger
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    budget = replace(PUBLIC, **quotas)
+    ledger = UploadLedger(budget)
+    with gr.Blocks() as blocks:
+        gr.File(file_types=["image"])
+    client = serve_tiny(Access(roots=(tmp_path,), public=True, budget=budget), blocks, uploads=ledger)
+    return client, blocks, ledger
+
+
+def visitor(client: httpx.Client) -> httpx.Client:
+    other = httpx.Client(base_url=client.base_url, timeout=60)
+    other.get("/")  # its own page session
+    return other
+
+
+def test_a_file_the_check_cannot_read_is_refused_in_one_line_and_deleted(tmp_path, monkeypatch, caplog):
+    """Pillow's DecompressionBombError (not one of the errors a header check expects) refuses the file too."""
+    client, blocks, _ = tiny_upload_page(tmp_path, monkeypatch)
+    try:
+        with caplog.at_level("WARNING"):
+            replies = [upload(client, f"bomb{i}.bmp", bomb_bmp()) for i in range(3)]
+        assert [r.status_code for r in replies] == [415] * 3 and "bomb0.bmp is not one" in replies[0].text
+        assert upload_files(tmp_path / "gradio") == []
+        assert not [r for r in caplog.records if r.exc_info] and 1 <= len(caplog.records) <= 3  # lines, no traceback
+    finally:
+        blocks.close()
+
+
+def test_the_same_file_from_many_sessions_is_counted_once_and_stays_while_one_holds_it(tmp_path, monkeypatch):
+    picture = png_bytes(np.random.default_rng(1).integers(0, 255, (200, 200, 3), dtype=np.uint8))
+    client, blocks, ledger = tiny_upload_page(tmp_path, monkeypatch, upload_bytes_total=3 * len(picture))
+    try:
+        sessions = [client] + [visitor(client) for _ in range(5)]
+        replies = [upload(session, "same.png", picture) for session in sessions for _ in range(2)]
+        assert [r.status_code for r in replies] == [200] * 12  # one file on disk, counted once, not 12 times
+        path = Path(replies[0].json()[0])
+        assert {Path(r.json()[0]) for r in replies} == {path} and ledger.total_bytes() < 2 * len(picture)
+        held = ledger.files[path.resolve()].holders
+        for session in list(held)[:5]:
+            held[session] -= PUBLIC.upload_seconds + 1  # five sessions' hour is over, the sixth's is not
+        upload(client, "other.png", png_bytes(np.zeros((8, 8, 3), dtype=np.uint8)))  # expiry runs here
+        assert path.is_file()  # still held by the sixth session
+    finally:
+        blocks.close()
+
+
+def test_a_request_with_more_files_than_the_quota_stops_at_the_quota_and_leaves_nothing(tmp_path, monkeypatch):
+    from gradio import route_utils
+
+    written = []
+    original = route_utils.GradioMultiPartParser.on_headers_finished
+    monkeypatch.setattr(route_utils.GradioMultiPartParser, "on_headers_finished",
+                        lambda self: written.append(1) or original(self))
+    client, blocks, ledger = tiny_upload_page(tmp_path, monkeypatch, uploads_per_session=5)
+    try:
+        files = [("files", (f"p{i}.png", png_bytes(np.full((1, 1, 3), i, dtype=np.uint8)))) for i in range(60)]
+        reply = client.post("/gradio_api/upload", files=files)
+        assert reply.status_code == 429 and "at most 5" in reply.text
+        assert len(written) <= 7  # Gradio stopped writing at the quota: it did not write all 60
+        assert upload_files(tmp_path / "gradio") == [] and ledger.total_bytes() == 0
+        assert upload(client, "one.png", files[0][1][1]).status_code == 200  # nothing counted against it
+    finally:
+        blocks.close()
+
+
+def test_parallel_uploads_of_one_session_keep_to_its_count(tmp_path, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    client, blocks, ledger = tiny_upload_page(tmp_path, monkeypatch, uploads_per_session=5)
+    try:
+        pictures = [png_bytes(np.full((4, 4, 3), i, dtype=np.uint8)) for i in range(20)]
+        with ThreadPoolExecutor(20) as pool:
+            codes = list(pool.map(lambda i: upload(client, f"q{i}.png", pictures[i]).status_code, range(20)))
+        assert codes.count(200) == 5 and set(codes) == {200, 429}
+        assert len(upload_files(tmp_path / "gradio")) == 5 and len(ledger.files) == 5
+    finally:
+        blocks.close()
+
+
+def test_a_body_nested_past_the_limit_is_refused_before_anything_parses_it(tmp_path, caplog):
+    from explorer.ui.json_body import json_depth
+
+    assert json_depth(b'{"a": [1, "[[[[", {"b": "\\"[["}], "c": "\\\\"}') == 3  # brackets in strings do not count
+    assert json_depth(b"[" * 500 + b"]" * 500) == 500
+    with gr.Blocks() as blocks:
+        box = gr.Textbox()
+        gr.Button().click(lambda text: text, inputs=box, outputs=box)
+    client = serve_tiny(Access(roots=(tmp_path,), public=True), blocks)
+    try:
+        nested = '{"data": ' + "[" * 500 + "]" * 500 + ', "fn_index": 0, "session_hash": "abc"}'
+        with caplog.at_level("WARNING"):
+            reply = client.post("/gradio_api/queue/join", content=nested, headers={"content-type": "application/json"})
+        assert reply.status_code == 400 and "nested 501 levels deep" in reply.text
+        assert not [r for r in caplog.records if r.exc_info]
+        flat = client.post("/gradio_api/queue/join", json={"data": [[["x"]]], "fn_index": 0, "session_hash": "abc"})
+        assert flat.status_code == 200
+    finally:
+        blocks.close()
+
+
+def test_gradios_cache_is_pruned_by_age_and_bytes_but_never_a_held_upload(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from explorer.ui.budget import MB
+    from explorer.ui.gradio_cache import CachePruner
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # the app's cache folder: nobody else's
+    names = []
+    for i in range(5):  # five outputs of 1 MB, in Gradio's layout (a folder per content hash), oldest first
+        path = tmp_path / f"hash{i}" / "maps.png"
+        path.parent.mkdir()
+        path.write_bytes(os.urandom(MB))
+        names.append(str(path))
+        time.sleep(0.01)
+    blocks = SimpleNamespace(temp_file_sets=[set(names)], blocks={})
+    held = {Path(names[0]).parent}  # a session's upload: kept whatever its age
+    pruner = CachePruner(blocks, replace_budget(cache_bytes=int(2.5 * MB), cache_seconds=3600), lambda: held)
+    assert pruner.prune(now=time.time()) == []  # all fresh: a browser has yet to fetch them
+    removed = pruner.prune(now=time.time() + 120)
+    assert removed == [Path(names[1]).parent, Path(names[2]).parent]  # the oldest past 2.5 MB, not the held one
+    assert [Path(n).exists() for n in names] == [True, False, False, True, True]
+    assert not Path(names[1]).parent.exists()  # Gradio's folder went too
+    (tmp_path / "tmpleaked").touch()  # what gr.File(type="filepath") leaves on every call
+    pruner.prune(now=time.time() + 4000)  # past the hour: all but the held one, and the leaked empty file
+    assert [Path(n).exists() for n in names] == [True, False, False, False, False]
+    assert not (tmp_path / "tmpleaked").exists()
+    pruner.clear()  # shutdown: everything the app wrote
+    assert not any(tmp_path.iterdir()) and blocks.temp_file_sets == [set()]
+    assert pruner.prune(now=time.time() + 120) == []
+
+
+def replace_budget(**fields) -> Budget:
+    from dataclasses import replace
+
+    return replace(PUBLIC, **fields)
 
 
 def test_the_owners_page_takes_safetensors_but_no_pickle(tmp_path, monkeypatch):

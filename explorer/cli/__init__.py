@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from explorer.cli import export, figures, generation, grounding, jobs, methods, results, retrieval
-from explorer.cli.common import zoo_from_args
+from explorer.cli.common import add_precision_argument, zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
 
@@ -59,10 +59,15 @@ def _parser() -> argparse.ArgumentParser:
     app.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                      help="a name the owner's page also answers at, e.g. behind a proxy (repeatable; NAME or "
                           "NAME:PORT): it answers only localhost, 127.0.0.1 and [::1] otherwise")
+    app.add_argument("--forwarded-allow-ips", metavar="IPS",
+                     help="behind a reverse proxy: the proxy addresses (comma list, networks too, or *) whose "
+                          "X-Forwarded-For names the visitor; the per-address caps count that address (default: "
+                          "$FORWARDED_ALLOW_IPS, else nobody: the direct peer is the visitor)")
     app.add_argument("--sdxl", help="SDXL base for the Generation tab (default $EXPLORER_SDXL; the only one a "
                                     "public page uses)")
     app.add_argument("--sdxl-config", help="SDXL's configs folder, for a single-file --sdxl")
     app.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ...")
+    add_precision_argument(app, "auto")
     app.add_argument("--max-caption-chars", type=int, metavar="N",
                      help="the longest text the page reads (default: 20,000 public, 200,000 owner)")
     # Also after the command (`python app.py --checkpoints DIR`), not only before it.
@@ -140,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="evaluate only this zoo model (repeat for several; default: all)")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--device", default="auto")
+    add_precision_argument(evaluate, "fp32")
     evaluate.add_argument("--out", type=Path, default=Path("results.json"), help="results JSON (default results.json)")
     evaluate.add_argument("--readme", type=Path, help="also write the table between <!-- eval-table:start --> and "
                                                       "<!-- eval-table:end --> of this file")
@@ -159,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run_app(args) -> int:
     from explorer.ui.access import Access
     from explorer.ui.app import launch
+    from explorer.ui.clients import proxy_list
     from explorer.ui.host_guard import answered_names, is_loopback, resolve_bind
     from explorer.zoo import Zoo
 
@@ -173,6 +180,7 @@ def _run_app(args) -> int:
     if args.trusted and auth is None:
         raise ExplorerError("--trusted gives every visitor the owner's page (adding models, training, reading the "
                             "allowed folders): it needs --auth USER:PASSWORD")
+    proxies = proxy_list(args.forwarded_allow_ips) if args.forwarded_allow_ips is not None else None
     bind = resolve_bind(args.host)  # what Gradio will bind: the mode follows it, and Gradio is given it
     others = args.share or not is_loopback(bind)
     public = args.public or (others and not args.trusted)
@@ -191,7 +199,7 @@ def _run_app(args) -> int:
         print(f"explorer: owner mode on {bind}{answering}; typed paths must be under: "
               f"{', '.join(map(str, access.roots))}")
     launch(host=bind, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
-           device=args.device, access=access,
+           device=args.device, precision=args.precision, access=access, forwarded_allow_ips=proxies,
            announce=lambda url: print(f"explorer: serving on {url} (Ctrl+C to stop)", flush=True))
     return 0
 
@@ -303,7 +311,7 @@ def _run_eval(args) -> int:
     data = args.data or write_eval_world(paths.demo_build_dir(), print)
     results = evaluate_zoo(zoo, data, split=args.split, limit=args.limit,
                            seed=args.seed, progress=not args.no_progress, models=args.models,
-                           grounding_limit=args.grounding_limit, device=args.device)
+                           grounding_limit=args.grounding_limit, device=args.device, precision=args.precision)
     write_results(results, args.out)
     for name, message in results["errors"].items():
         print(f"warning: {name}: {message}", file=sys.stderr)

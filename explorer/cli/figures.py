@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from explorer.cli.common import model_loader, read_text, zoo_from_args
+from explorer.cli.common import add_precision_argument, model_loader, read_text, zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.views.figure_style import ANNOTATIONS, FONTS, HEADERS, PRESETS
 from explorer.views.render import COLORMAPS
@@ -23,12 +23,14 @@ def add_commands(commands) -> None:
     replay.add_argument("--out", type=Path, help="default: the settings file's name without .json")
     add_style_arguments(replay)  # default: as saved
     replay.add_argument("--device", default="auto")
+    add_precision_argument(replay, None)
     replay.add_argument("--allow-pickle", action="store_true")
     replay.set_defaults(run=_run_figure_replay)
     gallery = figure.add_parser("gallery", help="one figure of each kind from the demo zoo, with settings that "
                                                  "replay from any clone (the README's gallery)")
     gallery.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: docs/figures")
     gallery.add_argument("--device", default="auto")
+    add_precision_argument(gallery, "fp32")  # docs/figures was drawn in fp32, byte for byte
     gallery.add_argument("--allow-pickle", action="store_true")
     gallery.set_defaults(run=_run_gallery)
     # The first command of the project, kept: the same as `explorer figure maps`.
@@ -85,6 +87,7 @@ def add_figure_arguments(parser: argparse.ArgumentParser, view: str) -> None:
     parser.add_argument("--out", type=Path, default=Path(f"{view}.png"), help=".png (300 dpi), .pdf or .svg")
     add_style_arguments(parser)
     parser.add_argument("--device", default="auto")
+    add_precision_argument(parser, None)
     parser.add_argument("--allow-pickle", action="store_true")
     if view in ("maps", "kinds"):
         parser.add_argument("--dense-caption", help="for methods that read one (SEPS)")
@@ -210,6 +213,8 @@ def _write_figure(args, settings, out: Path) -> int:
     from explorer.views.pipeline import compute_view
 
     check_format(out)
+    # --precision, else what the settings file ran in (a replay), else auto
+    args.precision = getattr(args, "precision", None) or settings.precision or "auto"
     zoo = zoo_from_args(args)
     if not settings.models:
         default = zoo.default_name()
@@ -218,6 +223,7 @@ def _write_figure(args, settings, out: Path) -> int:
         settings.models = [default]
     load = model_loader(args, zoo)
     view = compute_view(load, settings)
+    settings.precision = load(settings.models[0]).precision  # the format that ran, in the settings file
     written = write_figure_pages(view, settings, out)
     if getattr(args, "save_maps", None):
         import numpy as np

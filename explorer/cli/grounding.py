@@ -7,7 +7,7 @@ import csv
 import sys
 from pathlib import Path
 
-from explorer.cli.common import model_loader, zoo_from_args
+from explorer.cli.common import add_precision_argument, model_loader, zoo_from_args
 from explorer.core.errors import ExplorerError
 
 
@@ -27,6 +27,7 @@ def add_commands(commands) -> None:
     parser.add_argument("--out", type=Path, required=True, help="results JSON (per-picture work: <out>.work.jsonl)")
     parser.add_argument("--csv", type=Path, help="also write one row per model and kind")
     parser.add_argument("--device", default="auto")
+    add_precision_argument(parser, "fp32")
     parser.add_argument("--allow-pickle", action="store_true")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -57,6 +58,7 @@ def _run(args) -> int:
     models = _models(args)
     result = evaluate_grounding(models, dataset, kinds=args.kinds, work_file=work_path(args.out),
                                 progress=not args.no_progress)
+    result["precision"] = {name: model.precision for name, model in models.items()}  # what each computed in
     write_results(result, args.out)
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as out:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli.common import model_loader, zoo_from_args
+from explorer.cli.common import add_precision_argument, model_loader, zoo_from_args
 from explorer.core.errors import CaptionError, ExplorerError
 
 
@@ -45,6 +45,7 @@ def _add_retrieval_arguments(parser: argparse.ArgumentParser, several: bool, run
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N pictures, with their captions "
                                                                "(as `explorer eval --limit N`)")
     parser.add_argument("--device", default="auto")
+    add_precision_argument(parser, "fp32")
     parser.add_argument("--allow-pickle", action="store_true")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -177,6 +178,7 @@ def _run_eval_retrieval(args) -> int:
         entries[name] = evaluate_retrieval(store.model, store, ks, shortlist=shortlist, queries=not args.no_queries)
         usable = store.usable_set()
     results = results_document(usable, ks, entries)
+    results["precision"] = {name: load(name).precision for name in args.models}  # what each model computed in
     write_text_atomic(args.out, json.dumps(results, indent=2))
     print(usable.summary())
     shown = [k for k in ks if k in (1, 5, 10)] or ks[:3]

@@ -260,10 +260,11 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
                  progress: bool = True, *, models: Iterable[str] | None = None,
                  grounding_limit: int = DEFAULT_GROUNDING_LIMIT, device: str = "auto",
                  caption_chunk: int = DEFAULT_CAPTION_CHUNK, image_batch: int = DEFAULT_IMAGE_BATCH,
-                 strict: bool = False) -> dict:
+                 strict: bool = False, precision: str = "fp32") -> dict:
     """Every model of the zoo at ``zoo_root`` (or those named in ``models``) on ``split`` of the
     synthetic dataset at ``data_dir``.
 
+    ``precision``: fp32 by default (the tables go into papers); "auto" or a format for speed.
     ``limit``: scenes for retrieval and hard negatives, the first of the split (None: ``DEFAULT_LIMIT``);
     grounding and FLISM use the first ``min(limit, grounding_limit)``. A model that fails to load, or
     (unless ``strict``) to run, is recorded under ``errors`` as "load: ..." / "run: ..." and the others
@@ -283,7 +284,7 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
         raise ExplorerError(f"the {split!r} split of {data_dir} has no scenes")
     scenes = split_scenes[:limit]
     grounding_scenes = scenes[:max(0, min(limit, int(grounding_limit)))]
-    zoo = Zoo(zoo_root, cache_size=1, device=device)
+    zoo = Zoo(zoo_root, cache_size=1, device=device, precision=precision)
     names = [m.name for m in zoo.manifests()] if models is None else list(models)
     info = _dataset_info(data_dir)
     results = {
@@ -293,7 +294,7 @@ def evaluate_zoo(zoo_root, data_dir, split: str = "test", limit: int | None = No
                     "object_sentences": sum(len(object_sentences(s)) for s in grounding_scenes),
                     "seed": info.get("seed"), "image_size": info.get("image_size")},
         "settings": {"limit": limit, "grounding_limit": int(grounding_limit), "seed": seed, "device": device,
-                     "caption_chunk": caption_chunk, "image_batch": image_batch},
+                     "precision": precision, "caption_chunk": caption_chunk, "image_batch": image_batch},
         "zoo": str(Path(zoo.root).resolve()),
         "models": [], "errors": {},
         "baselines": baselines(grounding_scenes, scenes),

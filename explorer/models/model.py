@@ -11,6 +11,7 @@ and tokenizer. Scripts and the app use only this surface:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import weakref
 from typing import Sequence
@@ -26,15 +27,20 @@ from explorer.core.images import load_image
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport
 from explorer.models.methods.base import GENERIC_MAP, Method
+from explorer.models.precision import FORMATS, computing, dtype, resolve_precision
 from explorer.models.tokenizer import TokenBatch, TokenCounter
 
-PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PRECISIONS = {name: dtype(name) for name in FORMATS}  # the formats weights may be held in ("auto" picks one)
 
 
 # Maps at picture size are large (60 sentences at 768 px: 141 MB) and follow from the patch grid, so
 # results keep the grid and the upsampled maps live here, shared and bounded: a browser session that
 # keeps its last view holds kilobytes, not the maps.
 FULL_MAPS = BoundedCache("sentence maps at picture size (upsampled from the patch grid)", max_bytes=512 * MB)
+# A picture's image features, kept for the next caption: a caption change on the same picture runs only the
+# text tower for every kind that reads the features alone (not the explainers, which need the tower's graph).
+PICTURE_FEATURES = BoundedCache("image features of recent pictures (a caption change reuses them)",
+                                max_items=32, max_bytes=128 * MB)
 _NEXT_KEY = itertools.count()
 
 
@@ -93,18 +99,17 @@ class Model:
     def __init__(self, method: Method, name: str = "", report: KeyReport | None = None,
                  device: str = "auto", precision: str = "fp32", trained: bool = True,
                  synthetic_only: bool = False):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, not {precision!r}")
         self.device = resolve_device(device)
         self.notes: list[str] = []
-        if self.device.type == "cpu" and precision != "fp32":
-            self.notes.append(f"{precision} asked for on CPU: using fp32")
-            precision = "fp32"
-        self.precision = precision
-        self.method = method.to(self.device, PRECISIONS[precision]).eval()
+        # "auto": bf16 where the hardware has it (``explorer.models.precision``); what runs is ``self.precision``
+        self.precision, note = resolve_precision(precision, self.device)
+        if note:
+            self.notes.append(note)
+        self.method = method.to(self.device, dtype(self.precision)).eval()
         self.name = name or method.title
         self.key_report = report
         self.trained = trained
+        self._features_key = next(_NEXT_KEY)  # this model's own in PICTURE_FEATURES (an id() could be reused)
         self.synthetic_only = synthetic_only  # trained on the synthetic shapes only (a demo model)
 
     # ---- what the model is ---------------------------------------------------------------------
@@ -177,16 +182,39 @@ class Model:
             raise ImageError("There is no image to encode.")
         return self.method.preprocess(pictures, fit=fit).to(self.device, PRECISIONS[self.precision])
 
+    def computing(self):
+        """The context every forward pass runs in: autocast to ``precision`` (nothing for fp32)."""
+        return computing(self.precision, self.device)
+
+    # Features leave the model in fp32 (stores, indexes and scores expect it); inside, they stay in the format
+    # the model computes in, and features handed back in are put into it (a bf16 layer norm takes no fp32).
+
     @torch.inference_mode()
     def encode_image(self, images: Sequence, fit: str = "crop") -> ImageFeatures:
-        return self.method.encode_image(self.pixels(images, fit=fit))
+        return _as_fp32(self._encode_pixels(self.pixels(images, fit=fit)))
 
     @torch.inference_mode()
     def encode_text(self, texts: Sequence[str]) -> TextFeatures:
-        return self._encode_tokens(self.tokenize(texts))
+        return _as_fp32(self._encode_tokens(self.tokenize(texts)))
+
+    def _encode_pixels(self, pixels: torch.Tensor) -> ImageFeatures:
+        with self.computing():
+            return self.method.encode_image(pixels)
 
     def _encode_tokens(self, batch: TokenBatch) -> TextFeatures:
-        return self.method.encode_text(batch.ids.to(self.device))
+        with self.computing():
+            return self.method.encode_text(batch.ids.to(self.device))
+
+    def _in_format(self, features):
+        """Features given back to the model, in the format it computes in."""
+        return features.to(self.device, PRECISIONS[self.precision])
+
+    def picture_features(self, picture: Image.Image) -> ImageFeatures:
+        """The picture's features for its maps (the whole picture: ``fit="squash"``), in the model's format,
+        kept per (model, pixels) in ``PICTURE_FEATURES``."""
+        digest = hashlib.blake2b(picture.tobytes(), digest_size=16).hexdigest()
+        key = (self._features_key, picture.size, digest)
+        return PICTURE_FEATURES.get(key, lambda: self._encode_pixels(self.pixels([picture], fit="squash")))
 
     PATCH_SOURCES = ("features", "attention")
 
@@ -201,11 +229,12 @@ class Model:
         if source not in self.PATCH_SOURCES:
             raise ValueError(f"patch source is one of {self.PATCH_SOURCES}, not {source!r}")
         pixels = self.method.preprocess([_as_pil(image)], fit="squash").to(self.device, PRECISIONS[self.precision])
-        features = self.method.encode_image(pixels)
+        features = self._encode_pixels(pixels)
         grid = tuple(int(v) for v in features.grid_hw)
         if source == "features":
             return features.patches[0].float().cpu().numpy(), grid
-        attention = self.method.patch_self_attention(pixels)
+        with self.computing():
+            attention = self.method.patch_self_attention(pixels)
         if attention is None:
             raise ValueError(f"{self.title} does not expose its image encoder's attention; use the patch features")
         return attention[0].float().cpu().numpy(), grid
@@ -215,10 +244,14 @@ class Model:
     @torch.inference_mode()
     def similarity(self, images, texts) -> torch.Tensor:
         """[n_images, n_texts] scores in the method's own mode (cosine for the global mode)."""
-        image = images if isinstance(images, ImageFeatures) else self.encode_image(images)
-        if isinstance(texts, TextFeatures):
-            return self.method.similarity(image, texts).float().cpu()
-        return self.method.score_captions(image, list(texts)).float().cpu()
+        if isinstance(images, ImageFeatures):
+            image = self._in_format(images)
+        else:
+            image = self._encode_pixels(self.pixels(images))
+        with self.computing():
+            if isinstance(texts, TextFeatures):
+                return self.method.similarity(image, self._in_format(texts)).float().cpu()
+            return self.method.score_captions(image, list(texts)).float().cpu()
 
     @torch.inference_mode()
     def sentence_maps(self, image, sentences: Sequence[str], kind: str = GENERIC_MAP,
@@ -233,20 +266,28 @@ class Model:
             raise CaptionError("There is no sentence to draw a map for: the caption is empty.")
         picture = _as_pil(image)
         tokens = self.tokenize(sentences)
-        if kind in self.method.explainer_kinds:  # they need the tower itself, with gradients for some
-            grid = self.method.explainer_maps(self.pixels([picture], fit="squash"), self._encode_tokens(tokens), kind)
-        else:
-            # 'squash' so the map covers every pixel of the picture, not only a centre crop.
-            image_features = self.encode_image([picture], fit="squash")
-            text_features = self._encode_tokens(tokens)
-            if dense_caption and self.method.uses_dense_caption:
-                dense = self._encode_tokens(self.tokenize([dense_caption]))
-                grid = self.method.dense_caption_maps(image_features, text_features, dense, kind)
+        with self.computing():
+            if kind in self.method.explainer_kinds:  # they need the tower itself, with gradients for some
+                grid = self.method.explainer_maps(self.pixels([picture], fit="squash"), self._encode_tokens(tokens),
+                                                  kind)
             else:
-                grid = self.method.sentence_maps(image_features, text_features, kind)
+                # 'squash' so the map covers every pixel of the picture, not only a centre crop.
+                image_features = self.picture_features(picture)
+                text_features = self._encode_tokens(tokens)
+                if dense_caption and self.method.uses_dense_caption:
+                    dense = self._encode_tokens(self.tokenize([dense_caption]))
+                    grid = self.method.dense_caption_maps(image_features, text_features, dense, kind)
+                else:
+                    grid = self.method.sentence_maps(image_features, text_features, kind)
         width, height = picture.size
         return SentenceMaps(kind=kind, grid=grid.float().cpu().numpy(), sentences=sentences, n_cut=tokens.n_cut,
                             size=(height, width))
+
+
+def _as_fp32(features):
+    """Features leave the model in fp32 whatever it computed in (stores, indexes and scores expect it)."""
+    floating = [f for f in vars(features).values() if torch.is_tensor(f) and f.is_floating_point()]
+    return features if all(f.dtype == torch.float32 for f in floating) else features.to(torch.float32)
 
 
 def _as_pil(image) -> Image.Image:

@@ -36,7 +36,7 @@ SESSION_CAP = 12  # requests one visitor session may have queued or running at o
 PUBLIC_SEEDS = 4  # pictures per seed row a visitor may ask SDXL for at once (public mode)
 PUBLIC_GENERATIONS = 2  # generations queued or running at once, all visitors together (public mode)
 QUEUE_SIZE = 64  # requests the whole queue holds (public mode): a flood is refused, not buffered
-PUBLIC_CACHE_SECONDS = (3600, 3600)  # Gradio's delete_cache: (every, older than), public mode
+PUBLIC_CACHE_SECONDS = (600, 3600)  # Gradio's delete_cache: (every, older than), public mode (see gradio_cache)
 PUBLIC_UPLOAD_BYTES = 25 * 1024 * 1024  # a visitor's upload (pictures only; the image rules bound pixels)
 PICKLE_ADVICE = ("The page never unpickles a file. If you own this machine and trust the file, add it from a "
                  "shell: `explorer models add {path} --allow-pickle`.")

@@ -18,20 +18,25 @@ from explorer.core.images import set_decode_slots
 from explorer.ui import (generation_tab, grounding_tab, host_guard, jobs_tab, memory_panel, models_tab, request_rules,
                          retrieval_tab)
 from explorer.ui.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
-from explorer.ui.budget import HEAVY
+from explorer.ui.budget import HEAVY, Budget
+from explorer.ui.clients import UNKNOWN, address_of
+from explorer.ui.log_limit import install as limit_the_log
+from explorer.ui.gradio_cache import CachePruner
 from explorer.ui.page_guard import PageGuard
 from explorer.ui.startup import start_page
+from explorer.ui.upload_ledger import UploadLedger
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
 TITLE = "explorer: what long-text CLIP models see"
 
 
-def page_options(access: Access | None = None, any_host: bool = False) -> dict:
+def page_options(access: Access | None = None, any_host: bool = False, uploads: UploadLedger | None = None) -> dict:
     """Launch options that shape the page. System fonts: the default theme would fetch Google Fonts.
     Gradio serves files from its own cache and from the exports folder only (under ``$EXPLORER_HOME``);
     a public page also bounds each upload in bytes (the image rules bound its pixels). The owner's page
-    answers only loopback names and its own pages (``host_guard``; ``any_host``: any name, ``--trusted``)."""
+    answers only loopback names and its own pages (``host_guard``; ``any_host``: any name, ``--trusted``).
+    ``uploads``: the upload ledger the page's guard keeps (shared with the cache's pruning)."""
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
     public = access is not None and access.public
@@ -40,7 +45,7 @@ def page_options(access: Access | None = None, any_host: bool = False) -> dict:
                "css": PAGE_CSS, "app_kwargs": {"middleware": guard}}
     if access is not None:
         # Inside the host guard, in front of Gradio's routes: sessions, uploads, request bodies, links.
-        guard.append(Middleware(PageGuard, budget=access.budget, public=access.public))
+        guard.append(Middleware(PageGuard, budget=access.budget, public=access.public, uploads=uploads))
         options["show_error"] = not access.public  # a public page shows our messages, not Gradio's texts
     if public:
         options["max_file_size"] = PUBLIC_UPLOAD_BYTES
@@ -78,7 +83,7 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
     # whose process died while no app was watching. A public page has no runs: the store is never opened.
     if not access.public:
         jobs = jobs or JobManager(zoo_root=zoo.root)
-    # A public page's uploads leave Gradio's cache after an hour (checked hourly): visitors cannot fill the disk.
+    # A public page's files leave Gradio's cache after an hour (checked every 10 minutes; bytes: gradio_cache).
     cache_policy = {"delete_cache": PUBLIC_CACHE_SECONDS} if access.public else {}
     with gr.Blocks(title=TITLE, analytics_enabled=False, **cache_policy) as app:
         gr.Markdown(f"# {TITLE}")
@@ -134,68 +139,89 @@ def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
     are closed), it holds at most ``QUEUE_SIZE`` and each visitor session at most ``access.session_cap``."""
     if access.public:
         app.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE, api_open=False)
-        cap_sessions(app, access.session_cap, access.budget.heavy_per_session)
+        cap_sessions(app, access.session_cap, access.budget)
     else:
         app.queue(default_concurrency_limit=2)
     request_rules.install(app, access.budget, access.public)  # texts in the budget, heavy events grouped, no fetches
+    limit_the_log()  # a flood of refusals or errors writes a line a minute, with its count
     set_decode_slots(access.budget.decodes_at_once)
     if "GRADIO_ANALYTICS_CACHE_FREQUENCY" not in os.environ:  # the owner's own setting wins
         app._queue.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_EVERY  # (sic: Gradio's spelling)
     return app
 
 
-def cap_sessions(app: gr.Blocks, cap: int, heavy_cap: int | None = None) -> None:
-    """Refuse a request (HTTP 503, said in one line) that names no session, or whose session already has
-    ``cap`` requests queued or running, or ``heavy_cap`` of the heavy ones (``budget.HEAVY``: a visitor who
-    sends ten big pictures at once waits for two, and the others' Draws are not queued behind all ten).
-    Gradio's queue keeps each event in ``event_ids_to_events`` from join to end; its ``push`` is the one door
-    every queued request goes through. Count and push happen under one lock, so a burst cannot slip past."""
+def cap_sessions(app: gr.Blocks, cap: int, budget: Budget) -> None:
+    """Refuse a request (HTTP 503, said in one line) that names no session, or past a cap on what is queued or
+    running: ``cap`` requests and ``budget.heavy_per_session`` heavy ones (``budget.HEAVY``) per session, and
+    ``budget.requests_per_address`` and ``budget.heavy_per_address`` per client address (``explorer.ui.clients``):
+    a client invents as many session hashes as it likes, not addresses. A visitor who sends ten big pictures at
+    once waits for two, and the others' Draws are not queued behind all ten. Gradio's queue keeps each event in
+    ``event_ids_to_events`` from join to end; its ``push`` is the one door every queued request goes through.
+    Count and push happen under one lock, so a burst cannot slip past; the group then takes turns by address."""
     queue = app._queue
     push = queue.push
     door = asyncio.Lock()
-    heavy = HEAVY["concurrency_id"]
 
     async def capped_push(body, request, username):
-        session = body.session_hash
+        fn = app.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
         async with door:
-            if not session:
-                message = "a request must name its session on this page"
-            else:
-                held = [event for event in list(queue.event_ids_to_events.values()) if event.session_hash == session]
-                fn = app.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
-                held_heavy = sum(event.concurrency_id == heavy for event in held)
-                if len(held) >= cap:
-                    message = (f"this page already has {len(held)} requests waiting or running (at most {cap}): "
-                               "wait for them")
-                elif (heavy_cap is not None and fn is not None and fn.concurrency_id == heavy
-                      and held_heavy >= heavy_cap):
-                    message = (f"this page already has {held_heavy} pictures, maps or searches waiting or running "
-                               f"(at most {heavy_cap}): wait for them")
-                else:
-                    answer = await push(body=body, request=request, username=username)
-                    if fn is not None and fn.concurrency_id in queue.event_queue_per_concurrency_id:
-                        take_turns(queue, queue.event_queue_per_concurrency_id[fn.concurrency_id].queue)
-                    return answer
+            message = over_cap(queue, body.session_hash, address_of(request.scope) if request else UNKNOWN, fn,
+                               cap, budget)
+            if message is None:
+                answer = await push(body=body, request=request, username=username)
+                if fn is not None and fn.concurrency_id in queue.event_queue_per_concurrency_id:
+                    take_turns(queue, queue.event_queue_per_concurrency_id[fn.concurrency_id].queue)
+                return answer
         log.warning("refused: %s", message)
         return False, message, "queue_full"
 
     queue.push = capped_push
 
 
+def over_cap(queue, session: str | None, address: str, fn, cap: int, budget: Budget) -> str | None:
+    """Why one more request of ``fn`` from ``session`` at ``address`` would pass a cap (None: it would not)."""
+    if not session:
+        return "a request must name its session on this page"
+    events = list(queue.event_ids_to_events.values())
+    mine = [event for event in events if event.session_hash == session]
+    ours = [event for event in events if client_of(event) == address]
+    heavy = fn is not None and fn.concurrency_id == HEAVY["concurrency_id"]
+    work = "pictures, maps or searches"
+    checks = [(len(mine), cap, "this page", "requests"),
+              (len(ours), budget.requests_per_address, "your address", "requests")]
+    if heavy:
+        checks += [(_heavy(mine), budget.heavy_per_session, "this page", work),
+                   (_heavy(ours), budget.heavy_per_address, "your address", work)]
+    for held, limit, who, what in checks:
+        if limit is not None and held >= limit:
+            return f"{who} already has {held} {what} waiting or running (at most {limit}): wait for them"
+    return None
+
+
+def _heavy(events: list) -> int:
+    return sum(event.concurrency_id == HEAVY["concurrency_id"] for event in events)
+
+
+def client_of(event) -> str:
+    """Whose turn an event is: its client's address (its session's hash when it has no request)."""
+    request = getattr(event, "request", None)
+    return address_of(request.scope) if request is not None else event.session_hash
+
+
 def take_turns(queue, waiting: list) -> None:
-    """Reorder a concurrency group's waiting events so that sessions take turns: each session's k-th request
-    (its running ones counted) waits behind every other session's earlier ones, arrival order otherwise.
-    Gradio's queue is first come, first served: a visitor who queues many requests through many sessions
-    would otherwise hold every other visitor behind all of them."""
+    """Reorder a concurrency group's waiting events so that clients take turns: each address's k-th request
+    (its running ones counted) waits behind every other address's earlier ones, arrival order otherwise.
+    Gradio's queue is first come, first served: a client who queues many requests, through as many sessions as
+    it likes, would otherwise hold every other visitor behind all of them."""
     group = {id(event) for event in waiting}
     turns: dict[str, int] = {}
     for event in list(queue.event_ids_to_events.values()):  # running in this group: they count as taken turns
         if id(event) not in group and waiting and event.concurrency_id == waiting[0].concurrency_id:
-            turns[event.session_hash] = turns.get(event.session_hash, 0) + 1
+            turns[client_of(event)] = turns.get(client_of(event), 0) + 1
     ranked = []
     for position, event in enumerate(waiting):
-        ranked.append((turns.get(event.session_hash, 0), position, event))
-        turns[event.session_hash] = turns.get(event.session_hash, 0) + 1
+        ranked.append((turns.get(client_of(event), 0), position, event))
+        turns[client_of(event)] = turns.get(client_of(event), 0) + 1
     waiting[:] = [event for _, _, event in sorted(ranked, key=lambda item: item[:2])]
 
 
@@ -204,27 +230,53 @@ log = logging.getLogger("explorer.access")
 
 def launch(host: str | None = None, port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
            zoo_root: str | None = None, block: bool = True, device: str = "auto", access: Access | None = None,
-           announce=None):
+           announce=None, forwarded_allow_ips: str | None = None, precision: str = "auto"):
     """Serve the app. Binds ``host``, else ``$GRADIO_SERVER_NAME``, else localhost, as Gradio would
     (``host_guard.resolve_bind``), and says so to Gradio; sharing and auth are explicit. Others reach it
     (``share``, or an address not loopback): public unless ``access`` says otherwise (``--trusted``).
+    ``forwarded_allow_ips``: the proxies whose ``X-Forwarded-For`` names the client (``clients.trusted_proxies``).
+    ``precision``: what the models compute in ("auto": bf16 where the hardware has it; the page says which).
     ``announce(url)`` is called once the page serves."""
     prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
     keep_releasing_freed_memory()
-    zoo = Zoo(zoo_root, device=device)
+    zoo = Zoo(zoo_root, device=device, precision=precision)
     bind = host_guard.resolve_bind(host)
     others = share or not host_guard.is_loopback(bind)
     access = access or Access.for_app(zoo.root, public=others)
     app = serve(build_app(zoo, access=access), access)
+    uploads = UploadLedger(access.budget)
     # No SSR: its Node front would listen on an address of its own choosing.
     start_page(app, server_name=bind, server_port=port, share=share, auth=auth, prevent_thread_lock=True,
-               ssr_mode=False, **page_options(access, any_host=others))
+               ssr_mode=False, forwarded_allow_ips=forwarded_allow_ips,
+               **page_options(access, any_host=others, uploads=uploads))
+    cache = CachePruner(app, access.budget, uploads.held_folders)  # Gradio's temp folder, in the budget
+    if access.budget.cache_bytes is not None or access.budget.cache_seconds is not None:
+        cache.start()
     if announce is not None:
         announce(app.share_url or app.local_url)
     warm_up()
     if block:
-        app.block_thread()
+        stop_on_signals(cache.clear)
+        try:
+            app.block_thread()
+        finally:
+            cache.clear()  # what the app wrote in Gradio's temp folder goes with it
     return app
+
+
+def stop_on_signals(cleanup) -> None:
+    """SIGTERM (a service manager's stop) ends the page as Ctrl-C does, and both run ``cleanup`` first, while
+    Gradio still lists its files (its own shutdown deletes them and forgets their folders); without this the
+    process dies on SIGTERM with its files left in Gradio's temp folder."""
+    import signal
+
+    def interrupt(signum, frame):
+        cleanup()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, interrupt)
 
 
 def warm_up() -> threading.Thread:

@@ -3,7 +3,8 @@
 Every number a visitor's requests are bounded by lives here, one ``Budget`` per mode, and is applied on
 the server: texts and sentences in the handlers (``explorer.ui.request_rules`` wraps every handler),
 decodes in ``explorer.core.images``, heavy requests by the queue's shared concurrency group ``HEAVY``,
-uploads, request bodies and exports in front of Gradio's routes (``explorer.ui.page_guard``). The
+uploads, request bodies and exports in front of Gradio's routes (``explorer.ui.page_guard``), the
+per-address caps there and in the queue (``explorer.ui.clients``). The
 README's "Sharing the page" table lists the same numbers.
 """
 
@@ -30,13 +31,29 @@ class Budget:
     decodes_at_once: int = 2  # full-size picture decodes at once in the whole process
     heavy_at_once: int = 2  # requests of the HEAVY group running at once, all events and visitors together
     heavy_per_session: int | None = None  # HEAVY requests one visitor session may have queued or running
+    # Per address (``explorer.ui.clients``), since a client invents as many session hashes as it likes:
+    heavy_per_address: int | None = None  # HEAVY requests queued or running from one address, all its sessions
+    requests_per_address: int | None = None  # requests queued or running from one address (a page load sends 9)
+    open_per_address: int | None = None  # HTTP requests open at once from one address (event streams too)
+    sessions_per_address: int = 10_000  # page sessions one address keeps (minting more forgets its own oldest)
+    # A request body must arrive within body_seconds plus a second per body_bytes_per_second it declares, at
+    # most body_seconds_max (None: no ceiling); past that it is dropped (HTTP 408).
+    body_seconds: float = 60.0
+    body_bytes_per_second: int = 128 * 1024
+    body_seconds_max: float | None = None
     request_bytes: int = 4 * MB  # a request body other than an upload
+    json_depth: int = 64  # lists and objects nested in a request body, counted before anything parses it
     uploads_per_session: int | None = None  # files one page session may upload
     upload_bytes_per_session: int | None = None
-    upload_bytes_total: int | None = None  # every session's uploads together; the oldest are removed first
+    upload_bytes_total: int | None = None  # every session's uploads together (on disk, each file once)
+    upload_files_total: int | None = None  # every session's uploads together, in files (each in its folder)
     upload_seconds: int | None = None  # an upload is removed this long after it arrived
     export_bytes: int | None = None  # the exports folder; the oldest exports are removed first
     export_seconds: int | None = None
+    # Gradio's temp folder beside the uploads (its copies of outputs: pictures, exported files), pruned by
+    # ``explorer.ui.gradio_cache``: oldest first past cache_bytes, anything past cache_seconds.
+    cache_bytes: int | None = None
+    cache_seconds: int | None = None
 
     @classmethod
     def for_mode(cls, public: bool, caption_chars: int | None = None) -> "Budget":
@@ -64,6 +81,9 @@ class Budget:
 
 OWNER = Budget(caption_chars=200_000, sentences_per_draw=512, request_bytes=32 * MB)
 PUBLIC = Budget(caption_chars=20_000, sentences_per_draw=64, request_bytes=1 * MB, heavy_per_session=2,
+                heavy_per_address=4, requests_per_address=24, open_per_address=64, sessions_per_address=32,
+                body_seconds=20.0, body_seconds_max=300.0,
                 uploads_per_session=20,
-                upload_bytes_per_session=200 * MB, upload_bytes_total=1024 * MB, upload_seconds=3600,
-                export_bytes=200 * MB, export_seconds=3600)
+                upload_bytes_per_session=200 * MB, upload_bytes_total=1024 * MB, upload_files_total=2000,
+                upload_seconds=3600, export_bytes=200 * MB, export_seconds=3600, cache_bytes=512 * MB,
+                cache_seconds=3600)

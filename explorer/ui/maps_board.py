@@ -81,7 +81,12 @@ element.addEventListener('keydown', pick);
 """
 
 
-def empty_board(message: str = EMPTY_NOTE) -> str:
+def empty_board(message: str = EMPTY_NOTE, stale: bool = False) -> str:
+    """The board with no maps: ``message`` (HTML: give it only the module's own notes); ``stale``: out of date,
+    under the out-of-date line, as the contract's ``data-stale`` says."""
+    if stale:
+        return (f'<div class="mb" id="{ELEM_ID}-view" data-stale="true"><div class="mb-lines">{STALE_LINE}</div>'
+                f'<div class="mb-empty">{message}</div></div>')
     return f'<div class="mb" id="{ELEM_ID}-view" data-stale="false"><div class="mb-empty">{message}</div></div>'
 
 
@@ -145,7 +150,7 @@ def _corner(view: MapsView) -> str:
 
 def _header(view: MapsView, settings: ViewSettings, m: int) -> str:
     model = view.models[m]
-    lines = [f"<b>{escape(model.name)}</b>", f"<span>{escape(model.kind)}</span>"]
+    lines = [f"<b>{escape(model.name)}</b>", f"<span>{escape(model.kind)} · {escape(model.precision)}</span>"]
     summary = next((s for s in view.summary(settings.threshold) if s["row"] == m and s["miou"] is not None), None)
     if summary is not None:
         pointing = "" if summary["pointing"] is None else f" · pointing {100 * summary['pointing']:.0f}%"

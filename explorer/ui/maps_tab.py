@@ -52,7 +52,9 @@ def score_rows(view: MapsView, settings: ViewSettings) -> list[list]:
 def status_text(view: MapsView, settings: ViewSettings) -> str:
     names = ", ".join(f"**{m.name}** ({m.kind})" for m in view.models)
     pages = view.pages(settings.per_page)
-    lines = [f"{names} · {len(view.sentences)} sentence(s)" + (f" · {pages} pages" if pages > 1 else "")]
+    formats = sorted({m.precision for m in view.models})
+    lines = [f"{names} · {len(view.sentences)} sentence(s)" + (f" · {pages} pages" if pages > 1 else "")
+             + f" · computed in {', '.join(formats)}"]
     threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of each map's range"
     lines.append(f"Mask threshold: {threshold} (each map's value is in the table).")
     if view.truth is not None:
@@ -77,6 +79,7 @@ def draw(load, cache: MapCache, *values, budget=None):
     try:
         settings = ViewSettings(**base_settings("maps", *common, budget=budget), **display_settings(*display))
         view = compute_maps(load, settings, cache, truth_dir=truth_dir())  # the examples' scene truth
+        settings.precision = view.models[0].precision  # what ran, in an export's settings file
         settings.page = min(settings.page, view.pages(settings.per_page) - 1)
         board = maps_board.board_html(view, settings)
     except Exception as error:  # noqa: BLE001 - the page shows it and keeps serving
@@ -125,16 +128,33 @@ def mark_stale(view: MapsView | None, settings: ViewSettings | None, *inputs):
     resets (a new caption may have fewer sentences). ``inputs``: the page's inputs now (none: always out of
     date). (view, settings, board, status, scores, focus #, focus plot, note)."""
     unchanged = gr.update()
-    if view is None or settings is None:  # nothing drawn, or already marked: a Draw running now keeps its result
+    if view is None or settings is None:  # nothing drawn, or already marked (a Draw running now: ``recheck``)
         return unchanged, unchanged, unchanged, unchanged, unchanged, None, hidden_plot(), FOCUS_HINT
     if inputs and drawn_from(settings, *inputs):  # a late event for what was drawn: the board is current
-        return view, settings, unchanged, unchanged, unchanged, unchanged, unchanged, unchanged
+        # nothing written, not even the states read: a Draw that finished meanwhile keeps its result
+        return (unchanged,) * 8
     try:
         board = maps_board.board_html(view, settings, stale=True)
     except Exception:  # noqa: BLE001 - an out-of-date board is cleared rather than shown wrong
-        board = maps_board.empty_board(maps_board.STALE_NOTE)
-    status = f"**Out of date:** the inputs changed since the last Draw. {maps_board.STALE_NOTE.split('. ', 1)[1]}"
-    return None, None, board, status, [], None, hidden_plot(), FOCUS_HINT
+        board = maps_board.empty_board(maps_board.STALE_NOTE, stale=True)
+    return None, None, board, STALE_STATUS, [], None, hidden_plot(), FOCUS_HINT
+
+
+STALE_STATUS = f"**Out of date:** the inputs changed since the last Draw. {maps_board.STALE_NOTE.split('. ', 1)[1]}"
+
+
+def recheck(view: MapsView | None, settings: ViewSettings | None, *inputs):
+    """Chained after every Draw and re-render, with the inputs as the page holds them then: a change event that
+    ran meanwhile found nothing to mark (the Draw's result was not stored yet), or its marking was undone by the
+    result (a re-render stores its settings and a fresh board after the view was forgotten). Outputs as
+    ``mark_stale``'s; nothing changes while the board is current."""
+    unchanged = gr.update()
+    if settings is None:  # nothing drawn (a Draw that failed says so itself)
+        return (unchanged,) * 8
+    if view is None:  # forgotten while a re-render ran: its fresh board shows maps of the old inputs
+        return (None, None, maps_board.empty_board(maps_board.STALE_NOTE, stale=True), STALE_STATUS, [], None,
+                hidden_plot(), FOCUS_HINT)
+    return mark_stale(view, settings, *inputs)
 
 
 FOCUS_HINT = ("**Focus**: pick a sentence (click its map on the board below, its row in the table, or type its "
@@ -266,7 +286,11 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     # A new drawing or a display change redraws the focused sentence (if one is picked) from the stored maps.
     focus_again = dict(fn=focus_by_number, inputs=[view_state, settings_state, focus_sentence],
                        outputs=[focus, focus_note], show_progress="hidden", **HEAVY)
-    drawn.then(**focus_again)
+    # Inputs changed while a Draw or re-render ran: its result is marked out of date at once (``recheck``).
+    stale_outputs = [view_state, settings_state, board, status, scores, focus_sentence, focus, focus_note]
+    check_again = dict(fn=recheck, inputs=[view_state, settings_state, *inputs.components()], outputs=stale_outputs,
+                       show_progress="hidden")
+    drawn.then(**check_again).then(**focus_again)
     scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
                   api_name="focus_table", **HEAVY)
     board.select(focus_from_board, inputs=[view_state, settings_state],
@@ -278,11 +302,10 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
         event = control.input if isinstance(control, gr.Slider) else control.change
         event(rerender, inputs=[view_state, settings_state, *display],
               outputs=[settings_state, board, status, scores, page], api_name=f"rerender_maps_{control.elem_id}",
-              trigger_mode="always_last", **HEAVY).then(**focus_again)
+              trigger_mode="always_last", **HEAVY).then(**check_again).then(**focus_again)
     # Any input that changes what a Draw would compute makes the board out of date until the next Draw.
     for component in inputs.components():
         # Not in the HEAVY group: it encodes nothing (the board is memoised), so a keystroke never waits
         # behind a Draw, nor counts against the visitor's heavy requests.
         component.change(mark_stale, inputs=[view_state, settings_state, *inputs.components()],
-                         outputs=[view_state, settings_state, board, status, scores, focus_sentence, focus, focus_note],
-                         show_progress="hidden", trigger_mode="always_last")
+                         outputs=stale_outputs, show_progress="hidden", trigger_mode="always_last")

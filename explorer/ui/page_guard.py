@@ -2,169 +2,69 @@
 
 An ASGI middleware (``PageGuard``) that the app passes to Gradio's FastAPI app. It runs before any of
 Gradio's routes, so a request it refuses never reaches a parser, a handler or the disk:
-- a page session: the page (``GET /``) sets a session cookie; an upload without one is refused;
+- a page session: the page (``GET /``) sets a session cookie; an upload without one is refused; sessions
+  are kept per address (``explorer.ui.clients``): one address minting many forgets its own, nobody else's;
+- per address, at most ``open_per_address`` requests open at once (429), and every body must arrive within
+  its deadline (``body_seconds``...; 408);
 - uploads (``/gradio_api/upload``): pictures only, ``.safetensors`` too on the owner's page (what the
-  page's inputs take, checked from the saved file's header); each session at most
-  ``uploads_per_session`` files and ``upload_bytes_per_session`` bytes, all sessions together
-  ``upload_bytes_total``, the oldest removed first, none kept past ``upload_seconds``;
+  page's inputs take, checked from the saved file's header; a file the check cannot read is refused and
+  deleted); the quotas of ``explorer.ui.upload_ledger`` (each file on disk counted once, per session and
+  in all, in files and bytes, checked per file as the body streams in); no session's file removed for
+  another's; none kept past ``upload_seconds``;
 - every other body at most ``request_bytes``; no multipart body anywhere else;
+- a body nested past ``json_depth`` is refused before anything parses it (``explorer.ui.json_body``);
 - a file input given as a link (``http(s)://``) is refused before Gradio could fetch it.
-Refusals are one line of text with an HTTP status (403, 413, 415, 429) and a warning in the log.
+Refusals are one line of text with an HTTP status (400, 403, 408, 413, 415, 429, 503), the connection
+closed, and a warning in the log (said once a minute with a count when it repeats: ``log_limit``).
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
-import secrets
 import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from pathlib import Path
 
-from explorer.core.disk_quota import remove
 from explorer.ui.budget import Budget
+from explorer.ui.json_body import carries_link, check_depth, read_json
+from explorer.ui.refusals import Refusal
+from explorer.ui.upload_ledger import PartGate, UploadLedger, accepted_file
+from explorer.ui.clients import Clients, address_of
 
 log = logging.getLogger("explorer.access")
 COOKIE = "explorer_session"
 UPLOAD_PATH = "/gradio_api/upload"
 SESSIONS_KEPT = 10_000  # page sessions remembered (oldest forgotten first): bounded memory
-PICTURE_FORMATS = ("PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF", "MPO")
 JSON_ROUTES = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")
-
-
-class Refusal(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass
-class Upload:
-    path: Path
-    bytes: int
-    time: float = field(default_factory=time.time)
-
-
-class UploadLedger:
-    """Who uploaded what, for the quotas: per session, and the oldest first across sessions."""
-
-    def __init__(self, budget: Budget):
-        self.budget = budget
-        self.sessions: OrderedDict[str, list[Upload]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def admit(self, session: str, incoming: int) -> None:
-        """Refuse an upload of ``incoming`` bytes past the session's quota."""
-        budget = self.budget
-        with self.lock:
-            self._expire()
-            held = self.sessions.get(session, [])
-            if budget.uploads_per_session is not None and len(held) >= budget.uploads_per_session:
-                raise Refusal(429, f"this page session has uploaded {len(held)} files (at most "
-                                   f"{budget.uploads_per_session}); reload the page later")
-            used = sum(upload.bytes for upload in held)
-            if budget.upload_bytes_per_session is not None and used + incoming > budget.upload_bytes_per_session:
-                raise Refusal(413, f"this page session's uploads would pass {budget.upload_bytes_per_session // 2**20}"
-                                   " MB; reload the page later")
-
-    def record(self, session: str, files: list[Path]) -> None:
-        """Count the saved files against the session, then remove the oldest uploads past the total."""
-        with self.lock:
-            held = self.sessions.setdefault(session, [])
-            held.extend(Upload(path, path.stat().st_size) for path in files if path.is_file())
-            self.sessions.move_to_end(session)
-            self._expire()
-            total = self.budget.upload_bytes_total
-            if total is None:
-                return
-            everything = sorted((u for uploads in self.sessions.values() for u in uploads), key=lambda u: u.time)
-            kept = sum(upload.bytes for upload in everything)
-            for upload in everything:
-                if kept <= total:
-                    break
-                self._drop(upload)
-                kept -= upload.bytes
-
-    def total_bytes(self) -> int:
-        with self.lock:
-            return sum(upload.bytes for uploads in self.sessions.values() for upload in uploads)
-
-    def _expire(self) -> None:
-        seconds = self.budget.upload_seconds
-        if seconds is not None:
-            now = time.time()
-            for upload in [u for uploads in self.sessions.values() for u in uploads if now - u.time > seconds]:
-                self._drop(upload)
-        while len(self.sessions) > SESSIONS_KEPT:
-            _, forgotten = self.sessions.popitem(last=False)
-            for upload in forgotten:
-                delete_upload(upload.path)
-
-    def _drop(self, upload: Upload) -> None:
-        delete_upload(upload.path)
-        for session, uploads in list(self.sessions.items()):
-            if upload in uploads:
-                uploads.remove(upload)
-                if not uploads:
-                    del self.sessions[session]
-
-
-def delete_upload(path: Path) -> None:
-    """The file, and the folder Gradio made for it when it is left empty."""
-    remove(path)
-    try:
-        path.parent.rmdir()
-    except OSError:
-        pass
-
-
-def accepted_file(path: Path, weights: bool) -> bool:
-    """Whether a saved upload is what the page's inputs take: a picture Pillow recognises from its header,
-    or (``weights``: the owner's page) a file named ``.safetensors`` whose header is JSON."""
-    if weights and path.suffix.lower() == ".safetensors":
-        try:
-            with open(path, "rb") as handle:
-                size = int.from_bytes(handle.read(8), "little")
-                return 2 <= size <= path.stat().st_size - 8 and handle.read(1) == b"{"
-        except OSError:
-            return False
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as image:
-            return image.format in PICTURE_FORMATS
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-        return False
-
-
-def carries_link(value) -> bool:
-    """Whether a request's data holds a file input given as a link (``{"path": "http(s)://..."}``: what
-    Gradio would download; the ``url`` the page itself sends beside an uploaded file's ``path`` is not read)."""
-    if isinstance(value, dict):
-        path = value.get("path")
-        if isinstance(path, str) and path.strip().lower().startswith(("http://", "https://", "//")):
-            return True
-        return any(carries_link(inner) for inner in value.values())
-    if isinstance(value, list):
-        return any(carries_link(inner) for inner in value)
-    return False
 
 
 class PageGuard:
     """The ASGI middleware (``Middleware(PageGuard, budget=..., public=...)``)."""
 
-    def __init__(self, app, budget: Budget, public: bool):
+    def __init__(self, app, budget: Budget, public: bool, uploads: UploadLedger | None = None):
         self.app, self.budget, self.public = app, budget, public
-        self.sessions: OrderedDict[str, None] = OrderedDict()
-        self.uploads = UploadLedger(budget)
+        self.clients = Clients(budget.sessions_per_address, budget.open_per_address)  # sessions per address
+        self.uploads = uploads or UploadLedger(budget)  # shared with the cache's pruning (``gradio_cache``)
         self.lock = threading.Lock()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        address = address_of(scope)
+        if not self.clients.enter(address):  # before anything is read: a flood of connections costs no work
+            log.warning("refused %s %s from %s: %s requests open", scope["method"], scope["path"], address,
+                        self.budget.open_per_address)
+            return await _answer(send, 429, f"Cannot do that: {self.budget.open_per_address} requests from your "
+                                            "address are already open; wait for them.")
+        try:
+            await self._guarded(scope, self._timed(scope, receive), send)
+        finally:
+            self.clients.leave(address)
+
+    async def _guarded(self, scope, receive, send):
+        """The request's checks, then Gradio; a refusal is answered in one line."""
         try:
             if scope["method"] == "GET" and scope["path"] == "/":
                 return await self.app(scope, receive, self._with_cookie(scope, send))
@@ -175,11 +75,10 @@ class PageGuard:
             if b"multipart/" in _header(scope, b"content-type"):
                 raise Refusal(403, "this page takes files through its upload only")
             body = await self._body(scope, receive, self.budget.request_bytes)
-            if scope["path"].startswith(JSON_ROUTES) and carries_link(_json(body)):
-                raise Refusal(403, "this page does not fetch links: upload the file itself")
+            self._check_json(scope["path"], body)
             return await self.app(scope, _replay(body, receive), send)
         except Refusal as refusal:
-            log.warning("refused %s %s: %s", scope["method"], scope["path"], refusal)
+            log.warning("refused %s %s from %s: %s", scope["method"], scope["path"], address_of(scope), refusal)
             await _answer(send, refusal.status, f"Cannot do that: {refusal}.")
 
     # ---- the page session ---------------------------------------------------------------------------
@@ -191,17 +90,16 @@ class PageGuard:
         except Exception:  # noqa: BLE001 - a malformed cookie header is no session
             return None
         token = cookie[COOKIE].value if COOKIE in cookie else None
-        with self.lock:
-            return token if token in self.sessions else None
+        return token if self.clients.knows(token) else None
 
     def _with_cookie(self, scope, send):
+        """``send`` setting a new session's cookie, unless the request has a live one. The session counts
+        against the address it came from: minting many forgets that address's oldest, nobody else's."""
         if self.session_of(scope):
             return send
-        token = secrets.token_urlsafe(24)
-        with self.lock:
-            self.sessions[token] = None
-            while len(self.sessions) > SESSIONS_KEPT:
-                self.sessions.popitem(last=False)
+        token = self.clients.mint(address_of(scope))
+        if token is None:
+            raise Refusal(503, "this page has too many visitors at once; try again in a minute")
 
         async def sending(message):
             if message["type"] == "http.response.start":
@@ -221,21 +119,59 @@ class PageGuard:
         length = _header(scope, b"content-length")
         if not length.isdigit():
             raise Refusal(411, "an upload must say its length")
-        self.uploads.admit(session, int(length))
-        status, headers, body = await _captured(self.app, scope, receive)
-        if status != 200:
-            return await _send(send, status, headers, body)
-        saved = [Path(p) for p in _json(body) or [] if isinstance(p, str)]
-        refused = [path for path in saved if not accepted_file(path, weights=not self.public)]
-        if refused:
-            for path in saved:
-                delete_upload(path)
-            takes = "pictures (PNG, JPEG, WebP, TIFF, BMP, GIF)" + ("" if self.public else " and .safetensors weights")
-            raise Refusal(415, f"this page takes {takes}; {refused[0].name[:80]} is not one")
-        self.uploads.record(session, saved)
+        ticket = self.uploads.reserve(session, int(length))  # bytes now, each file as it streams in
+        try:
+            gate = PartGate(receive, self.uploads, ticket, _header(scope, b"content-type"))
+            status, headers, body = await _captured(self.app, scope, gate.receive)
+            saved = [Path(p) for p in _json(body) or [] if isinstance(p, str)] if status == 200 else []
+            try:
+                self._take(ticket, saved, gate.refusal)
+            except Refusal:
+                self.uploads.discard(saved)  # deleted unless another session holds the same file
+                raise
+        finally:
+            self.uploads.cancel(ticket)
         await _send(send, status, headers, body)
 
+    def _take(self, ticket, saved: list[Path], refusal: Refusal | None) -> None:
+        """Record the files Gradio saved, or ``Refusal``: too many, or one the page's inputs do not take."""
+        if refusal is not None:
+            raise refusal
+        refused = [path for path in saved if not accepted_file(path, weights=not self.public)]
+        if refused:
+            takes = "pictures (PNG, JPEG, WebP, TIFF, BMP, GIF)" + ("" if self.public else " and .safetensors weights")
+            raise Refusal(415, f"this page takes {takes}; {refused[0].name[:80]} is not one it can read")
+        self.uploads.settle(ticket, saved)
+
+    def _check_json(self, path: str, body: bytes) -> None:
+        """Any body nested past ``Budget.json_depth`` is refused before a parser sees it (Gradio's included);
+        on the event routes, a file input given as a link too."""
+        check_depth(body, self.budget.json_depth)
+        if path.startswith(JSON_ROUTES) and carries_link(_json(body)):
+            raise Refusal(403, "this page does not fetch links: upload the file itself")
+
     # ---- bodies -------------------------------------------------------------------------------------
+
+    def _timed(self, scope, receive):
+        """``receive`` with a deadline on the request's body (``Budget.body_seconds``...; HTTP 408 past it):
+        a client that sends a few bytes a minute holds no connection for long. Once the body is in, the
+        client's channel as it is (a stream waits on it to learn that the client left)."""
+        length = _header(scope, b"content-length")
+        seconds = body_seconds(self.budget, int(length) if length.isdigit() else 0)
+        deadline, done = time.monotonic() + seconds, False
+
+        async def timed():
+            nonlocal done
+            if done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+            except asyncio.TimeoutError:
+                raise Refusal(408, f"the request's body did not arrive within {seconds:.0f} s") from None
+            done = message["type"] != "http.request" or not message.get("more_body")
+            return message
+
+        return timed
 
     async def _body(self, scope, receive, limit: int) -> bytes:
         length = _header(scope, b"content-length")
@@ -255,6 +191,12 @@ class PageGuard:
                 return b"".join(chunks)
 
 
+def body_seconds(budget: Budget, declared: int) -> float:
+    """How long a body of ``declared`` bytes may take to arrive."""
+    seconds = budget.body_seconds + min(declared, 2**40) / budget.body_bytes_per_second
+    return min(seconds, budget.body_seconds_max) if budget.body_seconds_max is not None else seconds
+
+
 def _header(scope, name: bytes) -> bytes:
     for key, value in scope.get("headers", []):
         if key.lower() == name:
@@ -263,10 +205,7 @@ def _header(scope, name: bytes) -> bytes:
 
 
 def _json(body: bytes):
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    return read_json(body)
 
 
 def _replay(body: bytes, receive):
@@ -305,4 +244,7 @@ async def _send(send, status: int, headers: list, body: bytes) -> None:
 
 
 async def _answer(send, status: int, text: str) -> None:
-    await _send(send, status, [(b"content-type", b"text/plain; charset=utf-8")], text.encode())
+    # Connection: close: the rest of a refused body is never read, and uvicorn would otherwise keep a
+    # connection whose client goes on trickling bytes open for as long as it likes.
+    await _send(send, status, [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")],
+                text.encode())

@@ -17,7 +17,8 @@ from explorer.retrieval.indexing import Indexer
 from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.messages import explain
-from explorer.ui.view_controls import Inputs, as_list, export_dir, export_root, export_view, style_controls
+from explorer.ui.view_controls import (Inputs, as_list, export_dir, export_root, export_view, ran_in,
+                                      style_controls)
 from explorer.views import retrieval_view as view
 from explorer.views.settings import MAX_MODELS
 from explorer.zoo import Zoo
@@ -226,7 +227,8 @@ def export_search_figure(access: Access, load, indexer: Indexer, choice, folder,
                                    dataset=dataset)
     except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
         return None, explain(error)
-    return export_view(figure, chosen, *style, zoo_root=zoo_root, budget=access.budget, public=access.public)
+    return export_view(figure, ran_in(load, chosen), *style, zoo_root=zoo_root, budget=access.budget,
+                       public=access.public)
 
 
 # ---- Recall@K and the worst queries ------------------------------------------------------------------

@@ -16,15 +16,18 @@ import gradio as gr
 import httpx
 from gradio import networking
 
+from explorer.ui.clients import trusted_proxies
+
 READY_WAIT_S = 120.0
 ASK_TIMEOUT_S = 10.0
 _ANSWERS = (200, 301, 302, 303, 307, 308, 401)  # Gradio's own list: 401 behind auth, redirects under a proxy
 _launching = threading.Lock()  # the patch is process-wide: one launch at a time
 
 
-def start_page(app: gr.Blocks, **launch_options) -> gr.Blocks:
-    """``app.launch(**launch_options)``, waiting up to ``READY_WAIT_S`` for the page to answer."""
-    with _launching, _patient_readiness_check():
+def start_page(app: gr.Blocks, forwarded_allow_ips: str | None = None, **launch_options) -> gr.Blocks:
+    """``app.launch(**launch_options)``, waiting up to ``READY_WAIT_S`` for the page to answer; the server
+    trusts ``X-Forwarded-For`` from ``forwarded_allow_ips`` only (``clients.trusted_proxies``: by default nobody)."""
+    with _launching, trusted_proxies(forwarded_allow_ips), _patient_readiness_check():
         app.launch(**launch_options)
     return app
 

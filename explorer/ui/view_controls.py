@@ -217,7 +217,18 @@ def export_row(prefix: str, view_state, settings_state, zoo, access=None) -> Exp
     note = gr.Markdown(elem_id=f"{prefix}-export-note")
     row = ExportRow(style, files, note)
     budget, public = (access.budget, access.public) if access is not None else (None, False)
-    button.click(lambda *values: export_view(*values, zoo_root=zoo.root, budget=budget, public=public),
+    button.click(lambda view, settings, *style: export_view(view, ran_in(zoo.load, settings), *style,
+                                                            zoo_root=zoo.root, budget=budget, public=public),
                  inputs=[view_state, settings_state, *row.style_inputs()], outputs=[files, note],
                  api_name=f"export_{prefix}", **HEAVY)
     return row
+
+
+def ran_in(load, settings: ViewSettings | None) -> ViewSettings | None:
+    """``settings`` saying the precision its models computed in (a replay computes in the same), not "auto"."""
+    if isinstance(settings, ViewSettings) and settings.models and settings.precision == "auto":
+        try:
+            settings.precision = load(settings.models[0]).precision  # loaded already: the view was drawn with it
+        except Exception:  # noqa: BLE001 - a model gone since the Draw: export_view says what it can
+            pass
+    return settings

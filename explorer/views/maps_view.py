@@ -76,6 +76,7 @@ class ModelMaps:
     result: GroundingResult
     trained: bool = True
     synthetic_only: bool = False  # a demo model: trained on the synthetic shapes only
+    precision: str = "fp32"  # the format the model computed its maps in
     _memo: BoundedCache = field(default_factory=display_memo, repr=False)
 
     @property
@@ -229,7 +230,8 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         notes.extend(n for n in result.notes if n not in notes)
         picture, sentences = result.image, result.maps.sentences
         models.append(ModelMaps(name=model.name, result=result, trained=model.trained,
-                                synthetic_only=getattr(model, "synthetic_only", False)))
+                                synthetic_only=getattr(model, "synthetic_only", False),
+                                precision=getattr(model, "precision", "fp32")))
     truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir, working.original_size)
     if truth is not None:
         notes.extend(truth.notes)

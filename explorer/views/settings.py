@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from explorer.core.errors import ExplorerError
+from explorer.models.precision import AUTO, PRECISION_CHOICES
 from explorer.views.figure_style import ANNOTATIONS, DEFAULT_PRESET, FONTS, HEADERS, PRESETS, FigureStyle, resolve_style
 from explorer.views.render import COLORMAPS
 
@@ -41,6 +42,7 @@ class ViewSettings:
     models: list[str] = field(default_factory=list)
     kind: str = NATIVE
     dense_caption: str = ""
+    precision: str = AUTO  # what the models computed in: a figure records the format that ran (bf16, fp32...)
     # sentence maps
     cmap: str = "turbo"
     opacity: float = 0.55
@@ -83,6 +85,7 @@ class ViewSettings:
     def validate(self) -> None:
         _check_types(self)
         _one_of("view", self.view, VIEWS)
+        _one_of("precision", self.precision, PRECISION_CHOICES)
         _one_of("cmap", self.cmap, COLORMAPS)
         _one_of("mask", self.mask, MASK_MODES)
         _one_of("scale", self.scale, SCALES)
@@ -145,6 +148,7 @@ class ViewSettings:
         if not isinstance(data, dict):
             raise SettingsError(f"{path} does not hold a settings object")
         data.setdefault("layout", MODELS_AS_ROWS)  # a file from before layouts was drawn so: replayed as drawn
+        data.setdefault("precision", "fp32")  # ... and one from before precisions, in fp32
         return cls.from_dict(relative_to(data, Path(path).resolve().parent))
 
 

@@ -1,0 +1,74 @@
+"""The number format a model computes in for inference: fp32, bf16, fp16, or "auto".
+
+"auto" takes bf16 where the hardware computes it natively (a CPU with AMX or avx512_bf16, as oneDNN reports
+it; a GPU with bf16), fp16 on other GPUs, fp32 elsewhere. Under bf16 or fp16 the weights are held in that
+format (half the memory) and every forward pass runs under ``torch.autocast``, which runs matrix products
+in the low format and keeps the sensitive ops (softmax, layer norm, losses) in fp32; maps and scores leave
+the model as fp32. Evaluation tables keep fp32 unless asked (their numbers go into papers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from explorer.core.errors import ExplorerError
+
+AUTO = "auto"
+FORMATS = ("fp32", "bf16", "fp16")  # what a model's weights may be held in
+PRECISION_CHOICES = (AUTO, *FORMATS)  # torch is imported only when a model is made: the CLI's flags need none
+
+
+class PrecisionError(ExplorerError):
+    """A precision that is not one of ``PRECISION_CHOICES``."""
+
+
+def dtype(precision: str):
+    """The torch dtype of one of ``FORMATS``."""
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AMX or avx512_bf16): oneDNN's own check, as torch reports it."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
+
+
+def gpu_has_bf16(device) -> bool:
+    import torch
+
+    return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def resolve_precision(requested: str, device) -> tuple[str, str | None]:
+    """(the precision to run, a note when it differs from what was asked)."""
+    if requested not in PRECISION_CHOICES:
+        raise PrecisionError(f"precision is one of {', '.join(PRECISION_CHOICES)}, not {requested!r}")
+    if requested == AUTO:
+        if device.type == "cuda":
+            return ("bf16" if gpu_has_bf16(device) else "fp16"), None
+        return ("bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"), None
+    if device.type == "cpu" and requested == "fp16":
+        return "fp32", "fp16 asked for on CPU (no fast fp16 there): using fp32"
+    if device.type == "cpu" and requested == "bf16" and not cpu_has_native_bf16():
+        return "fp32", "bf16 asked for on a CPU without native bf16 (AMX or avx512_bf16): using fp32"
+    return requested, None
+
+
+def computing(precision: str, device):
+    """The context a forward pass runs in (``device``: a torch.device): autocast to the low format, or nothing
+    for fp32."""
+    import torch
+
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype(precision))
+
+
+__all__ = ["AUTO", "FORMATS", "PRECISION_CHOICES", "dtype", "PrecisionError", "computing", "cpu_has_native_bf16",
+           "resolve_precision"]
