@@ -27,7 +27,7 @@ from explorer.core.images import load_image
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport
 from explorer.models.methods.base import GENERIC_MAP, Method
-from explorer.models.precision import FORMATS, computing, dtype, resolve_precision
+from explorer.models.precision import AUTO, FORMATS, FP32_KINDS, computing, dtype, resolve_precision
 from explorer.models.tokenizer import TokenBatch, TokenCounter
 
 PRECISIONS = {name: dtype(name) for name in FORMATS}  # the formats weights may be held in ("auto" picks one)
@@ -105,7 +105,12 @@ class Model:
         self.precision, note = resolve_precision(precision, self.device)
         if note:
             self.notes.append(note)
-        self.method = method.to(self.device, dtype(self.precision)).eval()
+        # Under "auto", a kind measured to lose its shape in the low format computes in fp32: its method keeps
+        # fp32 weights (the other kinds still run under autocast).
+        low = precision == AUTO and self.precision != "fp32"
+        self.fp32_kinds = frozenset(FP32_KINDS.get(method.name, ())) if low else frozenset()
+        self.weights_precision = "fp32" if self.fp32_kinds else self.precision
+        self.method = method.to(self.device, dtype(self.weights_precision)).eval()
         self.name = name or method.title
         self.key_report = report
         self.trained = trained
@@ -180,11 +185,16 @@ class Model:
         pictures = [_as_pil(image) for image in images]
         if not pictures:
             raise ImageError("There is no image to encode.")
-        return self.method.preprocess(pictures, fit=fit).to(self.device, PRECISIONS[self.precision])
+        return self.method.preprocess(pictures, fit=fit).to(self.device, PRECISIONS[self.weights_precision])
 
-    def computing(self):
-        """The context every forward pass runs in: autocast to ``precision`` (nothing for fp32)."""
-        return computing(self.precision, self.device)
+    def computing(self, kind: str | None = None):
+        """The context every forward pass runs in: autocast to ``precision`` (nothing for fp32, or for a kind
+        of ``fp32_kinds``)."""
+        return computing(self.precision_of(kind), self.device)
+
+    def precision_of(self, kind: str | None) -> str:
+        """The format a map kind computes in."""
+        return "fp32" if kind in self.fp32_kinds else self.precision
 
     # Features leave the model in fp32 (stores, indexes and scores expect it); inside, they stay in the format
     # the model computes in, and features handed back in are put into it (a bf16 layer norm takes no fp32).
@@ -197,24 +207,24 @@ class Model:
     def encode_text(self, texts: Sequence[str]) -> TextFeatures:
         return _as_fp32(self._encode_tokens(self.tokenize(texts)))
 
-    def _encode_pixels(self, pixels: torch.Tensor) -> ImageFeatures:
-        with self.computing():
+    def _encode_pixels(self, pixels: torch.Tensor, kind: str | None = None) -> ImageFeatures:
+        with self.computing(kind):
             return self.method.encode_image(pixels)
 
-    def _encode_tokens(self, batch: TokenBatch) -> TextFeatures:
-        with self.computing():
+    def _encode_tokens(self, batch: TokenBatch, kind: str | None = None) -> TextFeatures:
+        with self.computing(kind):
             return self.method.encode_text(batch.ids.to(self.device))
 
     def _in_format(self, features):
         """Features given back to the model, in the format it computes in."""
-        return features.to(self.device, PRECISIONS[self.precision])
+        return features.to(self.device, PRECISIONS[self.weights_precision])
 
-    def picture_features(self, picture: Image.Image) -> ImageFeatures:
+    def picture_features(self, picture: Image.Image, kind: str | None = None) -> ImageFeatures:
         """The picture's features for its maps (the whole picture: ``fit="squash"``), in the model's format,
         kept per (model, pixels) in ``PICTURE_FEATURES``."""
         digest = hashlib.blake2b(picture.tobytes(), digest_size=16).hexdigest()
-        key = (self._features_key, picture.size, digest)
-        return PICTURE_FEATURES.get(key, lambda: self._encode_pixels(self.pixels([picture], fit="squash")))
+        key = (self._features_key, self.precision_of(kind), picture.size, digest)
+        return PICTURE_FEATURES.get(key, lambda: self._encode_pixels(self.pixels([picture], fit="squash"), kind))
 
     PATCH_SOURCES = ("features", "attention")
 
@@ -228,7 +238,8 @@ class Model:
         """
         if source not in self.PATCH_SOURCES:
             raise ValueError(f"patch source is one of {self.PATCH_SOURCES}, not {source!r}")
-        pixels = self.method.preprocess([_as_pil(image)], fit="squash").to(self.device, PRECISIONS[self.precision])
+        pixels = self.method.preprocess([_as_pil(image)], fit="squash").to(self.device,
+                                                                           PRECISIONS[self.weights_precision])
         features = self._encode_pixels(pixels)
         grid = tuple(int(v) for v in features.grid_hw)
         if source == "features":
@@ -266,22 +277,24 @@ class Model:
             raise CaptionError("There is no sentence to draw a map for: the caption is empty.")
         picture = _as_pil(image)
         tokens = self.tokenize(sentences)
-        with self.computing():
+        with self.computing(kind):
             if kind in self.method.explainer_kinds:  # they need the tower itself, with gradients for some
-                grid = self.method.explainer_maps(self.pixels([picture], fit="squash"), self._encode_tokens(tokens),
-                                                  kind)
+                grid = self.method.explainer_maps(self.pixels([picture], fit="squash"),
+                                                  self._encode_tokens(tokens, kind), kind)
             else:
                 # 'squash' so the map covers every pixel of the picture, not only a centre crop.
-                image_features = self.picture_features(picture)
-                text_features = self._encode_tokens(tokens)
+                image_features = self.picture_features(picture, kind)
+                text_features = self._encode_tokens(tokens, kind)
                 if dense_caption and self.method.uses_dense_caption:
-                    dense = self._encode_tokens(self.tokenize([dense_caption]))
+                    dense = self._encode_tokens(self.tokenize([dense_caption]), kind)
                     grid = self.method.dense_caption_maps(image_features, text_features, dense, kind)
                 else:
                     grid = self.method.sentence_maps(image_features, text_features, kind)
         width, height = picture.size
-        return SentenceMaps(kind=kind, grid=grid.float().cpu().numpy(), sentences=sentences, n_cut=tokens.n_cut,
+        maps = SentenceMaps(kind=kind, grid=grid.float().cpu().numpy(), sentences=sentences, n_cut=tokens.n_cut,
                             size=(height, width))
+        maps.precision = self.precision_of(kind)  # what these maps were computed in
+        return maps
 
 
 def _as_fp32(features):

@@ -231,7 +231,7 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         picture, sentences = result.image, result.maps.sentences
         models.append(ModelMaps(name=model.name, result=result, trained=model.trained,
                                 synthetic_only=getattr(model, "synthetic_only", False),
-                                precision=getattr(model, "precision", "fp32")))
+                                precision=getattr(result.maps, "precision", getattr(model, "precision", "fp32"))))
     truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir, working.original_size)
     if truth is not None:
         notes.extend(truth.notes)
