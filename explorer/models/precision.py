@@ -20,8 +20,9 @@ PRECISION_CHOICES = (AUTO, *FORMATS)  # torch is imported only when a model is m
 
 # Kinds whose maps miss an Otsu-mask IoU of 0.95 (median, against fp32) in bf16 (bench/precision.py on the demo
 # zoo, 2026-11-27): under "auto" they compute in fp32. SEPS keeps its top-scoring patches, and bf16 moves the
-# patches near the cut in or out of the kept set (0.946 median for both).
-FP32_KINDS = {"seps": ("kept-sparse", "kept-dense")}
+# patches near the cut in or out of the kept set (0.946 median for both); FineLIP's refinement weights on
+# random-weight ViT-B/16 and ViT-L/14: 0.933 and 0.944.
+FP32_KINDS = {"seps": ("kept-sparse", "kept-dense"), "finelip": ("refinement-weights",)}
 
 
 class PrecisionError(ExplorerError):
