@@ -1,6 +1,8 @@
-"""`explorer export` on the demo zoo: time to write, and how close each library's embeddings are to explorer's.
+"""`explorer export` on a zoo: time to write, and how close each library's embeddings are to explorer's.
 
-For each demo model and format, the folder is written (``--backbone-only`` where the method needs it),
+For each model of the zoo (default: the demo zoo, every model in it; ``--model`` picks some) and each format,
+the folder is written (``--backbone-only`` where the method needs it; a model with no CLIP backbone, SEPS,
+is listed as skipped with the reason),
 loaded with the library's own loader, and fed (a) explorer's own pixels and token ids (the weights'
 fidelity) and (b) the library's own preprocessing and tokenizer on the same pictures and captions (end
 to end). The cosine error is max(1 - cos) over the pictures and captions, against the CLIP backbone's own
@@ -9,7 +11,7 @@ embeddings as explorer computes them (class-token pooled for transformers, which
 (seed 3, 224 px, the demo's world) and four photos of scikit-image (odd sizes: the rocket's resized side
 exceeds the crop by 4k + 3 pixels, where OpenAI's crop rounds and CLIPImageProcessor floors).
 
-    python bench/export.py [--out bench/results/export.json]
+    python bench/export.py [--zoo DIR] [--model NAME ...] [--scenes N] [--out bench/results/export.json]
 """
 
 from __future__ import annotations
@@ -23,16 +25,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-MODELS = ("clip-base", "longclip", "finelip", "goal", "mulclip", "flair", "caft")
+DEMO_ZOO = REPO / "checkpoints" / "demo"
 
 
-def pictures_and_captions():
+def pictures_and_captions(n_scenes: int = 16):
     import skimage.data
     from PIL import Image
 
     from explorer.data import generate_scenes
 
-    scenes = list(generate_scenes(16, seed=3, image_size=224, split="test"))
+    scenes = list(generate_scenes(n_scenes, seed=3, image_size=224, split="test"))
     photos = [Image.fromarray(getattr(skimage.data, name)()).convert("RGB")
               for name in ("astronaut", "chelsea", "coffee", "rocket")]
     captions = [scene.long_caption for scene in scenes] + [scene.short_caption for scene in scenes[:4]]
@@ -87,18 +89,41 @@ def backbone_embeddings(method, pixels, ids, class_token: bool):
     return image, ClipBackbone.encode_text(method, ids).eot
 
 
-def measure(zoo_root: Path, work: Path) -> list[dict]:
+def zoo_models(zoo, names=None) -> list[str]:
+    """The names to measure: ``names`` as given (each must be in the zoo), else every model of the zoo's
+    manifests, in the page's order (real checkpoints first)."""
+    from explorer.core.errors import InputError
+
+    known = [manifest.name for manifest in zoo.choice_order()]
+    if not names:
+        if not known:
+            raise InputError(f"{zoo.root} holds no model manifest (*.json): give --zoo a zoo folder")
+        return known
+    missing = [name for name in names if name not in known]
+    if missing:
+        raise InputError(f"no model named {', '.join(map(repr, missing))} in {zoo.root}; it has "
+                         f"{', '.join(known) or 'none'}")
+    return list(names)
+
+
+def measure(zoo_root: Path, work: Path, names=None, n_scenes: int = 16) -> list[dict]:
     import torch
 
-    from explorer.core.errors import ExportError
+    from explorer.core.errors import ExplorerError, ExportError
     from explorer.models.export import export_model
     from explorer.zoo import Zoo
 
-    scenes, photos, captions = pictures_and_captions()
     zoo = Zoo(zoo_root, device="cpu")
+    names = zoo_models(zoo, names)
+    scenes, photos, captions = pictures_and_captions(n_scenes)
     rows = []
-    for name in MODELS:
-        model = zoo.load(f"demo-{name}")
+    for name in names:
+        try:
+            model = zoo.load(name)
+        except ExplorerError as error:  # a manifest whose weights are gone or unreadable: said, not fatal
+            rows.append({"model": name, "skipped": f"does not load: {error}"})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
         method = model.method
         for fmt in ("transformers", "open_clip"):
             folder = work / f"{name}-{fmt}"
@@ -106,7 +131,13 @@ def measure(zoo_root: Path, work: Path) -> list[dict]:
             try:
                 result = export_model(method, fmt, folder, name=model.name)
             except ExportError:
-                result = export_model(method, fmt, folder, backbone_only=True, name=model.name)
+                try:
+                    result = export_model(method, fmt, folder, backbone_only=True, name=model.name)
+                except ExportError as error:  # no CLIP backbone at all (SEPS): nothing to measure
+                    row = {"model": model.name, "method": method.name, "format": fmt, "skipped": str(error)}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    continue
             seconds = time.perf_counter() - started
             row = {"model": model.name, "method": method.name, "format": fmt, "whole": result.whole,
                    "left_out": result.left_out, "export_s": round(seconds, 2)}
@@ -129,19 +160,29 @@ def measure(zoo_root: Path, work: Path) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--zoo", type=Path, default=REPO / "checkpoints" / "demo")
+    parser.add_argument("--zoo", type=Path, default=DEMO_ZOO, help="a zoo folder (its *.json manifests); "
+                                                                   "default: the demo zoo")
+    parser.add_argument("--model", action="append", dest="models", metavar="NAME",
+                        help="a model of the zoo (repeat for more); default: every model in it")
+    parser.add_argument("--scenes", type=int, default=16, help="synthetic scenes to feed (default 16)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    from explorer.core.errors import ExplorerError
     from explorer.core.runtime import prepare_process
 
     prepare_process()
     with tempfile.TemporaryDirectory() as work:
-        rows = measure(args.zoo, Path(work))
+        try:
+            rows = measure(args.zoo, Path(work), args.models, args.scenes)
+        except ExplorerError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -223,6 +223,13 @@ def read_examples(n_sentences: int | None) -> list:
     return examples
 
 
+def auto_label(model) -> dict:
+    """What "auto" chose for a model: its precision, the format its weights are held in, the kinds kept in fp32
+    (wholly, or in their own head)."""
+    return {"auto_precision": model.precision, "auto_weights": model.weights_precision,
+            "auto_fp32_kinds": sorted(model.fp32_kinds), "auto_fp32_heads": sorted(model.fp32_heads)}
+
+
 def demo_part(args, log) -> list[dict]:
     examples = read_examples(None)
     rows = []
@@ -232,7 +239,7 @@ def demo_part(args, log) -> list[dict]:
     for manifest in manifests:
         models = {p: explorer.load(manifest, device="cpu", precision=p) for p in PRECISIONS}
         label = {"group": "demo", "model": f"demo-{manifest.stem}", "method": models["fp32"].method_name,
-                 "size": "demo", "auto_precision": models["auto"].precision,
+                 "size": "demo", **auto_label(models["auto"]),
                  "param_mb": {p: round(parameter_bytes(m) / 2**20, 2) for p, m in models.items()}}
         rows += compare_model(models, label, examples, args.runs, log=log)
         del models
@@ -252,7 +259,7 @@ def random_part(args, log) -> list[dict]:
             del method
             label = {"group": "random", "model": name, "method": name,
                      "size": {"base": "ViT-B/16", "large": "ViT-L/14"}[size],
-                     "auto_precision": models["auto"].precision,
+                     **auto_label(models["auto"]),
                      "param_mb": {p: round(parameter_bytes(m) / 2**20, 1) for p, m in models.items()}}
             runs = args.large_runs if size == "large" else args.runs
             kinds = [k for k in models["fp32"].map_kinds if not args.kinds or k in args.kinds]
@@ -413,7 +420,17 @@ def machine() -> dict:
             "cpu_has_native_bf16": cpu_has_native_bf16(),
             "auto_resolves_to": resolve_precision("auto", torch.device("cpu"))[0],
             "torch": torch.__version__, "python": platform.python_version(),
-            "date": datetime.date.today().isoformat()}
+            "date": datetime.date.today().isoformat(), "commit": _commit()}
+
+
+def _commit() -> str:
+    """The checkout's commit, "+changes" when explorer/ differs from it."""
+    def git(*words):
+        done = subprocess.run(["git", "-C", str(ROOT), *words], capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+changes" if head and git("status", "--porcelain", "--", "explorer") else "")
 
 
 def kind_table(rows: list[dict]) -> str:
@@ -428,7 +445,9 @@ def kind_table(rows: list[dict]) -> str:
         change = (f"{r['fp32_caption_change_s']:.3f} / {r['auto_caption_change_s']:.3f}"
                   if "fp32_caption_change_s" in r else "")
         flag = " **<0.95**" if r["iou_median"] < TARGET_IOU else ""
-        out.append(f"| {r['model']} | {r['size']} | {r['kind']} | {r['fp32_s']:.3f} | {r['auto_s']:.3f} | "
+        kind = r["kind"] + (" (fp32 under auto)" if r["kind"] in r.get("auto_fp32_kinds", ()) else
+                            " (head fp32 under auto)" if r["kind"] in r.get("auto_fp32_heads", ()) else "")
+        out.append(f"| {r['model']} | {r['size']} | {kind} | {r['fp32_s']:.3f} | {r['auto_s']:.3f} | "
                    f"{r['speedup']:.2f}x ({min(r['fp32_times']) / min(r['auto_times']):.2f}x) | {change} | "
                    f"{r['fp32_peak_mb']:.0f} / {r['auto_peak_mb']:.0f} | "
                    f"{r['iou_median']:.3f}{flag} | {r['iou_min']:.3f} | {r['peaks_equal']}/{r['sentences']} |")
@@ -531,7 +550,8 @@ def report(results: dict) -> str:
     parts = [f"machine: {results['machine']['cpu']}, {results['machine']['cpus']} CPUs, "
              f"torch {results['machine']['torch']} ({results['machine']['torch_threads']} threads), flags "
              f"{', '.join(results['machine']['bf16_flags']) or 'none'}; auto = "
-             f"{results['machine']['auto_resolves_to']}; {results['machine']['date']}"]
+             f"{results['machine']['auto_resolves_to']}; {results['machine']['date']}, commit "
+             f"{results['machine'].get('commit') or '?'}"]
     rows = results.get("demo", []) + results.get("random", [])
     if rows:
         parts += ["", "Per model (all kinds):", "", summary_table(rows), "", "Per kind:", "", kind_table(rows)]

@@ -29,7 +29,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from explorer.core.compat import guard_torchvision_import
 from explorer.core.errors import ExplorerError
+
+# Where torchvision's C++ ops are missing (a CPU torch beside a CUDA-linked torchvision), the process's first
+# `import torchvision` (open_clip's, transformers', or your own after `import explorer`) declares them first.
+# No-op on a normal install; imports nothing now.
+guard_torchvision_import()
 
 if TYPE_CHECKING:  # the real imports are lazy (below)
     from explorer.models.model import Model
@@ -75,11 +81,31 @@ def load(source: str | Path, device: str = "auto", precision: str = "fp32", allo
          method: str | None = None, options: Mapping | None = None, zoo_root: str | Path | None = None) -> "Model":
     """Load a model from a weights file (format detected), a manifest (.json), or a zoo name.
 
-    ``allow_pickle`` is the explicit opt-in for files that can only be read by
-    unpickling (SEPS's model_best.pth); without it such files are refused.
+        m = explorer.load("checkpoints/demo/clip-base.json", precision="auto")
+        m.similarity([picture], ["A red cube sits on the left."])   # (1, 1)
+
+    Args:
+        source: A weights file (.pt, .pth, .bin, .ckpt, .safetensors; its layout is detected from its keys),
+            a zoo manifest (.json), or the name of a model in the zoo.
+        device: "auto" (CUDA when there is one), "cpu", "cuda", "cuda:1", ...
+        precision: "fp32" (the default), "bf16", "fp16", or "auto": bf16 where the hardware computes it
+            natively, fp16 on other GPUs, fp32 elsewhere (``Model.precision`` says what was chosen).
+        allow_pickle: The explicit opt-in for files that can only be read by unpickling (SEPS's
+            model_best.pth, OpenAI's TorchScript archives); without it such files are refused.
+        method: A method to read a weights file as, instead of the one its layout is detected as.
+        options: What the tensors cannot say (a manifest's ``options``), e.g. ``{"quick_gelu": False}``.
+        zoo_root: The zoo folder to look names up in (default: ``$EXPLORER_CHECKPOINTS``, else the
+            checkout's ``checkpoints/``).
+
+    Returns:
+        The loaded [`Model`][explorer.models.model.Model]; its ``key_report`` says what the strict load matched.
+
+    Raises:
+        ExplorerError: A missing file, an unknown name, a layout no method reads, a file that needs
+            unpickling without ``allow_pickle``, or missing, unexpected or mis-shaped keys.
     """
     from explorer.models.io.loading import load_method
-    from explorer.models.model import Model
+    from explorer.models.model import Model, weights_reader
     from explorer.zoo import Manifest, Zoo, load_manifest
 
     path = Path(source).expanduser()
@@ -90,7 +116,8 @@ def load(source: str | Path, device: str = "auto", precision: str = "fp32", allo
             manifest.allow_pickle = True
         return load_manifest(manifest, device=device, precision=precision)
     if path.exists() or looks_like_a_file:  # a missing file is reported as such, not as an unknown zoo name
-        loaded, report = load_method(path, method=method, overrides=options, allow_pickle=allow_pickle)
+        loaded, report = load_method(path, method=method, overrides=options, allow_pickle=allow_pickle,
+                                     weights_in=weights_reader(precision, device))
         return Model(loaded, name=path.stem, report=report, device=device, precision=precision)
     zoo = Zoo(zoo_root, device=device, precision=precision)
     return zoo.load(str(source))

@@ -16,7 +16,7 @@ fi
 # torch first, pinned: on CPU machines it resolves to the small CPU build (see constraints.txt).
 python -m pip install -q -c constraints.txt torch
 python -m pip install -q -c constraints.txt -e ".[test]"
-# The worked method plugin (README, "Your own method"): installed as a user installs one, tested as a plugin.
+# The worked method plugin (docs/plugins.md, "Your own method"): installed as a user installs one, tested as a plugin.
 python -m pip install -q -e examples/plugins/explorer-dreamlip
 
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1

@@ -604,7 +604,7 @@ def test_average_pool_makes_the_global_embedding_the_mean_patch_and_is_saved(tmp
     assert loaded.arch.pool == "avg" and not report.missing and not report.unexpected
     with torch.no_grad():
         assert torch.allclose(loaded.encode_image(pixels).cls, features.cls, atol=1e-6)
-    with pytest.raises(ValueError, match="pool"):
+    with pytest.raises(ExplorerError, match="pool"):
         ClipArchitecture(**{**arch.to_dict(), "pool": "max"})
 
 
@@ -638,5 +638,5 @@ def test_attention_pool_weights_the_patch_values_and_is_saved_with_its_heads(tmp
     assert (loaded.arch.pool, loaded.arch.pool_heads) == ("attn", 1) and report.ok, report.summary()
     with torch.no_grad():
         assert torch.allclose(loaded.encode_image(pixels).cls, model.encode_image(pixels).cls, atol=1e-6)
-    with pytest.raises(ValueError, match="pool_heads"):
+    with pytest.raises(ExplorerError, match="pool_heads"):
         ClipArchitecture(**{**arch.to_dict(), "pool_heads": 5})

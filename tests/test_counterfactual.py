@@ -6,6 +6,7 @@ import pytest
 from explorer.data.counterfactual import ATTRIBUTES, counterfactual_twin
 from explorer.data.synthetic import generate_scene
 from explorer.data.vocabulary import POSITION_PHRASES
+from explorer.core.errors import ExplorerError
 
 
 @pytest.mark.parametrize("attribute", ATTRIBUTES)
@@ -26,5 +27,5 @@ def test_twin_changes_one_attribute_of_one_object(attribute):
 
 def test_twin_of_a_wrong_object_range_is_refused():
     scene = generate_scene(seed=(0, 0, 3), image_size=64, n_objects=(2, 6))
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         counterfactual_twin(scene, "shape", 0, np.random.default_rng(1), (2, 2))

@@ -90,7 +90,7 @@ def test_write_dataset_never_overwrites_silently(tmp_path):
     with pytest.raises(DatasetError, match="did not write"):
         write_dataset(foreign, 1, overwrite=True)
     assert (foreign / "images" / "keep.png").exists()
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         write_dataset(tmp_path / "bad", 4, split_fractions=(0.5, 0.5, 0.5))
 
 

@@ -16,6 +16,7 @@ from explorer.models.methods.clip import ClipMethod
 from explorer.training.demo_base import (OBJECT_ATTRIBUTES, OCCUPANCY_TARGETS, PAIR_TARGETS, PATCH_ATTRIBUTES,
                                          PATCH_TARGETS, BindingClip, ReadingClip, SeeingClip, as_clip, as_stage,
                                          occupancy, patch_attributes)
+from explorer.core.errors import ExplorerError
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,7 @@ def test_binding_stage_puts_each_captions_negatives_in_the_image_softmax():
     long = " ".join(["a red square."] * cut)
     assert method.read_apart(long, [long + " a blue ring.", "a red circle."]) == ["a red circle."]
     batch.require("negative_captions")
-    with pytest.raises(ValueError, match="negative_captions"):
+    with pytest.raises(ExplorerError, match="negative_captions"):
         method.losses(TrainingBatch(pixels=pixels, captions=captions, sentences=batch.sentences))
 
 

@@ -32,6 +32,7 @@ from explorer.retrieval import embedding_store
 from explorer.retrieval.embedding_store import INDEX_FILE, EmbeddingStore, StoreError
 from explorer.retrieval.fingerprint import weights_hash
 from explorer.zoo import Zoo
+from explorer.core.errors import ExplorerError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -505,9 +506,9 @@ def test_features_round_trip_and_refuse_foreign_classes():
     assert all(torch.equal(a, b) for a, b in zip(back.assignments, features.assignments))
 
     for name in ("builtins:dict", "os:system", "explorer.core.paths:Path", "explorer.modelsx.features:ImageFeatures"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ExplorerError):
             features_from_tensors(tensors, {**metadata, "class": name})
-    with pytest.raises(ValueError):  # inside the package, but not a features class
+    with pytest.raises(ExplorerError):  # inside the package, but not a features class
         features_from_tensors(tensors, {**metadata, "class": "explorer.models.model:Model"})
 
     class Foreign(ImageFeatures):  # a features class defined outside explorer.models
@@ -515,7 +516,7 @@ def test_features_round_trip_and_refuse_foreign_classes():
 
     tensors, metadata = features_to_tensors(Foreign(cls=torch.zeros(1, 2), patches=torch.zeros(1, 1, 2),
                                                     grid_hw=(1, 1)))
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         features_from_tensors(tensors, metadata)
 
 

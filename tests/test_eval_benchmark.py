@@ -33,6 +33,7 @@ from explorer.models.methods.clip import ClipMethod, LongClipMethod, example_arc
 from explorer.models.model import Model
 from explorer.models.tokenizer import EOT_ID, SOT_ID, encode
 from explorer.zoo import Zoo
+from explorer.core.errors import ExplorerError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -497,10 +498,10 @@ def test_update_readme_appends_a_section_when_absent_and_refuses_broken_markers(
 
     broken = tmp_path / "BROKEN.md"
     broken.write_text("<!-- eval-table:end -->\nx\n<!-- eval-table:start -->\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         update_readme(broken, "| t |\n")
     broken.write_text("<!-- eval-table:start -->\nno end\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         update_readme(broken, "| t |\n")
     assert broken.read_text() == "<!-- eval-table:start -->\nno end\n"  # untouched
 

@@ -26,6 +26,7 @@ from explorer.jobs.queue import claim_runs
 from explorer.jobs.sweeps import children
 from explorer.jobs.worker import run_job
 from explorer.views import results_table as rt
+from explorer.core.errors import ExplorerError
 
 ZOO = Path(__file__).resolve().parents[1] / "checkpoints"
 MODELS = ["demo-longclip", "demo-clip-base"]
@@ -280,7 +281,7 @@ def test_csv_and_markdown_carry_the_same_numbers():
     markdown = rt.export(table, "markdown")
     assert "| longclip | **78.1** | **480.9** | **65.5** | **450.5** |" in markdown
     assert markdown.splitlines()[1].startswith("| --- |")
-    with pytest.raises(ValueError, match="format must be one of"):
+    with pytest.raises(ExplorerError, match="format must be one of"):
         rt.export(table, "html")
 
 

@@ -14,6 +14,7 @@ from explorer.models.explainers import (CLEARCLIP, EXPLAINER_KINDS, GRADCAM, LEG
 from explorer.models.features import TextFeatures
 from explorer.models.methods.clip import ClipMethod
 from explorer.models.methods.finelip import FineLipMethod
+from explorer.core.errors import ExplorerError
 
 SENTENCES = ["A red cube on the left.", "A blue ball at the top.", "Sky.", "Grass at the bottom."]
 
@@ -245,7 +246,7 @@ def test_bad_input_gets_a_clear_message(clip):
     assert seps.explainer_kinds == () and GRADCAM not in seps.map_kinds
     with pytest.raises(ExplainerError, match="has no CLIP ViT image tower"):
         explain(seps, torch.zeros(1, 3, 32, 32), text_of(clip), LEGRAD)
-    with pytest.raises(ValueError, match="has no map kind 'gradcam'"):
+    with pytest.raises(ExplorerError, match="has no map kind 'gradcam'"):
         seps.explainer_maps(torch.zeros(1, 3, 32, 32), text_of(clip), GRADCAM)
 
 
@@ -265,3 +266,35 @@ def test_every_explainer_of_every_method_is_drawn_through_the_public_model(name)
         maps = model.sentence_maps(picture, SENTENCES[:2], kind=kind)
         assert maps.kind == kind and np.asarray(maps.maps).shape == (2, 80, 120)
         assert np.isfinite(np.asarray(maps.maps)).all(), kind
+
+
+# ---- a caption change reuses the picture's trunk -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", EXPLAINER_KINDS)
+def test_a_caption_change_runs_no_block_on_the_same_picture(kind):
+    """The trunk's tokens depend on the picture alone: through the public model, a second caption on the same
+    picture runs none of the first block again, and gives the maps a fresh model gives (nothing stale)."""
+    import numpy as np
+    from PIL import Image
+
+    import explorer
+
+    method = ClipMethod.example("tiny", seed=0)
+    model, fresh = explorer.Model(method, device="cpu"), explorer.Model(ClipMethod.example("tiny", seed=0), device="cpu")
+    picture = Image.fromarray(np.random.default_rng(0).integers(0, 255, (80, 96, 3), dtype=np.uint8))
+    calls = []
+    # the trunk: every block for Grad-CAM; for the others the blocks before those explained (none of this tiny
+    # tower's two for LeGrad), after the patch embedding, which they then never run again either
+    visual = model.method.visual
+    probe = visual.transformer.resblocks[0] if kind == GRADCAM else visual.conv1
+    probe.register_forward_hook(lambda *_: calls.append(1))
+    model.sentence_maps(picture, SENTENCES[:2], kind)
+    assert calls, "the first request runs the trunk"
+    calls.clear()
+    again = model.sentence_maps(picture, SENTENCES[2:], kind)
+    assert not calls, f"{kind}: a caption change ran the trunk {len(calls)} time(s)"
+    np.testing.assert_allclose(again.grid, fresh.sentence_maps(picture, SENTENCES[2:], kind).grid, atol=1e-5)
+    other = Image.fromarray(np.asarray(picture)[::-1].copy())  # another picture: the trunk runs anew
+    model.sentence_maps(other, SENTENCES[2:], kind)
+    assert calls

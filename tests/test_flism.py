@@ -17,6 +17,7 @@ from explorer.core.regions import Region, pixel_box, spatial_regions
 from explorer.grounding.flism import (FlismResult, crop_regions, flism, match_sentences, match_similarity,
                                       region_proposals)
 from explorer.models.features import ImageFeatures, TextFeatures
+from explorer.core.errors import ExplorerError
 
 # ---- matching on crafted similarities -------------------------------------------------------------
 
@@ -171,5 +172,5 @@ def test_flism_with_a_real_tiny_model():
     result = flism(model, image, ["A green field.", "A small house.", "Sky."])
     assert result.similarity.shape == (3, 5) and len(result.regions) == 5
     assert torch.all(result.similarity.abs() <= 1 + 1e-5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         flism(model, image, ["  "])

@@ -12,6 +12,7 @@ from explorer.models.batch import example_batch
 from explorer.models.io.loading import check, save_method, save_released
 from explorer.models.methods import get_method
 from explorer.models.methods.caft import CaftImageFeatures, CaftMethod, CaftTextFeatures, ResidualAdapter
+from explorer.core.errors import ExplorerError
 
 D = 32  # the tiny example's embedding width
 CAPTION_6 = "A red cube. A blue ball. A green cone. A grey floor. A white wall. A small lamp."
@@ -189,7 +190,7 @@ def test_native_maps_on_a_real_image(model):
     assert maps.shape == (3, 4, 4) and zero.shape == (3,)
     torch.testing.assert_close(heads.mean(dim=0), maps)
     torch.testing.assert_close(maps.sum(dim=(1, 2)) + zero, torch.ones(3))
-    with pytest.raises(ValueError, match="no map kind"):
+    with pytest.raises(ExplorerError, match="no map kind"):
         model.sentence_maps(image, text, "attention-pool/head-4")
 
 

@@ -20,6 +20,7 @@ from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.loading import save_released
 from explorer.models.methods.finelip import FineLipMethod, eot_positions, word_mask
 from explorer.models.nn.losses import hinge_hardest
+from explorer.core.errors import ExplorerError
 
 D = 32  # the tiny example's embedding width
 IMAGE_REFINER = {"dim": D, "hidden": 4, "n_out": 2}
@@ -211,7 +212,7 @@ def test_late_interaction_map_by_hand(model):
     # per patch, max over the words of leaky_relu(cos): e0 -> 1; e1 -> .7071; -e0 -> max(-.1, -.0707); e2 -> 0
     torch.testing.assert_close(maps[0], torch.tensor([[1.0, R2], [-0.1 * R2, 0.0]]))
     torch.testing.assert_close(maps[1], torch.tensor([[0.0, 1.0], [0.0, 0.0]]))  # falls back to EOT
-    with pytest.raises(ValueError, match="one image"):
+    with pytest.raises(ExplorerError, match="one image"):
         model.sentence_maps(image_features([e(0), e(1)], [torch.randn(4, D)] * 2), text, "late-interaction")
 
 
@@ -232,7 +233,7 @@ def test_refinement_map_follows_the_best_matching_refined_token(model):
 
 def test_unknown_kind_is_refused(model):
     image, text = crafted_pair()
-    with pytest.raises(ValueError, match="late-interaction"):
+    with pytest.raises(ExplorerError, match="late-interaction"):
         model.sentence_maps(image[0], text, "attention-pool")
 
 

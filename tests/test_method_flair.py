@@ -21,6 +21,7 @@ from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.loading import save_released
 from explorer.models.methods.flair import FlairMethod
 from explorer.models.nn.attention_pool import TextConditionedPool
+from explorer.core.errors import ExplorerError
 
 D, HEADS, GRID = 32, 8, (4, 4)  # the tiny example: d = 32, 8 pooling heads (head width 4), 4 x 4 patches
 P = GRID[0] * GRID[1]
@@ -90,7 +91,7 @@ def test_head_maps_average_to_the_head_averaged_map(model):
     assert not torch.allclose(per_head[0], per_head[1]), "heads differ on random weights"
     torch.testing.assert_close(per_head.mean(0), model.sentence_maps(image, text, "attention-pool"))
     for bad in ("attention-pool/head-8", "attention-pool/head-x", "late-interaction"):
-        with pytest.raises(ValueError, match="attention-pool/head-7"):
+        with pytest.raises(ExplorerError, match="attention-pool/head-7"):
             model.sentence_maps(image, text, bad)
 
 
@@ -188,7 +189,7 @@ def test_sub_captions_are_positives_of_their_image(monkeypatch):
     mp = sum(nll(y * (2 * s - 1)) for row, ys in zip(glob, labels) for s, y in zip(row, ys)) / 2
     assert terms["text-conditioned"].item() == pytest.approx(tc, rel=1e-5)
     assert terms["multi-positive"].item() == pytest.approx(mp, rel=1e-5)
-    with pytest.raises(ValueError, match="sentences"):
+    with pytest.raises(ExplorerError, match="sentences"):
         model.losses(TrainingBatch(pixels=torch.zeros(2, 3, 64, 64), captions=["a", "b"]))
 
 
@@ -278,5 +279,5 @@ def test_score_modes_on_a_crafted_case(tmp_path):
     loaded = explorer.load(path, device="cpu", options={"score": "probability"})
     assert loaded.method.score == "probability" and loaded.score_label.startswith("sigmoid(")
     assert explorer.load(path, device="cpu").score_label == "cosine"
-    with pytest.raises(ValueError, match="score must be one of"):
+    with pytest.raises(ExplorerError, match="score must be one of"):
         FlairMethod.example("tiny", score="softmax")

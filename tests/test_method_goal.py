@@ -23,6 +23,7 @@ from explorer.models.methods.goal import (GoalImageFeatures, GoalMethod, box_pat
 from explorer.models.model import Model
 from explorer.models.nn.losses import info_nce
 from explorer.models.tokenizer import tokenize
+from explorer.core.errors import ExplorerError
 
 S, P = 64, 16  # the tiny example: 64 px input, 16 px patches, a 4 x 4 grid
 
@@ -117,7 +118,7 @@ def test_self_attention_maps_are_the_class_rows_on_the_grid(tiny):
     assert maps.shape == (1, 4, 4)  # one head in the tiny example
     torch.testing.assert_close(maps.flatten(1), full[0, :, 0, 1:])
     assert float(maps.sum()) < 1.0  # the class token keeps some attention for itself
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         tiny.self_attention_maps(pixels(2))
 
 
@@ -215,9 +216,9 @@ def test_sentence_span_past_the_context():
 def test_sentence_span_first_occurrence_and_missing_sentence():
     caption = "It is red. A cat. It is red."
     assert sentence_token_span(caption, "It is red.", 248).start == 1
-    with pytest.raises(ValueError, match="not part of its caption"):
+    with pytest.raises(ExplorerError, match="not part of its caption"):
         sentence_token_span(CAPTION, "A purple star sits on the right.", 248)
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         sentence_token_span(CAPTION, "   ", 248)
 
 
@@ -275,7 +276,7 @@ def test_loss_terms_match_the_formulas(tiny):
         cos = F.normalize(pooled_image, dim=-1) @ F.normalize(local_image, dim=-1).T
     torch.testing.assert_close(paper["tsl_image"], ((cos - torch.eye(n)) ** 2).mean(), rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(paper["global"], terms["global"])
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         GoalMethod(tiny.arch, tsl_form="rows")
 
 
@@ -288,7 +289,7 @@ def test_a_sentence_past_the_context_leaves_the_text_tsl():
         terms = model.losses(batch)
     assert float(terms["tsl_text"]) == 0.0  # no pair keeps a token of its sentence
     assert all(torch.isfinite(t) for t in terms.values()) and float(terms["tsl_image"]) > 0
-    with pytest.raises(ValueError, match="local_boxes"):
+    with pytest.raises(ExplorerError, match="local_boxes"):
         model.losses(TrainingBatch(pixels=batch.pixels, captions=batch.captions, local_pixels=batch.local_pixels,
                                    local_sentences=batch.local_sentences))
 
@@ -324,9 +325,9 @@ def test_native_map_kinds_and_shapes(tiny):
         best = (F.normalize(text.eot, dim=-1) @ F.normalize(pooled, dim=-1).T).argmax(dim=1)
     for i in range(3):
         assert torch.equal(maps["tsl-box"][i], regions[best[i]].float())
-    with pytest.raises(ValueError, match="offers"):
+    with pytest.raises(ExplorerError, match="offers"):
         tiny.sentence_maps(image, text, "self-attention/head-1")  # the tiny model has one head
-    with pytest.raises(ValueError, match="GoalMethod.encode_image"):
+    with pytest.raises(ExplorerError, match="GoalMethod.encode_image"):
         plain = GoalImageFeatures(cls=image.cls, patches=image.patches, grid_hw=image.grid_hw)
         tiny.sentence_maps(plain, text, "tsl-box")
 

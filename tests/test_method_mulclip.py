@@ -18,6 +18,7 @@ from explorer.models.methods import get_method
 from explorer.models.methods.base import cosine_matrix
 from explorer.models.methods.mulclip import SUBCAPTION_ALPHA, MulClipMethod
 from explorer.models.model import Model
+from explorer.core.errors import ExplorerError
 
 CAPTIONS = ["A red cube sits on the left. A blue ball sits at the top of the table.", "A cone.", ""]
 
@@ -167,7 +168,7 @@ def test_losses_are_named_weighted_and_reach_every_parameter():
     assert set(terms) == {"global_long", "global_short", "word", "sub"}
     no_sentences = example_batch(model.arch.image_size, batch_size=2)
     no_sentences.sentences = None
-    with pytest.raises(ValueError, match="sentences"):
+    with pytest.raises(ExplorerError, match="sentences"):
         model.losses(no_sentences)
     assert all(t.ndim == 0 and torch.isfinite(t) for t in terms.values())
     sum(terms.values()).backward()
@@ -272,5 +273,5 @@ def test_sentence_side_by_hand():
     # rows: sentence i pooled on its own image vs sentences (t0, t1, t2); sentence 2 pools e5
     by_hand = (ell([c, c, 0.0], 0) + ell([c, c, 0.0], 1) + ell([0.0, 0.0, 0.0], 2)) / 3
     assert math.isclose(variant.sub_loss_sentences(patches, sentences, owner).item(), by_hand, rel_tol=1e-5)
-    with pytest.raises(ValueError, match="sub_loss"):
+    with pytest.raises(ExplorerError, match="sub_loss"):
         MulClipMethod.example("tiny", sub_loss="captions")

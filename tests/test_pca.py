@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from explorer.grounding.pca import PcaBasis, fit_pca, pca_maps
+from explorer.core.errors import ExplorerError
 
 
 def planted(seed: int = 0, count: int = 2000, dim: int = 32, noise: float = 0.05):
@@ -90,7 +91,7 @@ def test_mismatched_widths_and_grids_raise():
         pca_maps([np.zeros((4, 8))], [(2, 2), (2, 2)])
     with pytest.raises(ValueError, match="input 0"):
         pca_maps([np.zeros((4, 8))], [(2, 3)])
-    with pytest.raises(ValueError, match="1 to 3"):
+    with pytest.raises(ExplorerError, match="1 to 3"):
         fit_pca([np.zeros((4, 8))], n_components=4)
 
 

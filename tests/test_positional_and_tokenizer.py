@@ -7,6 +7,7 @@ import torch
 
 from explorer.models.nn.positional import LONG_CONTEXT, merge_longclip_tables, stretch_positions
 from explorer.models.tokenizer import EOT_ID, SOT_ID, budget, count_tokens, tokenize
+from explorer.core.errors import ExplorerError
 
 # ---- stretch ----------------------------------------------------------------------------------
 
@@ -48,7 +49,7 @@ def test_stretch_on_a_random_table():
 def test_stretch_other_sizes_and_too_short():
     assert stretch_positions(ramp(30, 4)).shape == (4 * 30 - 3 * 20, 4)
     assert stretch_positions(ramp(10, 4), keep=2, ratio=2).shape == (2 * 10 - 2, 4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         stretch_positions(ramp(21, 4))
 
 
@@ -77,7 +78,7 @@ def test_merge_longclip_tables():
     assert merged.shape == (248, 8)
     assert torch.equal(merged[:20], pe[:20]) and torch.equal(merged[20:], pe_res[20:])
     assert torch.equal(merged, torch.cat([pe[:20], pe_res[20:]]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         merge_longclip_tables(pe, pe_res[:77])
 
 

@@ -15,6 +15,7 @@ from PIL import Image
 
 from explorer.core.runtime import prepare_libraries
 from explorer.models.preprocess import IMAGENET_MEAN, IMAGENET_STD, OPENAI_MEAN, OPENAI_STD, Preprocess
+from explorer.core.errors import ExplorerError
 
 prepare_libraries()  # the references below import torchvision, open_clip and transformers directly
 
@@ -112,9 +113,9 @@ def test_each_method_uses_its_official_pipeline():
 
 
 def test_an_unknown_pipeline_or_fit_is_refused():
-    with pytest.raises(ValueError, match="pipeline"):
+    with pytest.raises(ExplorerError, match="pipeline"):
         Preprocess(64, pipeline="imagenet")
-    with pytest.raises(ValueError, match="fit"):
+    with pytest.raises(ExplorerError, match="fit"):
         Preprocess(64).resize(picture(10, 10), fit="pad")
 
 

@@ -27,6 +27,7 @@ from explorer.views.pca_view import compute_pca, render_pca
 from explorer.views.regions_view import (RegionsView, away, compute_regions, draw_regions, region_key,
                                          region_labels, render_regions)
 from explorer.views.settings import ViewSettings
+from explorer.core.errors import ExplorerError
 
 TWELVE = " ".join(f"Sentence {i + 1} says where thing number {i + 1} is in the picture." for i in range(12))
 MISSING = "\ue000"  # a private-use code point: no font here has it, so it draws the font's "missing" box
@@ -238,10 +239,10 @@ def test_pca_attention_with_seps_and_clip_shows_clip_and_names_seps(tmp_path, zo
 def test_pca_when_no_model_can_give_attention_rows_is_one_clear_error(tmp_path, zoo):
     picture = write_picture(tmp_path / "p.png")
     alone = ViewSettings(view="pca", image=str(picture), models=["seps"], pca_source="attention")
-    with pytest.raises(ValueError, match="does not expose its image encoder's attention"):
+    with pytest.raises(ExplorerError, match="does not expose its image encoder's attention"):
         compute_pca(zoo.__getitem__, alone)
     twice = ViewSettings(view="pca", image=str(picture), models=["seps", "seps"], pca_source="attention")
-    with pytest.raises(ValueError, match="none of the models can give PCA maps of attention: seps: "):
+    with pytest.raises(ExplorerError, match="none of the models can give PCA maps of attention: seps: "):
         compute_pca(zoo.__getitem__, twice)
     # the features of the same model are fine
     features = ViewSettings(view="pca", image=str(picture), models=["seps", "clip"], pca_source="features")

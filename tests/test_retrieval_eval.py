@@ -37,6 +37,7 @@ from explorer.retrieval.search import Searcher
 from explorer.retrieval.truncation import truncation_report
 from explorer.retrieval.vector_index import VectorIndex
 from explorer.zoo import Zoo
+from explorer.core.errors import ExplorerError
 
 REPO = Path(__file__).resolve().parents[1]
 N_SCENES = 12
@@ -210,9 +211,9 @@ def test_small_shortlist_of_a_global_method_keeps_recall(name, indexed, syntheti
 
 def test_shortlist_smaller_than_the_largest_k_is_refused(indexed, synthetic):
     model, store = indexed.model("demo-finelip"), indexed.store("demo-finelip", synthetic)
-    with pytest.raises(ValueError, match="shortlist"):
+    with pytest.raises(ExplorerError, match="shortlist"):
         evaluate_retrieval(model, store, ks=(1, 5, 10), exact_pairs=0, shortlist=5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         evaluate_retrieval(model, store, ks=(0, 1))
 
 
@@ -322,7 +323,7 @@ def test_keeping_some_pictures_keeps_the_set_consistent():
     assert skipped_by_reason(kept.skipped) == {"image missing": 1, "image unreadable": 2}
     assert "3 left out (1 image missing, 2 image unreadable)" in kept.summary()
     assert dataset.keep_images(range(4), note="all of them") is dataset  # nothing dropped: the set itself
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         dataset.keep_images([4])
 
 

@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set
+from explorer.core.errors import ExplorerError
 
 
 def test_build_set_keeps_order_skips_missing_images_and_empty_captions(tmp_path):
@@ -25,8 +26,8 @@ def test_build_set_keeps_order_skips_missing_images_and_empty_captions(tmp_path)
 
 
 def test_a_caption_cannot_point_outside_the_images(tmp_path):
-    with pytest.raises(ValueError, match="not in the set"):
+    with pytest.raises(ExplorerError, match="not in the set"):
         RetrievalSet("x", tmp_path, "test", images=(tmp_path / "a.png",), captions=("a",), caption_image=(1,))
-    with pytest.raises(ValueError, match="image index"):
+    with pytest.raises(ExplorerError, match="image index"):
         RetrievalSet("x", tmp_path, "test", images=(), captions=("a",), caption_image=())
     assert Skipped("x", "why").reason == "why"

@@ -21,6 +21,7 @@ from explorer.models.methods.seps import (POOLER_PREFIXES, RELEASED_VIT_NAMING, 
                                           released_state_dict, select_patches, seps_loss_terms, top_k_mask, view_scores)
 from explorer.models.nn.late_interaction import late_interaction_score  # [B] for [B, P, d]
 from explorer.models.nn.late_interaction import late_interaction_score as late_interaction_batch
+from explorer.core.errors import ExplorerError
 
 WIDTH, EMBED, IMAGE, PATCH = 64, 48, 32, 16
 N_PATCHES = (IMAGE // PATCH) ** 2
@@ -231,7 +232,7 @@ def test_similarity_is_the_official_sparse_branch(loaded):
         dense = method.encode_text(loaded.tokenize(list(reversed(CAPTIONS))).ids)
         assert torch.allclose(method.similarity_with_dense(image, text, dense),
                               sims + method.similarity(image, dense))
-        with pytest.raises(ValueError, match="one dense caption per caption"):
+        with pytest.raises(ExplorerError, match="one dense caption per caption"):
             method.similarity_with_dense(image, text, dense[:1])
 
 
@@ -454,7 +455,7 @@ def test_dense_caption_per_image(loaded, paper):
             for i in range(2):
                 expected = method.similarity_with_dense(image[i], text, dense[[i] * len(CAPTIONS)])
                 torch.testing.assert_close(got[i], expected[0], atol=1e-5, rtol=1e-5)
-        with pytest.raises(ValueError, match="one dense caption per image"):
+        with pytest.raises(ExplorerError, match="one dense caption per image"):
             method.similarity_with_dense(image, text, dense[:1], dense_for="image")
 
 
@@ -601,7 +602,7 @@ def test_native_maps(loaded, paper, variant):
             expected = torch.where(cosine > 0, cosine, 0.1 * cosine).max(dim=0).values.reshape(rows, cols)
             torch.testing.assert_close(maps["word-max"][j], expected)
         assert method.word_maps(image, text, 0).shape == (int(text.mask[0].sum()) - 2, rows, cols)
-    with pytest.raises(ValueError, match="no map kind"):
+    with pytest.raises(ExplorerError, match="no map kind"):
         method.sentence_maps(image, text, "attention")
 
 
@@ -671,7 +672,7 @@ def test_recipe_is_saved_with_the_model_and_checked():
     config = model.config()
     assert config["recipe"] == "hardest" and config["mean_violation_steps"] == 7
     assert SepsMethod.build(config).recipe == "hardest"
-    with pytest.raises(ValueError, match="recipe"):
+    with pytest.raises(ExplorerError, match="recipe"):
         tiny_model(recipe="softest")
 
 

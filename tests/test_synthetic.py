@@ -15,6 +15,7 @@ from explorer.data.drawing import texture_colour
 from explorer.data.vocabulary import (BACKGROUND_COLOURS, COLOURS, COUNT_WORDS, POSITION_PHRASES, POSITIONS, SHAPES,
                                       SIZES, TEXTURES)
 from explorer.models.tokenizer import count_tokens
+from explorer.core.errors import ExplorerError
 
 SIZE = 64
 
@@ -72,13 +73,13 @@ def test_stream_scenes_do_not_depend_on_what_came_before():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         generate_scene(0, image_size=16)
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         generate_scene(-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         generate_scene(0, n_objects=7)
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         next(generate_scenes(1, split="validation"))
 
 

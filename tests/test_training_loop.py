@@ -23,6 +23,7 @@ from explorer.training import (METRIC_FIELDS, BatchList, SampleLoader, TrainConf
                                WarmupCosine, add_train_arguments, init_from, optimizer_groups, read_jsonl,
                                run_train_command, train)
 from explorer.zoo import Manifest, Zoo
+from explorer.core.errors import ExplorerError
 
 FAST = dict(lr_backbone=1e-4, warmup_steps=2, weight_decay=0.0)
 
@@ -87,7 +88,7 @@ def test_warmup_then_cosine_by_hand():
     assert schedule(7) == pytest.approx(0.1 + 0.9 * 0.5)  # half way through the decay
     assert schedule(10) == pytest.approx(0.1)  # the end of the cosine is the floor
     assert WarmupCosine(total_steps=5)(0) == 1.0  # no warm-up
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         WarmupCosine(total_steps=3, warmup_steps=4)
 
 
@@ -337,7 +338,7 @@ def test_sample_loader_collates_every_field_and_refuses_half_filled_ones():
     batch = next(SampleLoader(with_local, tiny_clip().preprocess, 2, shuffle=False).batches(0))
     assert batch.local_pixels.shape == (2, 3, 64, 64) and batch.local_boxes.tolist()[0] == [0, 0, 0.5, 0.5]
     mixed = [SAMPLES[0], TrainingSample(image=SAMPLES[1].image, caption="x", dense_caption="dense")]
-    with pytest.raises(ValueError, match="dense_caption"):
+    with pytest.raises(ExplorerError, match="dense_caption"):
         next(SampleLoader(mixed, tiny_clip().preprocess, 2, shuffle=False).batches(0))
     shuffled = SampleLoader(SAMPLES, tiny_clip().preprocess, 2, seed=1)
     assert shuffled.order(0) == shuffled.order(0) and shuffled.order(0) != shuffled.order(1)

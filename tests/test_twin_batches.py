@@ -9,6 +9,7 @@ from explorer.data.synthetic import generate_scene
 from explorer.models.preprocess import Preprocess
 from explorer.training.samples import TrainingSample
 from explorer.training.twin_batches import TwinBatches
+from explorer.core.errors import ExplorerError
 
 N_OBJECTS = (2, 6)
 
@@ -69,5 +70,5 @@ def test_a_twin_the_model_cannot_tell_from_its_scene_is_left_out(scenes):
 
 
 def test_a_batch_with_no_room_for_a_twin_is_refused(scenes):
-    with pytest.raises(ValueError):
+    with pytest.raises(ExplorerError):
         _source(scenes, batch_size=1)

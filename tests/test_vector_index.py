@@ -9,6 +9,7 @@ import torch
 
 from explorer.retrieval import vector_index
 from explorer.retrieval.vector_index import EXACT_LIMIT, IVF_THRESHOLD, VectorIndex, choose_kind, top_k
+from explorer.core.errors import ExplorerError
 
 needs_faiss = pytest.mark.skipif(vector_index.faiss_module() is None, reason="faiss is not installed")
 
@@ -159,11 +160,11 @@ def test_zero_vectors_stay_zero():
 def test_bad_k_and_wrong_dim():
     index = VectorIndex(np.ones((4, 8)))
     for k in (0, -1):
-        with pytest.raises(ValueError, match="k must be"):
+        with pytest.raises(ExplorerError, match="k must be"):
             index.search(np.ones(8), k)
-    with pytest.raises(ValueError, match="dimension 5.*dimension 8"):
+    with pytest.raises(ExplorerError, match="dimension 5.*dimension 8"):
         index.search(np.ones((2, 5)), 1)
-    with pytest.raises(ValueError, match="kind"):
+    with pytest.raises(ExplorerError, match="kind"):
         VectorIndex(np.ones((4, 8)), kind="hnsw")
 
 

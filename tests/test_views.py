@@ -26,6 +26,7 @@ from explorer.views.pipeline import compute_view, render_view
 from explorer.views.regions_view import SimilarityMatrix, compute_regions, render_regions, similarity_plot
 from explorer.views.render import overlay
 from explorer.views.settings import SettingsError, ViewSettings
+from explorer.core.errors import ExplorerError
 
 CAPTION = "A red cube sits on the left. A blue ball rolls to the right. A green tree stands behind."
 
@@ -315,7 +316,7 @@ def test_compute_maps_draws_each_models_resolved_kind_and_notes_fallbacks(pictur
 
 
 def test_no_model_is_refused(picture, tmp_path, zoo):
-    with pytest.raises(ValueError, match="at least one model"):
+    with pytest.raises(ExplorerError, match="at least one model"):
         compute_maps(zoo.__getitem__, settings(image=str(picture)), truth_dir=tmp_path)
 
 
@@ -497,7 +498,7 @@ def test_pca_of_attention_rows_works_for_clip_and_is_refused_for_seps(picture, z
     assert vectors.shape == (grid[0] * grid[1],) * 2  # one attention row over the patches per patch
     grid = render_pca(view, chosen)
     assert "attention" in grid.caption and grid.rows[-1][0].pixels.shape == (48, 64, 3)
-    with pytest.raises(ValueError, match="does not expose its image encoder's attention"):
+    with pytest.raises(ExplorerError, match="does not expose its image encoder's attention"):
         compute_pca(zoo.__getitem__, settings(view="pca", image=str(picture), models=["seps"],
                                               pca_source="attention"))
 

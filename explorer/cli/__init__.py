@@ -29,11 +29,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.run(args) or 0
-    except (ExplorerError, ValueError) as error:  # bad input, said plainly (as the app says it)
+    except ExplorerError as error:  # bad input, said plainly (as the app says it)
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception:  # noqa: BLE001 - a bug, not the input: said as one, with its traceback
+        print_internal_error()
+        return 1
+
+
+def print_internal_error() -> str:
+    """The exception being handled, on stderr as a bug: its traceback, then one line with an id (the page's
+    "Internal error (id ...)"); returns the id."""
+    import secrets
+    import traceback
+
+    ident = secrets.token_hex(4)
+    traceback.print_exc(file=sys.stderr)
+    print(f"internal error (id {ident}): this is a bug in explorer, not your input; the traceback above has "
+          "the details", file=sys.stderr)
+    return ident
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -131,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     figures.add_commands(commands)
 
     evaluate = commands.add_parser("eval", help="benchmark the zoo's models on the synthetic world; write JSON "
-                                                "(and the README table)")
+                                                "(and the demo zoo's table in docs/demo-zoo.md)")
     evaluate.add_argument("--zoo", help="zoo folder of manifests, or 'demo' for checkpoints/demo (default: "
                                         "--checkpoints, else the repo's checkpoints/)")
     evaluate.add_argument("--data", type=Path, help="dataset folder written by `explorer data synth` (default: the "

@@ -27,7 +27,7 @@ def add_commands(commands) -> None:
     replay.add_argument("--allow-pickle", action="store_true")
     replay.set_defaults(run=_run_figure_replay)
     gallery = figure.add_parser("gallery", help="one figure of each kind from the demo zoo, with settings that "
-                                                 "replay from any clone (the README's gallery)")
+                                                 "replay from any clone (the docs' gallery, docs/figures.md)")
     gallery.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: docs/figures")
     gallery.add_argument("--device", default="auto")
     add_precision_argument(gallery, "fp32")  # docs/figures was drawn in fp32, byte for byte

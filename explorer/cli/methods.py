@@ -3,7 +3,9 @@
 `methods` lists every method with where it comes from (built-in, or the package and version that
 registers it in the entry-point group ``explorer.methods``) and whether it loaded (a plugin that did
 not is listed with its error). `check-method NAME` runs the conformance kit (``explorer.testing``):
-one line per check, exit code 0 when all pass, 1 otherwise. `new-method NAME --out DIR` writes a
+one line per check, exit code 0 when all pass, 1 otherwise; `check-method package.module:Class` runs
+it on a class that need not be installed, registered for the check under a scratch name (its own may
+be an installed method's: a copy of one is checked as it is). `new-method NAME --out DIR` writes a
 plugin package that works as it is (``scaffold``).
 """
 
@@ -23,7 +25,8 @@ def add_commands(commands) -> None:
 
     check = commands.add_parser("check-method", help="run the conformance kit on a method (exit 0: it fits)")
     check.add_argument("name", help="a method's name (`explorer methods`), or package.module:Class for one not "
-                                    "installed yet")
+                                    "installed yet (checked under a scratch name, so a copy of an installed "
+                                    "method is checked as it is)")
     check.set_defaults(run=run_check_method)
 
     new = commands.add_parser("new-method", help="write a method package (a plugin) to start from")
@@ -58,7 +61,8 @@ def run_check_method(args) -> int:
         except Exception as error:  # noqa: BLE001 - the author's code: any failure is the first finding
             print(f"FAIL  loads: {type(error).__name__}: {error}")
             return 1
-        return _report(args.name, run_checks(cls))
+        # Under a scratch name: the class's own may belong to an installed method (this may be a copy of it).
+        return _report(args.name, run_checks(cls, scratch_name=True))
     entries = {entry.name: entry for entry in method_entries() if entry.name == args.name}
     entry = entries.get(args.name)
     if entry is None or not entry.loaded:
@@ -84,5 +88,6 @@ def run_new_method(args) -> int:
     written = new_method(args.name, args.out, args.title)
     for path in written:
         print(path)
-    print(f"next: pip install -e {args.out} && explorer check-method {args.name}")
+    print(f"next: pip install -e '{args.out}[test]' && explorer check-method {args.name} "
+          f"(or: cd {args.out} && python -m pytest tests/)")
     return 0

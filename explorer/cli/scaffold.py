@@ -1,9 +1,12 @@
 """``explorer new-method NAME --out DIR``: a method package that installs and passes the kit as written.
 
-The package: ``pyproject.toml`` (its entry point in ``explorer.methods``), one module on the CLIP-family
-base with three places marked ``YOUR METHOD`` (the score, a native map, the loss), a test running the
-conformance kit, and a README of the steps. What it writes is a working method (CLIP's score and loss,
-a sharpened patch-cosine map) to change, not a stub that fails until filled in.
+The package: ``pyproject.toml`` (its entry point in ``explorer.methods``, and a ``test`` extra that
+installs pytest into explorer's environment), one module on the CLIP-family base with three places
+marked ``YOUR METHOD`` (the score, a native map, the loss) and the class attributes that say what the
+method is to the rest of the app (``cosine_score``, ``export_leaves_out``), a test running the
+conformance kit, and a README of the steps (``pip install -e '.[test]'``, ``python -m pytest tests/``).
+What it writes is a working method (CLIP's score and loss, a sharpened patch-cosine map) to change,
+not a stub that fails until filled in.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ readme = "README.md"
 requires-python = ">=3.10"
 dependencies = ["explorer"]
 
+# `pip install -e '.[test]'` puts pytest in explorer's own environment: `python -m pytest tests/` then
+# runs the tests with the interpreter that has explorer (a pytest installed elsewhere would not find it).
 [project.optional-dependencies]
-test = ["pytest"]
+test = ["pytest>=8"]
 
 # explorer finds the method here: `explorer methods` lists it once this package is installed.
 [project.entry-points."explorer.methods"]
@@ -77,6 +82,16 @@ class {cls}(ClipFamily):
     default_context = 248  # tokens a model built from scratch reads (CLIP's 77, the long methods' 248)
     native_map_kinds = (NATIVE_MAP,)
     preferred_native_map = NATIVE_MAP  # what "native" draws on the page and miou_native scores
+    # The score below is the cosine of the global embeddings (cls, eot), as CLIP's: retrieval then searches
+    # those vectors alone, and `explorer export` counts no score of the method's own. Set it to False (or
+    # delete the line) when your similarity is anything else; the kit checks that a True is true.
+    cosine_score = True
+    # What `explorer export` (a transformers or open_clip CLIP) leaves out of the method, in a few words,
+    # e.g. "the token refiners and the late-interaction score". "" lets explorer say it: the method's own
+    # modules (parameters beside the CLIP backbone's), its score unless cosine_score, and a pooling neither
+    # library has (an attention-pooled base's). Anything left out makes the command refuse a whole export
+    # and write the CLIP backbone alone with --backbone-only.
+    export_leaves_out = ""
     # Defaults of a background run (explorer.jobs), each number with where it comes from.
     job_defaults = {{
         "train": {{"batch_size": 32, "lr_backbone": 1e-5, "lr_new": 1e-4}},
@@ -134,13 +149,16 @@ A method for explorer (the long-text CLIP workbench) packaged as a plugin: explo
 entry point `{name}` in the group `explorer.methods` (pyproject.toml), so it works wherever a built-in
 method does (the page, `explorer train`, Jobs, `explorer eval`, figures) without a fork.
 
-1. Install it next to explorer: `pip install -e .` (this folder).
+1. Install it, with its test extra (pytest), into the environment explorer is installed in:
+   `pip install -e '.[test]'` in this folder (from elsewhere: `pip install -e 'PATH/TO/THIS/FOLDER[test]'`).
 2. `explorer methods` lists `{name}` with this package as its source.
 3. Edit `{package}/method.py` at the three places marked `YOUR METHOD`: the score (`similarity`),
    the method's own map (`sentence_maps`, kind `{name}-map`) and the loss (`losses`). Set
-   `job_defaults` to the paper's numbers, each with its source.
+   `job_defaults` to the paper's numbers, each with its source, and keep `cosine_score` and
+   `export_leaves_out` true to what the method computes (their comments say how).
 4. Check it after each change: `explorer check-method {name}` (one line per check, exit code 0 or 1)
-   or `pytest tests/` (runs `explorer.testing.check_method`).
+   or `python -m pytest tests/` in this folder (runs `explorer.testing.check_method`; `python -m`
+   runs the pytest of explorer's environment, which the test extra installed).
 5. Train it: `explorer train --method {name} --data DATA --init CHECKPOINT` or from the Jobs tab;
    the result joins the zoo and opens on the page like any model.
 '''

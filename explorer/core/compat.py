@@ -7,12 +7,22 @@ open_clip, timm and transformers' image utilities import torchvision, so we
 declare the two op schemas torchvision's Python code asks for. Nothing here
 runs the ops; if a caller ever did, torch would raise "no kernel" loudly.
 
-On a normal install (torchvision's ops present) this is a no-op.
+Two ways in, both no-ops on a normal install (torchvision's ops present):
+
+- ``ensure_torchvision_importable()``: declare the schemas now if they are missing.
+  explorer calls it before it imports open_clip, transformers, timm or diffusers
+  (``explorer.core.runtime.prepare_libraries``), and so do the export functions.
+- ``guard_torchvision_import()``, which ``import explorer`` runs: the first
+  ``import torchvision`` of the process, wherever it comes from (your own
+  ``import open_clip`` or ``from transformers import CLIPModel`` after
+  ``import explorer``), calls ``ensure_torchvision_importable`` first. It imports
+  nothing until then, so ``import explorer`` stays free of torch.
 """
 
 from __future__ import annotations
 
-import torch
+import importlib.abc
+import sys
 
 _SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -22,6 +32,8 @@ _library = None  # keeps the registration alive for the life of the process
 
 
 def _ops_present() -> bool:
+    import torch
+
     try:
         torch._C._dispatch_find_schema_or_throw("torchvision::nms", "")
         return True
@@ -41,11 +53,39 @@ def ensure_torchvision_importable() -> None:
         pass
     except ImportError:
         return
+    import torch
+
     _library = torch.library.Library("torchvision", "DEF")
     for schema in _SCHEMAS:
         _library.define(schema)
-    import sys
-
     # The failed import left half-initialised modules behind; drop them.
     for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
         del sys.modules[name]
+
+
+class TorchvisionGuard(importlib.abc.MetaPathFinder):
+    """A finder that finds nothing: on the first ``import torchvision`` it makes torchvision importable
+    (``ensure_torchvision_importable``), then lets the ordinary finders import it."""
+
+    def __init__(self):
+        self.done = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torchvision" or self.done or "torchvision" in sys.modules:
+            return None
+        self.done = True  # first, so the import inside ensure_torchvision_importable passes through
+        try:
+            ensure_torchvision_importable()
+        except ImportError:  # no torch: torchvision's own import will say so
+            pass
+        return None
+
+
+def guard_torchvision_import() -> TorchvisionGuard:
+    """Put a ``TorchvisionGuard`` first on ``sys.meta_path`` (once per process); the guard."""
+    for finder in sys.meta_path:
+        if isinstance(finder, TorchvisionGuard):
+            return finder
+    guard = TorchvisionGuard()
+    sys.meta_path.insert(0, guard)
+    return guard

@@ -12,6 +12,16 @@ class ExplorerError(Exception):
     """Base class: the message is meant for the person at the keyboard."""
 
 
+class InputError(ExplorerError):
+    """A value given to a command, a page field or an API call (``explorer.load``, ``Model``...) is out of
+    range, of the wrong kind, or names something that does not exist; the message says what it takes."""
+
+
+class ConfigError(ExplorerError):
+    """A configuration cannot be used: a training or job config, a method's options, a sweep, a plugin's
+    declaration; the message names the field and what it takes."""
+
+
 class ImageError(ExplorerError):
     """The image cannot be read, or is too large to read safely."""
 

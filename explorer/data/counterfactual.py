@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from explorer.core.errors import InputError
 from explorer.data.captions import write_captions
 from explorer.data.drawing import box_of, render
 from explorer.data.scene import Scene, SceneObject
@@ -66,15 +67,16 @@ def counterfactual_twin(scene: Scene, attribute: str, k: int, rng: np.random.Gen
     """The scene with ``attribute`` of object ``k`` changed (None when the world allows no other value).
     ``n_objects``: the range the scene was generated with (its draw is replayed)."""
     if attribute not in ATTRIBUTES:
-        raise ValueError(f"attribute must be one of {', '.join(ATTRIBUTES)}, got {attribute!r}")
+        raise InputError(f"attribute must be one of {', '.join(ATTRIBUTES)}, got {attribute!r}")
     if scene.seed is None:
-        raise ValueError(f"scene {scene.id} has no seed to regenerate it from")
+        raise InputError(f"scene {scene.id} has no seed to regenerate it from: counterfactuals are drawn for "
+                         "synthetic scenes only")
     layout, pixels = scene_generators(scene.seed)
     background = sample_background(layout)
     n = int(layout.integers(n_objects[0], n_objects[1] + 1))  # the draw generate_scene made
     objects = sample_objects(layout, background, n)
     if [o.attributes() for o in objects] != [o.attributes() for o in scene.objects]:
-        raise ValueError(f"scene {scene.id} does not regenerate from its seed with n_objects={n_objects}")
+        raise InputError(f"scene {scene.id} does not regenerate from its seed with n_objects={n_objects}")
     changed = _changed(objects[k], attribute, objects, background, rng)
     if changed == objects[k]:
         return None

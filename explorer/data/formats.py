@@ -33,6 +33,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from explorer.core.errors import InputError
 from explorer.core.images import load_image
 from explorer.core.jsonl import write_jsonl
 from explorer.data.errors import DatasetError
@@ -63,7 +64,7 @@ class LongCaptionRecord:
 def _records(data: RetrievalSet, missing: str, split_of: dict[str, str] | None = None) -> list[LongCaptionRecord]:
     """One record per caption of ``data``; what the reader left out is an error unless ``missing='skip'``."""
     if missing not in ("error", "skip"):
-        raise ValueError(f"missing must be 'error' or 'skip', got {missing!r}")
+        raise InputError(f"missing must be 'error' or 'skip', got {missing!r}")
     if data.skipped and missing == "error":
         first = data.skipped[0]
         raise DatasetError(f"{data.summary()}; first: {first.item} ({first.reason}). "
@@ -107,7 +108,8 @@ def export_docci(scenes: Iterable[Scene], out_dir: str | os.PathLike, *, split_o
         for scene in scenes:
             split = split_of.get(scene.split, "test") if scene.split is not None else "test"
             if split not in DOCCI_SPLITS:
-                raise ValueError(f"{split!r} is not a DOCCI split ({', '.join(DOCCI_SPLITS)})")
+                raise DatasetError(f"{split!r} is not a DOCCI split ({', '.join(DOCCI_SPLITS)}): map the dataset's "
+                                   "splits onto DOCCI's (split_of)")
             number = counters.get(split, 0)
             counters[split] = number + 1
             example_id = f"{split}_{number:05d}"

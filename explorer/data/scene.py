@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from explorer.data.errors import DatasetError
 from explorer.data.vocabulary import cell_of
 
 
@@ -164,7 +165,8 @@ class Scene:
         """The RGB picture (read from ``image_path`` on first use)."""
         if self._image is None:
             if self.image_path is None:
-                raise ValueError(f"scene {self.id} has neither a picture nor an image path")
+                raise DatasetError(f"scene {self.id} has neither a picture nor an image path: its record needs "
+                                   "an image path")
             with Image.open(self.image_path) as opened:
                 self._image = opened.convert("RGB")
         return self._image
@@ -174,7 +176,8 @@ class Scene:
         """uint8 [H, W] instance labels: 0 background, k + 1 object k."""
         if self._labels is None:
             if self.mask_path is None:
-                raise ValueError(f"scene {self.id} has neither instance labels nor a mask path")
+                raise DatasetError(f"scene {self.id} has neither instance labels nor a mask path: its record "
+                                   "needs a mask path")
             with Image.open(self.mask_path) as opened:
                 self._labels = np.array(opened.convert("L"), dtype=np.uint8)
         return self._labels

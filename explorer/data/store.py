@@ -17,6 +17,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from explorer.core.errors import InputError
 from explorer.core.jsonl import JsonlError, read_jsonl, write_jsonl
 from explorer.data.errors import DatasetError
 from explorer.data.scene import Scene
@@ -88,14 +89,14 @@ def _fractions(split_fractions) -> list[float]:
     if isinstance(split_fractions, Mapping):
         unknown = set(split_fractions) - set(SPLITS)
         if unknown:
-            raise ValueError(f"unknown split(s) {sorted(unknown)}: the splits are {', '.join(SPLITS)}")
+            raise InputError(f"unknown split(s) {sorted(unknown)}: the splits are {', '.join(SPLITS)}")
         fractions = [float(split_fractions.get(s, 0.0)) for s in SPLITS]
     else:
         fractions = [float(f) for f in split_fractions]
         if len(fractions) != len(SPLITS):
-            raise ValueError(f"split_fractions needs {len(SPLITS)} values (train, val, test), got {split_fractions!r}")
+            raise InputError(f"split_fractions needs {len(SPLITS)} values (train, val, test), got {split_fractions!r}")
     if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(f"split fractions must be non-negative and sum to 1, got {fractions}")
+        raise InputError(f"split fractions must be non-negative and sum to 1, got {fractions}")
     return fractions
 
 
@@ -135,7 +136,7 @@ def write_dataset(out_dir: str | os.PathLike, n_scenes: int, seed: int = 0, imag
     explorer wrote it.
     """
     if not isinstance(n_scenes, int) or n_scenes < 0:
-        raise ValueError(f"n_scenes must be a non-negative integer, got {n_scenes!r}")
+        raise InputError(f"n_scenes must be a non-negative integer, got {n_scenes!r}")
     fractions = _fractions(split_fractions)
     counts = _split_counts(n_scenes, fractions)
     root = Path(out_dir)

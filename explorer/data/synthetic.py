@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from explorer.core.errors import InputError
 from explorer.data.captions import write_captions
 from explorer.data.drawing import background_colours, box_of, render
 from explorer.data.scene import Background, Scene, SceneObject
@@ -42,7 +43,7 @@ STREAMS = {"train": 0, "val": 1, "test": 2}
 def _entropy(seed: int | Sequence[int]) -> tuple[int, ...]:
     values = (seed,) if isinstance(seed, (int, np.integer)) else tuple(seed)
     if not values or any(not isinstance(v, (int, np.integer)) or v < 0 for v in values):
-        raise ValueError(f"a seed is a non-negative integer or a sequence of them, got {seed!r}")
+        raise InputError(f"a seed is a non-negative integer or a sequence of them, got {seed!r}")
     return tuple(int(v) for v in values)
 
 
@@ -56,7 +57,7 @@ def _objects_range(n_objects: int | tuple[int, int] | None) -> tuple[int, int]:
     low, high = ((MIN_OBJECTS, MAX_OBJECTS) if n_objects is None
                  else (n_objects, n_objects) if isinstance(n_objects, (int, np.integer)) else tuple(n_objects))
     if not MIN_OBJECTS <= low <= high <= MAX_OBJECTS:
-        raise ValueError(f"n_objects must lie in {MIN_OBJECTS}..{MAX_OBJECTS}, got {n_objects!r}")
+        raise InputError(f"n_objects must lie in {MIN_OBJECTS}..{MAX_OBJECTS}, got {n_objects!r}")
     return int(low), int(high)
 
 
@@ -108,7 +109,7 @@ def generate_scene(seed: int | Sequence[int] = 0, image_size: int = DEFAULT_IMAG
                    split: str | None = None) -> Scene:
     """One scene, fully determined by ``seed`` (an int or a sequence of ints) and ``n_objects``."""
     if not isinstance(image_size, (int, np.integer)) or image_size < MIN_IMAGE_SIZE:
-        raise ValueError(f"image_size must be an integer of at least {MIN_IMAGE_SIZE}, got {image_size!r}")
+        raise InputError(f"image_size must be an integer of at least {MIN_IMAGE_SIZE}, got {image_size!r}")
     entropy = _entropy(seed)
     low, high = _objects_range(n_objects)
     rng, pixel_rng = scene_generators(entropy)
@@ -129,7 +130,7 @@ def generate_scenes(n: int, seed: int = 0, image_size: int = DEFAULT_IMAGE_SIZE,
                     start: int = 0, n_objects: int | tuple[int, int] | None = None) -> Iterator[Scene]:
     """Scenes ``start .. start + n - 1`` of a split's stream, with ids like 'train-000042'."""
     if split not in STREAMS:
-        raise ValueError(f"split must be one of {', '.join(STREAMS)}, got {split!r}")
+        raise InputError(f"split must be one of {', '.join(STREAMS)}, got {split!r}")
     for i in range(start, start + n):
         yield generate_scene((int(seed), STREAMS[split], i), image_size, n_objects=n_objects,
                              scene_id=f"{split}-{i:06d}", split=split)

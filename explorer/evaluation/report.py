@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from explorer.core.errors import InputError
 from explorer.core.files import atomic_write
 from explorer.evaluation.results import ATTRIBUTES
 
@@ -212,7 +213,7 @@ def update_readme(readme_path, table: str, marker: str = "eval-table", heading: 
         _, tail = rest.split(end, 1)
         updated = head + start + body + end + tail
     else:
-        raise ValueError(f"{path}: expected one {start} before one {end}, found {starts} start and {ends} end "
+        raise InputError(f"{path}: expected one {start} before one {end}, found {starts} start and {ends} end "
                          "marker(s); fix them by hand")
     if updated == text:
         return False

@@ -57,6 +57,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from explorer.core.errors import InputError
 from explorer.evaluation.baselines import baselines
 from explorer.evaluation.grounding_eval import (flism_metrics, grounding_metrics, native_kind,
                                                 object_sentences)
@@ -85,9 +86,9 @@ def evaluate_model(model, scenes: Sequence, *, grounding_limit: int | None = DEF
     """
     scenes = list(scenes)
     if not scenes:
-        raise ValueError("there are no scenes to evaluate on")
+        raise InputError("there are no scenes to evaluate on: check the dataset folder and its split")
     if caption_chunk < 1 or image_batch < 1:
-        raise ValueError("caption_chunk and image_batch must be at least 1")
+        raise InputError("caption_chunk and image_batch must be at least 1")
     grounding_scenes = scenes if grounding_limit is None else scenes[:max(0, int(grounding_limit))]
     native = native_kind(model)
     seconds: dict[str, float] = {}

@@ -61,11 +61,11 @@ class SegmentProposals:
                  min_fraction: float = 0.02, max_fraction: float = 0.9, max_boxes: int = 8,
                  working_side: int = 256, nms_iou: float = 0.7):
         if not scales or any(scale <= 0 for scale in scales):
-            raise ValueError(f"Felzenszwalb scales are positive numbers, got {tuple(scales)}")
+            raise DetectorError(f"Felzenszwalb scales are positive numbers, got {tuple(scales)}")
         if not 0 <= min_fraction < max_fraction <= 1:
-            raise ValueError(f"need 0 <= min_fraction < max_fraction <= 1, got {min_fraction}, {max_fraction}")
+            raise DetectorError(f"need 0 <= min_fraction < max_fraction <= 1, got {min_fraction}, {max_fraction}")
         if max_boxes < 1 or working_side < 8 or not 0 < nms_iou <= 1 or sigma < 0:
-            raise ValueError("need max_boxes >= 1, working_side >= 8, 0 < nms_iou <= 1 and sigma >= 0")
+            raise DetectorError("need max_boxes >= 1, working_side >= 8, 0 < nms_iou <= 1 and sigma >= 0")
         self.scales = tuple(float(scale) for scale in scales)
         self.sigma, self.min_fraction, self.max_fraction = float(sigma), float(min_fraction), float(max_fraction)
         self.max_boxes, self.working_side, self.nms_iou = int(max_boxes), int(working_side), float(nms_iou)
@@ -152,7 +152,7 @@ class YolosDetector:
     def __init__(self, directory: str | os.PathLike, threshold: float = 0.5, max_boxes: int = 8,
                  device: str = "cpu"):
         if not 0 <= threshold < 1 or max_boxes < 1:
-            raise ValueError(f"need 0 <= threshold < 1 and max_boxes >= 1, got {threshold}, {max_boxes}")
+            raise DetectorError(f"need 0 <= threshold < 1 and max_boxes >= 1, got {threshold}, {max_boxes}")
         self.directory = Path(directory).expanduser().resolve()
         self.threshold, self.max_boxes, self.device = float(threshold), int(max_boxes), str(device)
         self.processor, self.model = LOADED_DETECTORS.get((str(self.directory), self.device),

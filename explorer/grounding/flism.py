@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from explorer.core.errors import CaptionError
 from explorer.core.regions import Box, Region, clip_box, pixel_box, spatial_regions
 
 if TYPE_CHECKING:  # the public model wrapper; only named in annotations
@@ -117,7 +118,7 @@ def flism(model: "Model", image, sentences: Sequence[str], detector: Detector | 
 
     sentences = list(sentences)  # indices in the result are indices into this list: nothing is dropped
     if not any(s and s.strip() for s in sentences):
-        raise ValueError("FLISM needs at least one sentence to match.")
+        raise CaptionError("FLISM needs at least one sentence to match.")
     picture = image if isinstance(image, Image.Image) and image.mode == "RGB" else load_image(image).image
     regions = region_proposals(picture, detector)
     crops = crop_regions(picture, regions)

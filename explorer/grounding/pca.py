@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
 
+from explorer.core.errors import InputError
 from explorer.core.tensors import is_tensor
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class PcaBasis:
 def fit_pca(features: Sequence[Features], n_components: int = 3) -> PcaBasis:
     """One PCA over all rows of all inputs ([P_i, D] each, one D for all)."""
     if not 1 <= n_components <= MAX_COMPONENTS:
-        raise ValueError(f"a PCA map has 1 to {MAX_COMPONENTS} components (one per colour), not {n_components}")
+        raise InputError(f"a PCA map has 1 to {MAX_COMPONENTS} components (one per colour), not {n_components}")
     rows = _stack(features)
     count, dim = rows.shape
     k = min(n_components, dim) if count < 2 else min(n_components, dim, count - 1)  # centred rank <= P - 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from PIL import Image
 
 from explorer.core.cache import GB, BoundedCache
+from explorer.core.errors import InputError
 from explorer.core.images import downscale_note, image_digest, load_image
 from explorer.grounding.budget import CaptionAnalysis, analyse_caption
 from explorer.models.map_kinds import GENERIC_MAP
@@ -122,7 +123,7 @@ def ground(model: Model, image, caption: str, kind: str = GENERIC_MAP, cache: Ma
     picture, notes = working.image, [*working.notes, *analysis.notes]
     sentences = [s.text for s in analysis.sentences]
     if kind not in model.map_kinds:
-        raise ValueError(f"{model.name} offers the maps {', '.join(model.map_kinds)}, not {kind!r}.")
+        raise InputError(f"{model.name} offers the maps {', '.join(model.map_kinds)}, not {kind!r}.")
 
     dense = None
     if model.uses_dense_caption:

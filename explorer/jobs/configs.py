@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from explorer.core.errors import ConfigError
 from explorer.jobs.records import JobError
 
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -121,7 +122,11 @@ def method_defaults(method: str) -> MethodDefaults:
     """The defaults of ``method``: TrainConfig's, then the jobs', then the method's YAML (or its class's
     ``job_defaults``)."""
     path = CONFIG_DIR / f"{method}.yaml"
-    if path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError:  # a name too long to be a file: no YAML, and the method's check below says what it is
+        is_file = False
+    if is_file:
         data = _read_yaml(path, path.stat().st_mtime)
         if data.get("method") != method:
             raise JobError(f"{path} says method {data.get('method')!r}, not {method!r}")
@@ -205,7 +210,7 @@ def check(values: Mapping[str, Any]) -> None:
         raise JobError(f"cpu_threads must be at least 1, got {values['cpu_threads']}")
     try:
         TrainConfig(**{key: values[key] for key in TRAIN_TYPES})
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, ConfigError) as error:
         raise JobError(f"bad training settings: {error}") from error
 
 

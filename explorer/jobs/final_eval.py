@@ -2,7 +2,7 @@
 
 - Synthetic world: ``explorer eval``'s measures (``explorer.evaluation.runner.evaluate_model``) on the
   first ``eval_limit`` scenes of the ``test`` split, grounding and FLISM on the first
-  ``eval_grounding_limit`` of them: the same numbers as the README's table for a zoo model.
+  ``eval_grounding_limit`` of them: the same numbers as the demo zoo's table (docs/demo-zoo.md) for a zoo model.
 - A retrieval layout with a ``test`` split it did not train on: Recall@1/5/10 both ways
   (``explorer.evaluation.retrieval_metrics``) on its first ``eval_limit`` images and their
   captions, scored with the method's own caption score (``model.similarity``).

@@ -30,6 +30,7 @@ import os
 import time
 from pathlib import Path
 
+from explorer.core.errors import InputError
 from explorer.jobs.records import QUEUED, RUNNING, SLURM, SWEEP, Run
 from explorer.jobs.run_store import RunStore
 
@@ -76,7 +77,7 @@ def max_running(store: RunStore) -> int:
 def set_max_running(store: RunStore, limit: int | None) -> None:
     """The cap on concurrent runs (None: back to one per GPU)."""
     if limit is not None and int(limit) < 1:
-        raise ValueError(f"the limit on concurrent runs must be at least 1, got {limit}")
+        raise InputError(f"the limit on concurrent runs must be at least 1, got {limit}")
     store.set_setting(MAX_RUNNING, None if limit is None else int(limit))
 
 

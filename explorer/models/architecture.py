@@ -15,6 +15,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Mapping
 
+from explorer.core.errors import CheckpointError, ConfigError
+
 if TYPE_CHECKING:  # named in annotations only: the zoo reads architectures before torch is imported
     import torch
 
@@ -50,16 +52,16 @@ class ClipArchitecture:
     # The global image embedding: "tok" the class token (OpenAI CLIP, every released file), "avg" the
     # mean of the patch tokens after ln_post (open_clip's pool_type="avg"). No tensor differs, so a
     # file cannot tell; our own files record it. "attn": attention over the projected patches with one
-    # learned query and position-aware keys (``nn.image_pool``; the demo zoo's base, README), whose
+    # learned query and position-aware keys (``nn.image_pool``; the demo zoo's base, docs/demo-zoo.md), whose
     # tensors (``image_pool.*``) only our own files hold, with ``pool_heads`` heads.
     pool: str = "tok"
     pool_heads: int = 16
 
     def __post_init__(self):
         if self.pool not in POOLS:
-            raise ValueError(f"pool must be one of {', '.join(POOLS)}, not {self.pool!r}")
+            raise ConfigError(f"pool must be one of {', '.join(POOLS)}, not {self.pool!r}")
         if self.pool == "attn" and (self.pool_heads < 1 or self.embed_dim % self.pool_heads):
-            raise ValueError(f"pool_heads {self.pool_heads} does not divide the embedding width {self.embed_dim}")
+            raise ConfigError(f"pool_heads {self.pool_heads} does not divide the embedding width {self.embed_dim}")
 
     @property
     def grid(self) -> int:
@@ -84,7 +86,7 @@ class ClipArchitecture:
         names = {f.name for f in fields(cls)}
         unknown = set(data) - names
         if unknown:
-            raise ValueError(f"unknown architecture fields: {sorted(unknown)}")
+            raise ConfigError(f"unknown architecture fields: {sorted(unknown)}")
         return cls(**data)
 
 
@@ -111,7 +113,7 @@ def infer_clip_architecture(state_dict: Mapping[str, torch.Tensor], quick_gelu: 
     n_positions = state_dict["visual.positional_embedding"].shape[0]
     grid = math.isqrt(n_positions - 1)
     if grid * grid != n_positions - 1:
-        raise ValueError(f"visual.positional_embedding has {n_positions} rows: not 1 + a square grid")
+        raise CheckpointError(f"visual.positional_embedding has {n_positions} rows: not 1 + a square grid")
     text_width = state_dict["ln_final.weight"].shape[0]
     vision_layers = count_blocks(state_dict, "visual.transformer.resblocks.")
     text_layers = count_blocks(state_dict, "transformer.resblocks.")

@@ -11,9 +11,29 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from explorer.core.errors import InputError
+
 
 @dataclass
 class TrainingBatch:
+    """One training step's data, what a method's ``losses`` receives. Texts are raw strings.
+
+    Attributes:
+        pixels: (B, 3, S, S) float, the pictures already preprocessed for the method (S its input size).
+        captions: B long captions, one per picture.
+        short_captions: B summaries (the first sentence), or None.
+        sentences: Each caption's sentences (sub-captions) in order: B lists of strings, or None.
+        dense_captions: A dense caption per picture (SEPS), or None.
+        negative_captions: For each picture, its caption rewritten to be false of it (one attribute or
+            relation changed; NegCLIP): B lists of strings, or None.
+        local_pixels: (B, 3, S, S) float, GOAL's local pair: the crop of the region FLISM chose, or None.
+        local_sentences: B sentences matched to those regions, or None.
+        local_boxes: (B, 4) float, those regions as (x0, y0, x1, y1) in [0, 1] of the whole picture, or None.
+        extras: Anything else a method documents; the training loop adds "step" and "epoch" (from 0).
+
+    A method that needs a field the batch lacks says so with ``batch.require("sentences", method=title)``.
+    """
+
     pixels: torch.Tensor  # [B, 3, S, S], already preprocessed for the method
     captions: list[str]  # long captions, one per image
     short_captions: list[str] | None = None  # summaries (e.g. the first sentence)
@@ -41,7 +61,7 @@ class TrainingBatch:
     def require(self, *names: str, method: str = "") -> None:
         missing = [name for name in names if getattr(self, name) is None]
         if missing:
-            raise ValueError(f"{method or 'this method'} trains on {', '.join(missing)}, which the batch lacks")
+            raise InputError(f"{method or 'this method'} trains on {', '.join(missing)}, which the batch lacks")
 
 
 EXAMPLE_COLOURS = ("red", "green", "blue", "yellow", "purple", "orange")

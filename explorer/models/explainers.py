@@ -17,8 +17,9 @@
 
 The gradient kinds differentiate the method's own score for the sentence (``Method.similarity``:
 FineLIP*, CAFT++, FLAIR's text-conditioned pooling ...), so the map explains the method. The picture
-runs through the trunk once; the blocks being explained see one copy of its tokens per sentence, so one
-backward pass gives every sentence its own gradient. Gradients are taken with ``torch.autograd.grad``
+runs through the trunk once, without gradients; the blocks being explained see one copy of its tokens per
+sentence, so one backward pass gives every sentence its own gradient. The trunk's output depends on the
+picture alone: inside ``remembering_trunks`` (the model's per-picture cache) a caption change reuses it. Gradients are taken with ``torch.autograd.grad``
 (no ``.grad`` is left on any parameter) inside ``torch.inference_mode(False)``, so the model may be in
 inference mode everywhere else.
 """
@@ -26,7 +27,9 @@ inference mode everywhere else.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -86,24 +89,52 @@ def _tokens_first(x: torch.Tensor, batch_first: bool) -> torch.Tensor:
     return x if batch_first else x.transpose(0, 1)
 
 
+# A lookup ``(label, compute) -> tensor`` for the picture being explained, set by the model around a request:
+# what ``trunk_output`` computes depends on the picture and the weights only, never on the sentences.
+_TRUNKS: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("explainer_trunks", default=None)
+
+
 @contextlib.contextmanager
-def copies_of_output(module: torch.nn.Module, copies: int, batch_first: bool = True):
-    """Inside: the first time ``module`` maps one picture's tokens, what comes after it sees ``copies`` copies
-    of its output instead: a leaf that requires grad. ``held["tokens"]`` is that leaf, batch first
-    [copies, N, D]."""
-    held: dict[str, torch.Tensor] = {}
-
-    def widen(_module, _args, output):
-        if output.shape[0 if batch_first else 1] != 1 or "tokens" in held:
-            return None
-        held["tokens"] = _tokens_first(output, batch_first).detach().repeat(copies, 1, 1).requires_grad_(True)
-        return _tokens_first(held["tokens"], batch_first)
-
-    handle = module.register_forward_hook(widen)
+def remembering_trunks(lookup: Callable[[str, Callable[[], torch.Tensor]], torch.Tensor]):
+    """Inside: ``trunk_output`` asks ``lookup(label, compute)`` (a cache for this model and picture) first."""
+    token = _TRUNKS.set(lookup)
     try:
-        yield held
+        yield
     finally:
-        handle.remove()
+        _TRUNKS.reset(token)
+
+
+def trunk_output(method, pixels: torch.Tensor, blocks, n_blocks: int, batch_first: bool) -> torch.Tensor:
+    """Tokens [1, N, D] (batch first, no gradient) after the patch embedding and the first ``n_blocks``
+    blocks, from the model's cache of this picture where it has one."""
+    def compute() -> torch.Tensor:
+        with torch.no_grad():
+            return trunk(method, pixels, blocks[:n_blocks], batch_first).detach()
+
+    lookup = _TRUNKS.get()
+    return compute() if lookup is None else lookup(f"after {n_blocks} of {len(blocks)} blocks", compute)
+
+
+@contextlib.contextmanager
+def tower_output_replaced(visual, tokens: torch.Tensor, batch_first: bool):
+    """Inside: the tower's transformer skips its blocks and returns ``tokens`` (batch first [M, N, D]), so what
+    the method computes after it (ln_post, the projection, its pool, its score) runs on them; a method that runs
+    the blocks itself (GOAL, for the last block's attention) gets them from the last block instead.
+    ``called[0]`` says whether the method's image features passed through either."""
+    modules = (visual.transformer, visual.transformer.resblocks[-1])
+    called = [False]
+
+    def replaced(*_args, **_kwargs):
+        called[0] = True
+        return _tokens_first(tokens, batch_first)
+
+    for module in modules:
+        module.forward = replaced  # an instance attribute: nn.Module.__call__ finds it before the class's
+    try:
+        yield called
+    finally:
+        for module in modules:
+            del module.forward
 
 
 def own_scores(method, image, text: TextFeatures) -> torch.Tensor:
@@ -117,11 +148,12 @@ def own_scores(method, image, text: TextFeatures) -> torch.Tensor:
 
 def gradcam(method, pixels: torch.Tensor, text: TextFeatures) -> torch.Tensor:
     visual, blocks, batch_first = vit_of(method, GRADCAM)
-    with torch.enable_grad(), copies_of_output(blocks[-1], len(text), batch_first) as held:
+    last = trunk_output(method, pixels, blocks, len(blocks), batch_first)  # the last block's output tokens
+    tokens = last.repeat(len(text), 1, 1).requires_grad_(True)  # copy m: sentence m's activations
+    with torch.enable_grad(), tower_output_replaced(visual, tokens, batch_first) as called:
         scores = own_scores(method, method.encode_image(pixels), text)
-        if "tokens" not in held:
+        if not called[0]:
             raise ExplainerError(f"{method.title}'s image features do not pass through its last ViT block")
-        tokens = held["tokens"]
         gradient, = torch.autograd.grad(scores.sum(), tokens)
     weights = gradient.mean(dim=1, keepdim=True)  # [M, 1, D]: one weight per channel, over all tokens
     return F.relu((weights * tokens.detach()).sum(dim=-1))[:, 1:]  # the patch tokens
@@ -155,8 +187,7 @@ def _merge_heads(attn, values: torch.Tensor) -> torch.Tensor:
 def legrad(method, pixels: torch.Tensor, text: TextFeatures, layers: int = LEGRAD_LAYERS) -> torch.Tensor:
     visual, blocks, batch_first = vit_of(method, LEGRAD)
     layers = min(layers, len(blocks))
-    with torch.no_grad():  # the trunk: once, for every sentence
-        x = trunk(method, pixels, blocks[:len(blocks) - layers], batch_first)
+    x = trunk_output(method, pixels, blocks, len(blocks) - layers, batch_first)  # once, for every sentence
     x = x.repeat(len(text), 1, 1).requires_grad_(True)
     sentences = F.normalize(text.eot.float(), dim=-1)
     relevance = 0
@@ -196,8 +227,8 @@ def naclip(method, pixels: torch.Tensor, text: TextFeatures) -> torch.Tensor:
 
 def _reduced_last_block(method, pixels, text, kind) -> torch.Tensor:
     visual, blocks, batch_first = vit_of(method, kind)
+    x = trunk_output(method, pixels, blocks, len(blocks) - 1, batch_first)
     with torch.no_grad():
-        x = trunk(method, pixels, blocks[:-1], batch_first)
         last = blocks[-1]
         q, k, v = _qkv(last.attn, last.ln_1(x))
         scale = 1 / math.sqrt(q.shape[-1])

@@ -13,9 +13,23 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+from explorer.core.errors import InputError
+
 
 @dataclass
 class ImageFeatures:
+    """What an image tower returns for B pictures, projected into the joint space and not normalised.
+
+    Attributes:
+        cls: (B, D) float32, the global image embedding: the projected class token, or the pooled patch
+            tokens for a model that pools them (``pool="avg"`` or ``"attn"``, the demo zoo's base).
+        patches: (B, P, D) float32, the projected patch tokens, row-major over the grid (P = rows x cols).
+        grid_hw: (rows, cols) of the patch grid.
+
+    A method may return a subclass with fields of its own (CAFT's fine tokens, GOAL's attention rows);
+    indexing (``features[i]``, which keeps the batch dimension) and ``.to(...)`` carry them along.
+    """
+
     cls: torch.Tensor  # [B, d]   global embedding (projected class token or pooled)
     patches: torch.Tensor  # [B, P, d] projected patch tokens, row-major over the grid
     grid_hw: tuple[int, int]  # patch grid (rows, cols); rows * cols == P
@@ -32,6 +46,21 @@ class ImageFeatures:
 
 @dataclass
 class TextFeatures:
+    """What a text tower returns for B texts, projected into the joint space and not normalised.
+
+    Attributes:
+        eot: (B, D) float32, the global text embedding: the projected state of each text's end token
+            (EOT) for a CLIP text tower (SEPS: BERT's [CLS] state; CAFT: its whole-caption embedding).
+        tokens: (B, K, D) float32, the projected state of every token, the start token (SOT) first. K is
+            cut to the batch's longest text (its end token's position + 1), not the context length: the
+            tower's attention is causal, so the padding after the last end token changes nothing.
+        mask: (B, K) bool, True from the start token through the end token, both included, and False on
+            the padding after it (a CLIP text tower's; a method with another text side says what its own
+            holds). ``word_mask()`` leaves out the start and end tokens; ``eot_positions()``
+            gives each text's end token. (Padding is id 0, which is also a real BPE token, "!": read the
+            mask, not the ids.)
+    """
+
     eot: torch.Tensor  # [B, d]   global embedding (projected EOT / pooled token)
     tokens: torch.Tensor  # [B, K, d] projected token states
     mask: torch.Tensor  # [B, K]   True where the token is real (not padding)
@@ -46,12 +75,12 @@ class TextFeatures:
         return _move(self, *args, **kwargs)
 
     def eot_positions(self) -> torch.Tensor:
-        """[B] index of each caption's EOT: its last real token (padding only ever follows EOT)."""
+        """(B,) int64 index of each caption's EOT: its last real token (padding only ever follows EOT)."""
         positions = torch.arange(self.mask.shape[1], device=self.mask.device)
         return torch.where(self.mask, positions, -1).max(dim=1).values
 
     def word_mask(self) -> torch.Tensor:
-        """[B, K] True at the word tokens: after SOT, before EOT."""
+        """(B, K) bool, True at the word tokens: after SOT, before EOT."""
         positions = torch.arange(self.mask.shape[1], device=self.mask.device)
         return (positions[None, :] > 0) & (positions[None, :] < self.eot_positions()[:, None])
 
@@ -150,8 +179,10 @@ def features_from_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, 
 def _feature_class(name: str):
     module, _, qualname = name.partition(":")
     if not module.startswith(FEATURE_MODULES):
-        raise ValueError(f"stored features name the class {name!r}, which is not explorer's")
+        raise InputError(f"stored features name the class {name!r}, which is not explorer's: delete the stored "
+                         "embeddings and index again")
     cls = getattr(importlib.import_module(module), qualname, None)
     if not (isinstance(cls, type) and issubclass(cls, (ImageFeatures, TextFeatures))):
-        raise ValueError(f"stored features name {name!r}, which is not a features class")
+        raise InputError(f"stored features name {name!r}, which is not a features class: delete the stored "
+                         "embeddings and index again")
     return cls

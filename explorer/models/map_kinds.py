@@ -15,7 +15,7 @@ EXPLAINER_KINDS = (*GRADIENT_KINDS, *FORWARD_KINDS)
 LEGRAD_LAYERS = 2  # the paper's choice for ViT-B/16
 # The kind a model without a native sentence map opens on, one for every model (a real checkpoint comes
 # unmeasured): on the held-out synthetic world Grad-CAM has the best mIoU and pointing of the explainers for
-# the demo base CLIP and Long-CLIP (README, "Explainers"; GOAL's best is ClearCLIP).
+# the demo base CLIP and Long-CLIP (docs/explainers.md; GOAL's best is ClearCLIP).
 BEST_EXPLAINER = GRADCAM
 DESCRIPTIONS = {
     GRADCAM: "Grad-CAM: the gradient of the model's own score for the sentence at the last block's output, "

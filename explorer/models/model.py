@@ -11,6 +11,8 @@ and tokenizer. Scripts and the app use only this surface:
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import itertools
 import weakref
@@ -22,12 +24,14 @@ import torch.nn.functional as F
 from PIL import Image
 
 from explorer.core.cache import MB, BoundedCache
-from explorer.core.errors import CaptionError, ImageError
+from explorer.core.errors import CaptionError, ImageError, InputError
 from explorer.core.images import load_image
+from explorer.models.explainers import remembering_trunks
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport
 from explorer.models.methods.base import GENERIC_MAP, Method
-from explorer.models.precision import AUTO, FORMATS, FP32_KINDS, computing, dtype, resolve_precision
+from explorer.models.precision import (AUTO, FORMATS, FP32_HEADS, FP32_KINDS, computing, dtype, resolve_precision,
+                                       weights_format)
 from explorer.models.tokenizer import TokenBatch, TokenCounter
 
 PRECISIONS = {name: dtype(name) for name in FORMATS}  # the formats weights may be held in ("auto" picks one)
@@ -45,10 +49,18 @@ _NEXT_KEY = itertools.count()
 
 
 class SentenceMaps:
-    """One map per sentence: ``grid`` [M, rows, cols] on the patch grid, and ``maps`` [M, H, W] float32
-    at the image's resolution (bilinear from the grid, made on first use and kept in ``FULL_MAPS``),
-    ``kind`` ("generic" or a method's native kind), the ``sentences`` and the tokens each lost to
-    truncation (``n_cut``). ``maps`` given to the constructor are kept as they are."""
+    """One map per sentence, what ``Model.sentence_maps`` returns.
+
+    Attributes:
+        grid: (M, rows, cols) float32, the maps on the patch grid, as the method computed them.
+        maps: (M, H, W) float32 at the picture's size: bilinear from the grid, made on first use and kept
+            in the bounded ``FULL_MAPS`` cache (``maps`` given to the constructor are kept as they are).
+        kind: The map kind ("generic", a method's native kind, or an explainer).
+        sentences: The M sentences, in order.
+        n_cut: For each sentence, how many of its tokens the model's context cut.
+        size: (H, W) of the picture.
+        precision: What the maps were computed in ("fp32", "bf16", "fp16").
+    """
 
     def __init__(self, maps: np.ndarray | None = None, kind: str = GENERIC_MAP, grid: np.ndarray | None = None,
                  sentences: Sequence[str] = (), n_cut: Sequence[int] = (), size: tuple[int, int] | None = None):
@@ -95,7 +107,29 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def weights_reader(precision: str, device: str = "auto"):
+    """``load_method``'s ``weights_in`` for a ``Model`` about to hold the method: the file's floating-point
+    weights are read straight into the format it will hold them in."""
+    target = resolve_device(device)
+    return lambda method_name: dtype(weights_format(method_name, precision, target))
+
+
 class Model:
+    """A loaded model: PIL pictures (or paths) and strings in, features, scores and maps out.
+
+    Made by [`explorer.load`][explorer.load] (or the zoo); it wraps a method (``method``, an ``nn.Module``
+    with the [`Method`][explorer.models.methods.base.Method] surface) with its device, precision,
+    preprocessing and tokenizer. Features leave it in float32, projected into the joint space and not
+    normalised, whatever it computed in.
+
+    Attributes:
+        name: The model's name (the zoo's, or the weights file's stem).
+        method: The method module itself.
+        device: The ``torch.device`` it runs on.
+        precision: What it computes in: "fp32", "bf16" or "fp16" ("auto" resolved for this hardware).
+        key_report: What the load matched: missing, unexpected, mis-shaped and ignored keys (``summary()``).
+    """
+
     def __init__(self, method: Method, name: str = "", report: KeyReport | None = None,
                  device: str = "auto", precision: str = "fp32", trained: bool = True,
                  synthetic_only: bool = False):
@@ -105,12 +139,16 @@ class Model:
         self.precision, note = resolve_precision(precision, self.device)
         if note:
             self.notes.append(note)
-        # Under "auto", a kind measured to lose its shape in the low format computes in fp32: its method keeps
-        # fp32 weights (the other kinds still run under autocast).
+        # Under "auto", a kind measured to lose its shape in the low format computes in fp32, wholly (its method
+        # keeps fp32 weights; the other kinds still run under autocast) or in its own head only (that submodule
+        # keeps fp32 weights): ``explorer.models.precision``.
         low = precision == AUTO and self.precision != "fp32"
         self.fp32_kinds = frozenset(FP32_KINDS.get(method.name, ())) if low else frozenset()
-        self.weights_precision = "fp32" if self.fp32_kinds else self.precision
+        self.fp32_heads = dict(FP32_HEADS.get(method.name, {})) if low else {}
+        self.weights_precision = weights_format(method.name, precision, self.device)
         self.method = method.to(self.device, dtype(self.weights_precision)).eval()
+        for head in set(self.fp32_heads.values()):
+            getattr(self.method, head).float()
         self.name = name or method.title
         self.key_report = report
         self.trained = trained
@@ -121,10 +159,12 @@ class Model:
 
     @property
     def method_name(self) -> str:
+        """The method's registry name ("clip", "longclip", "finelip", ...)."""
         return self.method.name
 
     @property
     def title(self) -> str:
+        """How the page names the method ("Long-CLIP", "FineLIP", ...)."""
         return self.method.title
 
     @property
@@ -134,10 +174,13 @@ class Model:
 
     @property
     def context_length(self) -> int:
+        """Tokens the text tower reads, start and end tokens included (77 or 248; SEPS's BERT 256)."""
         return self.method.context_length
 
     @property
     def map_kinds(self) -> tuple[str, ...]:
+        """Every map kind ``sentence_maps`` takes: "generic", the native kinds (and their per-head views),
+        then the explainers."""
         return self.method.map_kinds
 
     @property
@@ -169,6 +212,7 @@ class Model:
     # ---- encoders ------------------------------------------------------------------------------
 
     def tokenize(self, texts: Sequence[str]) -> TokenBatch:
+        """The method's token ids: ``ids`` (B, context_length) int64, ``n_tokens`` and ``n_cut`` per text."""
         return self.method.tokenize(list(texts))
 
     @property
@@ -190,10 +234,16 @@ class Model:
     def computing(self, kind: str | None = None):
         """The context every forward pass runs in: autocast to ``precision`` (nothing for fp32, or for a kind
         of ``fp32_kinds``)."""
-        return computing(self.precision_of(kind), self.device)
+        return computing(self._towers_precision(kind), self.device)
 
     def precision_of(self, kind: str | None) -> str:
-        """The format a map kind computes in."""
+        """What a map kind computes in, as results and the page say it: "fp32", "bf16", "fp16", or "bf16, head
+        fp32" for a kind of ``fp32_heads`` (the towers in bf16, the kind's own head in fp32)."""
+        if kind in self.fp32_heads:
+            return f"{self.precision}, head fp32"
+        return self._towers_precision(kind)
+
+    def _towers_precision(self, kind: str | None) -> str:
         return "fp32" if kind in self.fp32_kinds else self.precision
 
     # Features leave the model in fp32 (stores, indexes and scores expect it); inside, they stay in the format
@@ -201,10 +251,26 @@ class Model:
 
     @torch.inference_mode()
     def encode_image(self, images: Sequence, fit: str = "crop") -> ImageFeatures:
+        """Encode pictures with the image tower.
+
+        Args:
+            images: PIL images or paths to picture files.
+            fit: "crop" (the method's own preprocessing: resize the short side, centre crop) or "squash"
+                (the whole picture resized to the input square, as the sentence maps read it).
+
+        Returns:
+            ``ImageFeatures``: ``cls`` (B, D) and ``patches`` (B, P, D) float32, ``grid_hw`` (rows, cols).
+        """
         return _as_fp32(self._encode_pixels(self.pixels(images, fit=fit)))
 
     @torch.inference_mode()
     def encode_text(self, texts: Sequence[str]) -> TextFeatures:
+        """Encode texts with the text tower, each cut at ``context_length`` tokens.
+
+        Returns:
+            ``TextFeatures``: ``eot`` (B, D) and ``tokens`` (B, K, D) float32, ``mask`` (B, K) bool, where
+            K is the longest text's length in tokens (start and end tokens included), not the context.
+        """
         return _as_fp32(self._encode_tokens(self.tokenize(texts)))
 
     def _encode_pixels(self, pixels: torch.Tensor, kind: str | None = None) -> ImageFeatures:
@@ -222,9 +288,13 @@ class Model:
     def picture_features(self, picture: Image.Image, kind: str | None = None) -> ImageFeatures:
         """The picture's features for its maps (the whole picture: ``fit="squash"``), in the model's format,
         kept per (model, pixels) in ``PICTURE_FEATURES``."""
+        return PICTURE_FEATURES.get(self._picture_key(picture, kind),
+                                    lambda: self._encode_pixels(self.pixels([picture], fit="squash"), kind))
+
+    def _picture_key(self, picture: Image.Image, kind: str | None) -> tuple:
+        """This model's key of a picture's pixels, in the format its towers compute ``kind`` in."""
         digest = hashlib.blake2b(picture.tobytes(), digest_size=16).hexdigest()
-        key = (self._features_key, self.precision_of(kind), picture.size, digest)
-        return PICTURE_FEATURES.get(key, lambda: self._encode_pixels(self.pixels([picture], fit="squash"), kind))
+        return self._features_key, self._towers_precision(kind), picture.size, digest
 
     PATCH_SOURCES = ("features", "attention")
 
@@ -237,7 +307,7 @@ class Model:
         (``fit="squash"``), as for the sentence maps.
         """
         if source not in self.PATCH_SOURCES:
-            raise ValueError(f"patch source is one of {self.PATCH_SOURCES}, not {source!r}")
+            raise InputError(f"patch source is one of {self.PATCH_SOURCES}, not {source!r}")
         pixels = self.method.preprocess([_as_pil(image)], fit="squash").to(self.device,
                                                                            PRECISIONS[self.weights_precision])
         features = self._encode_pixels(pixels)
@@ -247,14 +317,24 @@ class Model:
         with self.computing():
             attention = self.method.patch_self_attention(pixels)
         if attention is None:
-            raise ValueError(f"{self.title} does not expose its image encoder's attention; use the patch features")
+            raise InputError(f"{self.title} does not expose its image encoder's attention; use the patch features")
         return attention[0].float().cpu().numpy(), grid
 
     # ---- scores and maps -----------------------------------------------------------------------
 
     @torch.inference_mode()
     def similarity(self, images, texts) -> torch.Tensor:
-        """[n_images, n_texts] scores in the method's own mode (cosine for the global mode)."""
+        """Score every picture against every text with the method's own score.
+
+        Args:
+            images: PIL images or paths, or ``ImageFeatures`` already encoded.
+            texts: Strings (long captions are read as the method reads them: cut, or CAFT's chunks), or
+                ``TextFeatures`` already encoded.
+
+        Returns:
+            (n_images, n_texts) float32 scores on the CPU, of the kind ``score_label`` names (a cosine for
+            most methods; FineLIP*, CAFT++, SEPS's late interaction, FLAIR's chosen score otherwise).
+        """
         if isinstance(images, ImageFeatures):
             image = self._in_format(images)
         else:
@@ -269,8 +349,16 @@ class Model:
                       dense_caption: str | None = None) -> SentenceMaps:
         """One map per sentence, over the whole image, at the image's resolution.
 
-        ``dense_caption`` is read by methods that use one (``uses_dense_caption``, e.g. SEPS);
-        without it they use each sentence as its own dense text.
+        Args:
+            image: A PIL image or a path.
+            sentences: The M sentences, each scored on its own.
+            kind: "generic" (the sentence-patch cosine), one of the method's native kinds, or an explainer
+                ("gradcam", "legrad", "clearclip", "naclip"); ``map_kinds`` lists them.
+            dense_caption: Read by methods that use one (``uses_dense_caption``, e.g. SEPS); without it
+                they use each sentence as its own dense text.
+
+        Returns:
+            ``SentenceMaps``: ``maps`` (M, H, W) float32 at the picture's size, ``grid`` (M, rows, cols).
         """
         sentences = [s for s in sentences]
         if not sentences or not any(s.strip() for s in sentences):
@@ -279,22 +367,35 @@ class Model:
         tokens = self.tokenize(sentences)
         with self.computing(kind):
             if kind in self.method.explainer_kinds:  # they need the tower itself, with gradients for some
-                grid = self.method.explainer_maps(self.pixels([picture], fit="squash"),
-                                                  self._encode_tokens(tokens, kind), kind)
+                key = self._picture_key(picture, kind)  # the trunk's tokens depend on the picture alone
+                with remembering_trunks(lambda label, compute: PICTURE_FEATURES.get((*key, label), compute)):
+                    grid = self.method.explainer_maps(self.pixels([picture], fit="squash"),
+                                                      self._encode_tokens(tokens, kind), kind)
             else:
                 # 'squash' so the map covers every pixel of the picture, not only a centre crop.
                 image_features = self.picture_features(picture, kind)
                 text_features = self._encode_tokens(tokens, kind)
+                dense = None
                 if dense_caption and self.method.uses_dense_caption:
                     dense = self._encode_tokens(self.tokenize([dense_caption]), kind)
-                    grid = self.method.dense_caption_maps(image_features, text_features, dense, kind)
-                else:
-                    grid = self.method.sentence_maps(image_features, text_features, kind)
+                grid = self._native_maps(kind, image_features, text_features, dense)
         width, height = picture.size
         maps = SentenceMaps(kind=kind, grid=grid.float().cpu().numpy(), sentences=sentences, n_cut=tokens.n_cut,
                             size=(height, width))
         maps.precision = self.precision_of(kind)  # what these maps were computed in
         return maps
+
+    def _native_maps(self, kind: str, image: ImageFeatures, text: TextFeatures,
+                     dense: TextFeatures | None) -> torch.Tensor:
+        """A native kind's maps from the features; a kind of ``fp32_heads`` runs its head in fp32 (autocast off,
+        the features put in fp32)."""
+        head_in_fp32 = kind in self.fp32_heads
+        if head_in_fp32:
+            image, text, dense = (None if f is None else _as_fp32(f) for f in (image, text, dense))
+        with torch.autocast(self.device.type, enabled=False) if head_in_fp32 else contextlib.nullcontext():
+            if dense is not None:
+                return self.method.dense_caption_maps(image, text, dense, kind)
+            return self.method.sentence_maps(image, text, kind)
 
 
 def _as_fp32(features):

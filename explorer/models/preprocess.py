@@ -35,6 +35,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from explorer.core.errors import ConfigError, InputError
+
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -64,12 +66,12 @@ class Preprocess:
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
-            raise ValueError(f"pipeline must be one of {PIPELINES}, not {self.pipeline!r}")
+            raise ConfigError(f"pipeline must be one of {PIPELINES}, not {self.pipeline!r}")
 
     def resize(self, image: Image.Image, fit: str = "crop") -> Image.Image:
         """The picture as the model sees it, before normalisation (``image_size`` square)."""
         if fit not in FITS:
-            raise ValueError(f"fit must be 'crop' or 'squash', not {fit!r}")
+            raise InputError(f"fit must be 'crop' or 'squash', not {fit!r}")
         size = self.image_size
         TF, BICUBIC = _torchvision()
         if fit == "squash" or self.pipeline == "laps":

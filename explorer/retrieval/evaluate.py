@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from explorer.core.errors import ExplorerError
+from explorer.core.errors import ExplorerError, InputError
 from explorer.core.files import write_text_atomic
 from explorer.data.retrieval_sets.base import skipped_by_reason
 from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, recall_from_ranks, rsum
@@ -55,7 +55,7 @@ def evaluate_retrieval(model, store: EmbeddingStore, ks: Sequence[int] = DEFAULT
     """Recall@K, ranks and RSUM of ``model`` on ``store``'s dataset (indexed first: ``store.update``)."""
     ks = sorted({int(k) for k in ks})
     if not ks or ks[0] < 1:
-        raise ValueError("every K must be at least 1")
+        raise InputError("every K must be at least 1")
     if not store.status().complete:
         raise StoreError(f"{store.dataset.summary()}: not fully embedded yet; run the indexing first "
                          f"(`explorer index`)")
@@ -70,7 +70,7 @@ def evaluate_retrieval(model, store: EmbeddingStore, ks: Sequence[int] = DEFAULT
         mode = f"exact: every pair scored by {model.score_label}"
     else:
         if shortlist < ks[-1]:
-            raise ValueError(f"the shortlist ({shortlist}) must hold at least the largest K ({ks[-1]})")
+            raise InputError(f"the shortlist ({shortlist}) must hold at least the largest K ({ks[-1]})")
         t2i, i2t, queries_of, t2i_top, i2t_top = _shortlisted(model, store, dataset, owner, shortlist, top, progress)
         how = "global cosine" if model.global_score else f"re-ranked by {model.score_label}"
         mode = f"shortlist: the {shortlist} best by global cosine per query, {how}"
@@ -192,7 +192,7 @@ def _shortlisted(model, store, dataset, owner, shortlist, top, progress):
     i2t_scores, i2t_ids = VectorIndex(caption_vectors).search(image_vectors[torch.as_tensor(queries)],
                                                               min(shortlist, n_captions))
     if (t2i_ids < 0).any() or (i2t_ids < 0).any():  # an IVF index returns only what its probed cells hold
-        raise ValueError("the gallery's approximate index returned fewer candidates than the shortlist; "
+        raise InputError("the gallery's approximate index returned fewer candidates than the shortlist; "
                          "use a smaller shortlist")
     if not model.global_score:
         t2i_scores, i2t_scores = _rerank(model, store, dataset, t2i_ids, i2t_ids, queries, progress)

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from explorer.core.errors import InputError
+
 # How ``auto`` picks (``choose_kind``), measured on this project's machine (2 cores, AVX-512, torch 2.13,
 # faiss-cpu 1.15.1): ms for one query against n random unit vectors, d = 512, k = 10 (best of repeats):
 #   n        exact fp32   flat fp32 (IndexFlatIP)   exact fp16   flat fp16 (SQ fp16)
@@ -120,7 +122,7 @@ def _stable_top(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def _check_k(k: int) -> None:
     if int(k) != k or k < 1:
-        raise ValueError(f"k must be a whole number >= 1 (got {k!r})")
+        raise InputError(f"k must be a whole number >= 1 (got {k!r})")
 
 
 def normalise(vectors, name: str = "vectors") -> torch.Tensor:
@@ -138,9 +140,9 @@ class VectorIndex:
     def __init__(self, vectors, kind: str = "auto", storage: str = "fp32", nlist: int | None = None,
                  nprobe: int | None = None, seed: int = 0):
         if kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)} (got {kind!r})")
+            raise InputError(f"kind must be one of {', '.join(KINDS)} (got {kind!r})")
         if storage not in STORAGES:
-            raise ValueError(f"storage must be one of {', '.join(STORAGES)} (got {storage!r})")
+            raise InputError(f"storage must be one of {', '.join(STORAGES)} (got {storage!r})")
         unit = normalise(vectors)
         self._n, self._dim = unit.shape
         self.storage = storage
@@ -244,7 +246,7 @@ class VectorIndex:
             q = q[None]
         if q.ndim != 2 or q.shape[-1] != self._dim:
             got = q.shape[-1] if q.ndim == 2 else tuple(q.shape)
-            raise ValueError(f"queries have dimension {got}, the index holds vectors of dimension {self._dim}")
+            raise InputError(f"queries have dimension {got}, the index holds vectors of dimension {self._dim}")
         return normalise(q, "queries")
 
     def _search_exact(self, q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

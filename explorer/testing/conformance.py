@@ -6,10 +6,14 @@
     explorer check-method mymethod       # the same, one line per check, exit code 0 or 1
 
 Every check runs on the class's tiny random model (``cls.example("tiny", seed=0)``) on the CPU: it
-builds; its features have the documented shapes and dtypes; ``similarity`` is [n_images, n_texts],
-finite and differentiable (the explainers take its gradient); one pair at a time scores as the batch
-does; every map kind (native and explainer) draws a finite map on the patch grid; ``config()`` /
-``build()`` rebuilds the same model; the zoo's format (safetensors + manifest) loads back bit-equal;
+builds; its features have the documented shapes and dtypes, finite everywhere (padding rows of
+``TextFeatures.tokens`` included); ``similarity`` is [n_images, n_texts], finite and differentiable (the
+explainers take its gradient), and the cosine of ``cls`` and ``eot`` where the class says so
+(``Method.cosine_score``); one pair at a time scores as the batch does; every map kind (native and
+explainer) draws a map on the patch grid that is finite everywhere, for a batch of sentences of different
+lengths (so padding is masked); ``config()`` / ``build()`` rebuilds the same model; the zoo's format
+(safetensors + manifest) loads back bit-equal (under the class's own name, or a scratch name with
+``scratch_name=True``, which ``explorer check-method module:Class`` uses);
 a declared release layout goes ``released_state_dict`` -> ``detect`` -> strict load with an empty key
 report; the losses are finite, reach every learnable part, and a few optimizer steps on a fixed tiny
 batch lower them.
@@ -21,6 +25,7 @@ import contextlib
 import math
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -36,6 +41,16 @@ PAIR_TOLERANCE = 1e-4  # one pair at a time vs the batch: float32 reductions in 
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One check's outcome.
+
+    Attributes:
+        name: The check ("builds", "features", "similarity", "maps", "zoo round trip", ...).
+        ok: Whether it passed (a skipped check counts as passed).
+        detail: What it found, in one line (the failure's message).
+        skipped: True when the check does not apply (e.g. no released layout).
+        seconds: How long it took.
+    """
+
     name: str
     ok: bool
     detail: str = ""
@@ -55,10 +70,30 @@ class Skip(Exception):
     """A check that does not apply to this method (e.g. no released layout)."""
 
 
-def check_method(cls, raise_on_failure: bool = True) -> list[CheckResult]:
+def check_method(cls, raise_on_failure: bool = True, scratch_name: bool = False) -> list[CheckResult]:
     """Run every check on ``cls``; the results in order. ``AssertionError`` listing the failures unless
-    ``raise_on_failure`` is False."""
-    results = run_checks(cls)
+    ``raise_on_failure`` is False.
+
+    The zoo round trip loads the model back by its method's name, so it needs ``cls.name`` in the registry
+    for ``cls`` itself. ``scratch_name=True`` registers the class under a unique name of its own for the
+    checks instead (taken out again after): a copy of an installed method, whose name belongs to the
+    installed class, is then checked as it is.
+
+    Every check runs on the class's tiny random model (``cls.example("tiny", seed=0)``) on the CPU, about a
+    second a method; a plugin's test calls it: ``check_method(MymethodMethod)``.
+
+    Args:
+        cls: The method class (a ``Method`` and ``nn.Module`` subclass).
+        raise_on_failure: Raise when a check fails (a test's use); False returns the results only.
+        scratch_name: Check the class under a scratch registry name (see above).
+
+    Returns:
+        One ``CheckResult`` per check, in order (after a failed "builds", nothing else runs).
+
+    Raises:
+        AssertionError: One line per failed check, when ``raise_on_failure`` is True.
+    """
+    results = run_checks(cls, scratch_name=scratch_name)
     failed = [r for r in results if not r.ok]
     if failed and raise_on_failure:
         raise AssertionError(f"{getattr(cls, 'name', cls)} fails {len(failed)} conformance check(s):\n"
@@ -66,8 +101,9 @@ def check_method(cls, raise_on_failure: bool = True) -> list[CheckResult]:
     return results
 
 
-def run_checks(cls) -> list[CheckResult]:
-    state: dict = {"cls": cls}
+def run_checks(cls, scratch_name: bool = False) -> list[CheckResult]:
+    """Every check on ``cls`` (``check_method``), never raising: one ``CheckResult`` per check, in order."""
+    state: dict = {"cls": cls, "scratch_name": scratch_name}
     results = []
     for name, check in CHECKS:
         start = time.perf_counter()
@@ -77,7 +113,7 @@ def run_checks(cls) -> list[CheckResult]:
         except Skip as reason:
             result = CheckResult(name, True, str(reason), skipped=True)
         except Exception as error:  # noqa: BLE001 - every finding is a line of the report
-            text = " ".join(str(error).split())[:400] or type(error).__name__
+            text = " ".join(str(error).split())[:700] or type(error).__name__
             result = CheckResult(name, False, text if isinstance(error, CheckFailed) else
                                  f"{type(error).__name__}: {text}")
         results.append(CheckResult(result.name, result.ok, result.detail, result.skipped,
@@ -133,6 +169,14 @@ def check_features(state) -> str:
     for label, tensor in (("image cls", image.cls), ("patches", image.patches), ("text eot", text.eot)):
         expect(tensor.is_floating_point() and torch.isfinite(tensor).all(), f"{label}: {tensor.dtype}, not finite "
                                                                              "floats")
+    expect(text.tokens.is_floating_point(), f"text tokens: {text.tokens.dtype}, not floats")
+    bad = ~torch.isfinite(text.tokens).all(dim=-1)  # [B, K]: token positions holding a nan or an inf
+    if bool(bad.any()):
+        at_padding = not bool((bad & text.mask).any())
+        raise CheckFailed(f"text tokens: {int(bad.sum())} token position(s) hold non-finite values" + (
+            ", all at padding: padding rows must stay finite (zeros, or the transformer's own states); the mask "
+            "marks them, so a reduction leaves them out with it, never with -inf in the features" if at_padding
+            else " at real tokens"))
     state["image"], state["text"] = image, text
     return f"grid {rows} x {cols}, image {image.cls.shape[-1]}-d, text {text.eot.shape[-1]}-d"
 
@@ -144,6 +188,17 @@ def check_similarity(state) -> str:
                                                               f"[{N_IMAGES}, {len(SENTENCES)}]")
     expect(torch.isfinite(scores).all(), "not finite")
     expect(scores.requires_grad, "no gradient flows to the pixels (the explainers need it)")
+    if model.global_score:  # declared (``cosine_score``) or the base's: retrieval then searches cls and eot alone
+        from explorer.models.methods.base import cosine_matrix
+
+        with torch.no_grad():
+            image, text = model.encode_image(state["pixels"]), model.encode_text(ids)
+            cosine = cosine_matrix(image.cls, text.eot)
+            gap = float((model.similarity(image, text).float() - cosine).abs().max())
+        said = getattr(model, "cosine_score", None)
+        expect(gap <= PAIR_TOLERANCE, f"global_score is True (cosine_score = {said}) but the score differs from the "
+                                      f"cosine of cls and eot by {gap:.3g}: set cosine_score = False (retrieval then "
+                                      "re-ranks with similarity, and an export is not whole)")
     # A weighted sum, not a plain one: the plain sum of a score centred over the batch has no gradient.
     weights = torch.rand(scores.shape, generator=torch.Generator().manual_seed(2))
     (scores * weights).sum().backward()
@@ -171,6 +226,7 @@ def check_maps(state) -> str:
     model, pixels = state["model"], state["pixels"]
     with torch.no_grad():
         image, text = model.encode_image(pixels[:1]), model.encode_text(state["ids"])
+    # The sentences differ in length: the shorter ones are padded in this batch (mask False there).
     rows, cols = image.grid_hw
     for kind in model.map_kinds:
         if kind in model.explainer_kinds:
@@ -180,8 +236,37 @@ def check_maps(state) -> str:
                 maps = model.sentence_maps(image, text, kind)
         expect(tuple(maps.shape) == (len(SENTENCES), rows, cols), f"{kind}: {tuple(maps.shape)}, not "
                                                                    f"[{len(SENTENCES)}, {rows}, {cols}]")
-        expect(torch.isfinite(maps).all(), f"{kind}: not finite")
+        expect_finite_map(kind, maps, text)
+    if model.uses_dense_caption:
+        with torch.no_grad():
+            dense = model.encode_text(model.tokenize([" ".join(SENTENCES)]).ids)
+            for kind in (k for k in model.map_kinds if k not in model.explainer_kinds):
+                maps = model.dense_caption_maps(image, text, dense, kind)
+                expect(tuple(maps.shape) == (len(SENTENCES), rows, cols),
+                       f"{kind} with a dense caption: {tuple(maps.shape)}, not [{len(SENTENCES)}, {rows}, {cols}]")
+                expect_finite_map(f"{kind} with a dense caption", maps, text)
     return ", ".join(model.map_kinds)
+
+
+def expect_finite_map(kind: str, maps: torch.Tensor, text) -> None:
+    """Every value of ``maps`` [M, rows, cols] finite; else one line: how many of which, in which sentences,
+    and, when only padded sentences have them, that padding masked with an infinity reached the map."""
+    bad = ~torch.isfinite(maps.float())
+    if not bool(bad.any()):
+        return
+    values = maps.float()[bad]
+    counts = [(label, int(n)) for label, n in (("nan", torch.isnan(values).sum()),
+                                               ("+inf", (values == math.inf).sum()),
+                                               ("-inf", (values == -math.inf).sum()))]
+    sentences = [i for i in range(bad.shape[0]) if bool(bad[i].any())]
+    padded = [i for i in sentences if not bool(text.mask[i].all())]
+    cause = (" (only sentences with padding in the batch: an infinity that masked the padding reached the map)"
+             if len(padded) == len(sentences) else "")
+    raise CheckFailed(f"{kind}: {int(bad.sum())} of {maps.numel()} values are not finite "
+                      f"({', '.join(f'{n} {label}' for label, n in counts if n)}) in sentence(s) "
+                      f"{', '.join(str(i + 1) for i in sentences)} of {bad.shape[0]}{cause}. Every value of a map "
+                      "must be finite: leave padding out with the mask (a masked mean, or a masked max whose result "
+                      "is finite), or fill it with a finite value, never -inf")
 
 
 def check_config_round_trip(state) -> str:
@@ -197,18 +282,39 @@ def check_zoo_round_trip(state) -> str:
     from explorer.training.checkpointing import architecture_name
     from explorer.zoo import Manifest, Zoo
 
-    model = state["model"]
+    from explorer.models.methods import METHODS, SOURCES
+
+    model, cls = state["model"], state["cls"]
+    key = state.get("registry_name") or model.name  # the method name the file and its manifest record
+    holder = METHODS.get(model.name)
+    if key == model.name and holder is not cls:
+        raise CheckFailed(
+            f"{model.name!r} belongs to {_where(holder)} ({SOURCES.get(model.name, 'built-in')}), not to this class "
+            f"({_where(cls)}): the zoo loads a model by its method's name, so it would load back as "
+            f"{getattr(holder, '__name__', holder)}. Check a copy as it is with `explorer check-method {_where(cls)}` "
+            "(a scratch name; check_method(cls, scratch_name=True)); to install it beside the other, give it a name "
+            "of its own (`name` and its entry point)")
     with tempfile.TemporaryDirectory(prefix="explorer-check-") as folder:
-        weights = save_method(model, Path(folder) / f"{model.name}.safetensors")
-        Manifest(name=f"check-{model.name}", method=model.name, weights=weights.name,
+        weights = save_method(model, Path(folder) / f"{key}.safetensors", extra_metadata={"method": key})
+        Manifest(name=f"check-{key}", method=key, weights=weights.name,
                  architecture=architecture_name(model), context_length=model.context_length,
-                 source="explorer check-method", format=f"explorer ({model.name})").write(
-            Path(folder) / f"check-{model.name}.json")
-        loaded = Zoo(folder, cache_size=1, device="cpu").load(f"check-{model.name}")
+                 source="explorer check-method", format=f"explorer ({key})").write(
+            Path(folder) / f"check-{key}.json")
+        loaded = Zoo(folder, cache_size=1, device="cpu").load(f"check-{key}")
     expect(loaded.key_report.ok, loaded.key_report.summary())
-    expect(type(loaded.method) is type(model), f"loads back as {type(loaded.method).__name__}")
+    expect(type(loaded.method) is type(model), f"loads back as {_where(type(loaded.method))}, not as "
+                                               f"{_where(type(model))}")
     _expect_same(model, loaded.method, state, exact=True)
-    return "safetensors + manifest, bit-equal"
+    if key == model.name:
+        return "safetensors + manifest, bit-equal"
+    taken = f"; {model.name!r} is {_where(holder)}'s, so this class cannot be installed beside it under that " \
+            "name" if holder is not None and holder is not cls else ""
+    return f"safetensors + manifest, bit-equal (under the scratch name {key!r}{taken})"
+
+
+def _where(cls) -> str:
+    """``module:QualifiedName`` of a class, as ``explorer check-method`` takes it."""
+    return f"{getattr(cls, '__module__', '?')}:{getattr(cls, '__qualname__', cls)}"
 
 
 def check_release_layout(state) -> str:
@@ -286,29 +392,35 @@ def _expect_same(a, b, state, exact: bool) -> None:
 
 
 @contextlib.contextmanager
-def registered(cls) -> Iterator[None]:
-    """``cls`` in the registry while the checks run (the zoo loads by name); a class the registry does not
-    hold yet (a plugin's own test, before it is installed) is taken out again after."""
-    from explorer.models.methods import METHODS, discover_methods, register
+def registered(cls, scratch_name: bool = False) -> Iterator[str | None]:
+    """``cls`` in the registry while the checks run (the zoo loads by name); the name it is under. A class
+    the registry does not hold yet (a plugin's own test, before it is installed) is taken out again after.
+    ``scratch_name``: under a unique name of its own instead (``<name>_check_<hex>``), whoever holds its name."""
+    from explorer.models.methods import METHODS, SOURCES, discover_methods, register
 
     discover_methods()
     name = getattr(cls, "name", None)
-    added = isinstance(name, str) and name not in METHODS
-    if added:
+    if not isinstance(name, str) or not name:
+        yield None
+        return
+    key = f"{name}_check_{uuid.uuid4().hex[:8]}" if scratch_name else name
+    added = key not in METHODS
+    if added and scratch_name:
+        METHODS[key], SOURCES[key] = cls, "explorer.testing (scratch name)"
+    elif added:
         register(cls, source="explorer.testing")
     try:
-        yield
+        yield key
     finally:
         if added:
-            from explorer.models.methods import SOURCES
-
-            METHODS.pop(name, None)
-            SOURCES.pop(name, None)
+            METHODS.pop(key, None)
+            SOURCES.pop(key, None)
 
 
 def _with_registry(check: Callable) -> Callable:
     def run(state):
-        with registered(state["cls"]):
+        with registered(state["cls"], state.get("scratch_name", False)) as key:
+            state["registry_name"] = key
             return check(state)
     return run
 

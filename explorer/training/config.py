@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from explorer.core.errors import ConfigError
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Fields that may change when a run is resumed; any other change would make it another run.
 RESUMABLE_CHANGES = frozenset({"device", "precision", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "log_every",
@@ -40,17 +42,17 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
+            raise ConfigError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
         if self.accumulate < 1 or self.batch_size < 1 or self.log_every < 1:
-            raise ValueError("accumulate, batch_size and log_every must be at least 1")
+            raise ConfigError("accumulate, batch_size and log_every must be at least 1")
         if self.max_steps is None and (self.epochs is None or self.epochs < 1):
-            raise ValueError("give epochs >= 1 or max_steps")
+            raise ConfigError("give epochs >= 1 or max_steps")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+            raise ConfigError(f"max_steps must be at least 1, got {self.max_steps}")
         if self.warmup_steps and self.warmup_ratio:
-            raise ValueError("give warmup_steps or warmup_ratio, not both")
+            raise ConfigError("give warmup_steps or warmup_ratio, not both")
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         self.betas = tuple(self.betas)
 
     def to_dict(self) -> dict:

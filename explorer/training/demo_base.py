@@ -2,7 +2,7 @@
 
 Trained as CLIP is trained (InfoNCE on whole captions), the base told colour and little else: a batch's
 captions are told apart by their colours alone, so nothing asks for shape, size, texture or place, and even
-per-patch supervision added to that loss left shape at chance for hundreds of steps (bench/results/
+per-patch supervision added to that loss left shape at chance for hundreds of steps (zoo_research/results/
 binding_experiment.md has every run). So the base is built as a CLIP is often built, from a backbone that
 was taught to see first:
 
@@ -22,12 +22,12 @@ was taught to see first:
   the seeing stage's per-patch heads kept on (fresh heads, the same cross-entropy): without them the tower
   forgets part of what it saw while it learns to read. Published as a plain CLIP. The build runs "see",
   then "bind" from it (reading and binding at once, the recipe measured with the attention pool:
-  bench/results/binding_experiment.md, parts 3 and 7); "read" alone is the stage "bind" extends.
+  zoo_research/results/binding_experiment.md, parts 3 and 7); "read" alone is the stage "bind" extends.
 - stage "place" (``PlacingClip``, not in the build): "bind" with one more patch head, the cell of the
   patch's object, so that the patch features say where things are; "place-background"
   (``PlacingWithBackgroundClip``) scores that head on the background too, as "no object"; "place-balanced"
   (``PlacingBalancedClip``) weights the object patches and the background half and half in it (all
-  measured and not taken: bench/results/binding_experiment.md, parts 10 and 11).
+  measured and not taken: zoo_research/results/binding_experiment.md, parts 10 and 11).
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class BindingClip(ReadingClip):
     The seeing stage's patch cross-entropy stays on (fresh heads, ``patch_losses``) when the batch carries the
     patch labels: binding alone let the tower forget shape (a probe read it from 76 % of objects' patches
     after seeing, 59-69 % after binding), and with them the binding stage ends higher on shape and size
-    (README, "Choices behind the demo zoo")."""
+    (docs/demo-zoo-choices.md)."""
 
     new_module_prefixes = ("attribute_heads.",)
     patch_labels = PATCH_ATTRIBUTES  # what the patch heads are taught

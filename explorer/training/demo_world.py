@@ -16,7 +16,7 @@ IMAGE_SIZE = 64
 WORLD_OBJECTS = (2, 6)  # objects per scene, in the training world and the held-out one
 
 DEMO_SCENES = 24000  # 4x the 6,000 of the builds before: the base read colour and retrieved better from it, and
-# memorised less (README, "Choices behind the demo zoo"; bench/results/binding_experiment.md, part 6)
+# memorised less (docs/demo-zoo-choices.md; zoo_research/results/binding_experiment.md, part 6)
 
 # The benchmark's world: another seed, so no scene, layout or caption of it was seen in training (the
 # training world's own test split shares its seed). Only its test split is written.

@@ -35,9 +35,9 @@ from explorer.training.demo_world import (DEMO_SCENES, DEMO_SEED, IMAGE_SIZE, WO
                                          world_vocabulary, write_world)
 from explorer.zoo.manifest import DEMO_COMMAND
 
-PATCH_SIZE = 4  # a 16 x 16 grid: measured against 8 px patches in the README ("Choices behind the demo zoo")
+PATCH_SIZE = 4  # a 16 x 16 grid: measured against 8 px patches in docs/demo-zoo-choices.md
 SEPS_PATCH_SIZE = 8  # SEPS's own ViT (no CLIP backbone); see its run below
-BASE_POOL = "attn"  # nn.image_pool: the mean of the patches cannot keep place (README, "Choices behind the demo zoo")
+BASE_POOL = "attn"  # nn.image_pool: the mean of the patches cannot keep place (docs/demo-zoo-choices.md)
 COMMAND = DEMO_COMMAND  # recorded in every manifest: how the zoo tells a demo model (Manifest.is_demo)
 
 
@@ -78,7 +78,7 @@ class DemoRun:
 WARMUP_RATIO = 0.05
 WEIGHT_DECAY = 0.1
 
-# The reading + NegCLIP stage from the seeing one (bench/results/binding_experiment.md, part 3: the attention pool;
+# The reading + NegCLIP stage from the seeing one (zoo_research/results/binding_experiment.md, part 3: the attention pool;
 # part 7: 2,400 steps, not 1,200, with the seeing stage's patch heads kept on)
 BIND_STEPS, BIND_LR = 2400, 5e-4
 
@@ -86,8 +86,8 @@ BIND_STEPS, BIND_LR = 2400, 5e-4
 RUNS = (
     # The base in two stages (explorer.training.demo_base): an image tower taught the world's attributes per
     # patch and its objects' cells; then CLIP's loss on the long captions, the object sentences (multi-positive)
-    # and NegCLIP's one-attribute negatives together, the patch heads kept on (README, "Choices behind the demo
-    # zoo": each stage's numbers; seeing 4,000 steps, not 2,000: bench/results/binding_experiment.md, part 7).
+    # and NegCLIP's one-attribute negatives together, the patch heads kept on (docs/demo-zoo-choices.md, "Choices behind the demo
+    # zoo": each stage's numbers; seeing 4,000 steps, not 2,000: zoo_research/results/binding_experiment.md, part 7).
     DemoRun("clip-see", "clip", steps=4000, init=None, captions="short", lr_backbone=2e-3, lr_new=2e-3,
             stage="see", published=False),
     DemoRun("clip-base", "clip", steps=BIND_STEPS, init="clip-see", captions="long", lr_backbone=BIND_LR,
@@ -97,17 +97,17 @@ RUNS = (
                    "one-attribute negatives, its patch heads kept on; context 77"),
     # The fine-tunes train on batches of scenes and their counterfactual twins (twin_batches.py), their
     # losses unchanged: on random batches nothing asked for the attributes the base had learned, and the
-    # fine-tunes gave them back (bench/results/binding_experiment.md, part 9: one twin a scene, five for
+    # fine-tunes gave them back (zoo_research/results/binding_experiment.md, part 9: one twin a scene, five for
     # the MulCLIPs, none for CAFT; chosen on the training world's test split).
     DemoRun("longclip", "longclip", steps=200, twins=1),
     DemoRun("finelip", "finelip", steps=200, twins=1),
-    # sub_loss "sentences": the same image's other sentences are negatives too (README: why, with both numbers)
+    # sub_loss "sentences": the same image's other sentences are negatives too (docs/demo-zoo-choices.md: why, with both numbers)
     DemoRun("mulclip", "mulclip", steps=200, extra={"sub_loss": "sentences"}, twins=5),
     DemoRun("mulclip-paper", "mulclip", steps=200, extra={"sub_loss": "paper"}, twins=5),  # the paper-literal L_sub
     DemoRun("goal", "goal", steps=200, twins=1),
     # FLAIR's text-conditioned pool and CAFT's grouping stages are new at the fine-tune (the base has neither):
     # 200 steps left FLAIR below the base on long R@1 (79.3; 87.3 at 600, 89.7 at 1,200) and CAFT under 80 % of
-    # its margin on size and texture (README, "What the table says"; bench/results/binding_experiment.md, part 4).
+    # its margin on size and texture (docs/demo-zoo.md, "What the table says"; zoo_research/results/binding_experiment.md, part 4).
     DemoRun("flair", "flair", steps=2400, twins=1),  # 1,200 left it 0.7 below the 2,400-step base (part 8)
     DemoRun("caft", "caft", steps=600),  # random batches: on twins its own map fell below the base's (part 9)
     # SEPS, as the official code trains it (LAPS): all negatives summed for the first half (the warm-up
@@ -126,14 +126,14 @@ def demo_architecture():
 
     On the 8 x 8 grid of 8 px patches a small object covers about one patch and its map cannot be
     told from the background (generic AUROC 0.28-0.40 over 600-900 steps); the 16 x 16 grid measured
-    0.56 at 600 steps, with short-caption R@1 76 % (README, "Choices behind the demo zoo").
+    0.56 at 600 steps, with short-caption R@1 76 % (docs/demo-zoo-choices.md).
 
     The image embedding pools the patch tokens, not the class token: measured on held-out scenes, a
     class-token CLIP's generic map does not tell the named object from the scene's other objects over the
     steps and object counts tried (pixel AUROC 0.31-0.43), because its last patch tokens are never trained;
     pooled patches are trained and do (0.59-0.70). It pools them by attention with position-aware keys
     (``nn.image_pool``), not by their mean, which keeps almost nothing of place (position 50-52 % against
-    82 %; bench/results/binding_experiment.md, part 3)."""
+    82 %; zoo_research/results/binding_experiment.md, part 3)."""
     from explorer.models.architecture import ClipArchitecture
 
     return ClipArchitecture(embed_dim=128, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, vision_width=128,

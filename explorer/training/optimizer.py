@@ -27,6 +27,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from explorer.core.errors import ConfigError
+
 GROUPS = ("backbone", "new")
 _NO_DECAY_MODULES = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
                      nn.Embedding, *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()))
@@ -75,7 +77,8 @@ def optimizer_groups(method: nn.Module, lrs: dict[str, float], weight_decay: flo
         if not params:
             continue
         if group not in lrs:
-            raise ValueError(f"no learning rate for the {group!r} group")
+            raise ConfigError(f"no learning rate for the {group!r} group: give one in the training config's "
+                              "learning rates")
         decayed = [p for p in params if names[id(p)] not in exempt]
         plain = [p for p in params if names[id(p)] in exempt]
         for suffix, members, decay in (("", decayed, weight_decay), ("/no_decay", plain, 0.0)):

@@ -35,7 +35,8 @@ from typing import Iterator, Mapping, Protocol, Sequence, runtime_checkable
 import torch
 from PIL import Image
 
-from explorer.core.errors import ExplorerError
+from explorer.core.errors import ConfigError, ExplorerError, InputError
+from explorer.data.errors import DatasetError
 from explorer.core.jsonl import read_jsonl
 from explorer.models.batch import TrainingBatch
 from explorer.models.preprocess import Preprocess
@@ -81,14 +82,14 @@ def field_of(sample, name: str):
 def collate(samples: Sequence, preprocess: Preprocess, fit: str = "crop") -> TrainingBatch:
     """Preprocess the images and gather the texts of ``samples`` into one ``TrainingBatch``."""
     if not samples:
-        raise ValueError("cannot collate an empty list of samples")
+        raise InputError("cannot collate an empty list of samples")
     images = [field_of(s, "image") for s in samples]
     captions = [field_of(s, "caption") for s in samples]
     for i, (image, caption) in enumerate(zip(images, captions)):
         if not isinstance(image, Image.Image):
-            raise ValueError(f"sample {i} has no PIL image (got {type(image).__name__})")
+            raise DatasetError(f"sample {i} has no PIL image (got {type(image).__name__})")
         if not isinstance(caption, str) or not caption.strip():
-            raise ValueError(f"sample {i} has no caption")
+            raise DatasetError(f"sample {i} has no caption: every sample needs a non-empty caption")
     texts = {batch_name: _all_or_none(samples, name) for name, batch_name in OPTIONAL_TEXT.items()}
     boxes = _all_or_none(samples, "local_box")
     crops = [field_of(s, "local_image") for s in samples]
@@ -96,7 +97,7 @@ def collate(samples: Sequence, preprocess: Preprocess, fit: str = "crop") -> Tra
         crops = [crop if crop is not None else crop_box(image, box) for crop, image, box in zip(crops, images, boxes)]
     present = [c is not None for c in crops]
     if any(present) and not all(present):
-        raise ValueError(f"samples {_indices(present, False)} lack local_image (and local_box) that others have")
+        raise DatasetError(f"samples {_indices(present, False)} lack local_image (and local_box) that others have")
     extras = _all_or_none(samples, "extras")
     return TrainingBatch(
         extras={} if extras is None else {name: torch.stack([e[name] for e in extras]) for name in extras[0]},
@@ -116,7 +117,7 @@ def crop_box(image: Image.Image, box) -> Image.Image:
     """The part of ``image`` inside ``box`` (x0, y0, x1, y1) in [0, 1] (at least one pixel)."""
     x0, y0, x1, y1 = (float(v) for v in box)
     if not (0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1):
-        raise ValueError(f"local_box {tuple(box)} is not (x0, y0, x1, y1) with 0 <= x0 < x1 <= 1, 0 <= y0 < y1 <= 1")
+        raise DatasetError(f"local_box {tuple(box)} is not (x0, y0, x1, y1) with 0 <= x0 < x1 <= 1, 0 <= y0 < y1 <= 1")
     w, h = image.size
     left, top = min(int(x0 * w), w - 1), min(int(y0 * h), h - 1)
     right, bottom = max(left + 1, round(x1 * w)), max(top + 1, round(y1 * h))
@@ -129,7 +130,7 @@ def _all_or_none(samples: Sequence, name: str):
     if not any(present):
         return None
     if not all(present):
-        raise ValueError(f"samples {_indices(present, False)} lack {name}, which samples "
+        raise DatasetError(f"samples {_indices(present, False)} lack {name}, which samples "
                          f"{_indices(present, True)} have: a field is all or nothing within a batch")
     return values
 
@@ -151,11 +152,11 @@ class SampleLoader:
     def __init__(self, samples: Sequence, preprocess: Preprocess, batch_size: int, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = True, fit: str = "crop", workers: int = 0):
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         self.samples, self.preprocess, self.batch_size = samples, preprocess, int(batch_size)
         self.shuffle, self.seed, self.drop_last, self.fit, self.workers = shuffle, int(seed), drop_last, fit, workers
         if len(self) == 0:
-            raise ValueError(f"{len(samples)} samples make no batch of {batch_size}"
+            raise ConfigError(f"{len(samples)} samples make no batch of {batch_size}"
                              + (" (drop_last=True)" if drop_last else ""))
 
     def __len__(self) -> int:
@@ -194,7 +195,7 @@ class BatchList:
 
     def __init__(self, batches: Sequence[TrainingBatch]):
         if not batches:
-            raise ValueError("BatchList needs at least one batch")
+            raise InputError("BatchList needs at least one batch")
         self._batches = list(batches)
 
     def __len__(self) -> int:

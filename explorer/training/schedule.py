@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from explorer.core.errors import ConfigError
+
 
 @dataclass
 class WarmupCosine:
@@ -30,11 +32,11 @@ class WarmupCosine:
 
     def __post_init__(self):
         if self.total_steps < 1:
-            raise ValueError(f"the schedule needs at least one step, got total_steps={self.total_steps}")
+            raise ConfigError(f"the schedule needs at least one step, got total_steps={self.total_steps}")
         if not 0 <= self.warmup_steps <= self.total_steps:
-            raise ValueError(f"warmup_steps must be in 0..{self.total_steps}, got {self.warmup_steps}")
+            raise ConfigError(f"warmup_steps must be in 0..{self.total_steps}, got {self.warmup_steps}")
         if not 0.0 <= self.min_ratio <= 1.0:
-            raise ValueError(f"min_ratio must be in [0, 1], got {self.min_ratio}")
+            raise ConfigError(f"min_ratio must be in [0, 1], got {self.min_ratio}")
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -50,7 +52,7 @@ def warmup_steps_for(total_steps: int, warmup: float | int) -> int:
         return int(round(warmup * total_steps))
     steps = int(warmup)
     if steps != warmup or steps < 0:
-        raise ValueError(f"warmup is a step count (int >= 0) or a share of the run (float in [0, 1)), not {warmup!r}")
+        raise ConfigError(f"warmup is a step count (int >= 0) or a share of the run (float in [0, 1)), not {warmup!r}")
     return min(steps, total_steps)
 
 

@@ -16,6 +16,7 @@ from typing import Callable, Hashable, Iterator, Sequence
 import numpy as np
 import torch
 
+from explorer.core.errors import ConfigError
 from explorer.data.counterfactual import ATTRIBUTES, counterfactual_twin
 from explorer.data.scene import Scene
 from explorer.models.batch import TrainingBatch
@@ -41,7 +42,7 @@ class TwinBatches:
                  batch_size: int, twins: int = 1, seed: int = 0, reads: Callable[[Scene], Hashable] = _long_caption,
                  n_objects: tuple[int, int] = (2, 6)):
         if twins < 1 or batch_size < 1 + twins:
-            raise ValueError(f"twins must be at least 1 and batch_size at least 1 + twins, got {twins}, {batch_size}")
+            raise ConfigError(f"twins must be at least 1 and batch_size at least 1 + twins, got {twins}, {batch_size}")
         self.scenes, self.to_samples, self.preprocess = scenes, to_samples, preprocess
         self.batch_size, self.twins, self.seed, self.reads, self.n_objects = batch_size, twins, seed, reads, n_objects
         self.per_batch = -(-batch_size // (1 + twins))  # scenes a batch starts from

@@ -38,7 +38,7 @@ from typing import Mapping
 
 import torch
 
-from explorer.core.errors import CheckpointError, CheckpointMismatchError
+from explorer.core.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from explorer.models.io.checkpoints import KeyReport
 from explorer.models.io.loading import load_method
 from explorer.models.methods import get_method
@@ -101,7 +101,7 @@ def init_from(method: str, init: str | Path | None = None, size: str | None = No
     if init is None:
         return _from_scratch(cls, size or "tiny", seed, context_length, extra)
     if size is not None:
-        raise ValueError(f"size={size!r} is for models built from scratch; the init {init} sets the architecture")
+        raise ConfigError(f"size={size!r} is for models built from scratch; the init {init} sets the architecture")
     source, load_report = load_method(init, allow_pickle=allow_pickle, overrides=options)
     report = InitReport(target=cls.name, source=str(init), source_method=source.name,
                         source_format=load_report.format, load_report=load_report)
@@ -129,7 +129,7 @@ def _from_scratch(cls, size: str, seed: int, context_length: int | None, extra: 
     else:
         method = cls.example(size, seed=seed, **extra)
         if context_length is not None and context_length != method.context_length:
-            raise ValueError(f"{cls.title} built from scratch reads {method.context_length} tokens, "
+            raise ConfigError(f"{cls.title} built from scratch reads {method.context_length} tokens, "
                              f"not {context_length}")
     report = InitReport(target=cls.name, kept_init={k: f"{size} example, seed {seed}" for k in method.state_dict()})
     return method, report
@@ -140,10 +140,11 @@ def _same_method_only(cls, source, report: InitReport, context_length: int | Non
         raise CheckpointError(f"{report.source} is a {source.title} model; {cls.title} is not built on a CLIP backbone "
                               f"and starts only from a {cls.title} checkpoint.")
     if extra:
-        raise ValueError(f"{cls.title} started from its own checkpoint keeps that checkpoint's configuration; "
+        raise ConfigError(f"{cls.title} started from its own checkpoint keeps that checkpoint's configuration; "
                          f"options {sorted(extra)} cannot apply")
     if context_length is not None and context_length != source.context_length:
-        raise ValueError(f"{report.source} reads {source.context_length} tokens, not {context_length}")
+        raise ConfigError(f"{report.source} reads {source.context_length} tokens, not {context_length}: leave "
+                          "context_length out, or start from a checkpoint of that length")
     report.from_init = list(source.state_dict())
     return source, report
 

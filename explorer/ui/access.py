@@ -110,7 +110,12 @@ class Access:
             raise self.refuse(f"the {what} {text!r} is not a path")
         if self.public:
             raise self.refuse(f"this is a public demo: a {what} cannot be typed here")
-        resolved = _resolved(text)
+        try:
+            resolved = _resolved(text)
+        except (OSError, RuntimeError) as error:  # a name too long, a loop of links: not a path to read
+            raise self.refuse(f"the {what} {text[:80]!r} is not a path this page can read ({error.strerror or error})"
+                              if isinstance(error, OSError) else f"the {what} {text[:80]!r} is not a path this page "
+                              "can read (a loop of links)") from None
         if not any(resolved == root or root in resolved.parents for root in self.roots):
             raise self.refuse(f"{text} is not under an allowed folder; start the app with --allow-root "
                               f"{_suggested_root(resolved)} (allowed now: {', '.join(map(str, self.roots))})")
@@ -137,4 +142,7 @@ class Access:
 
 def _suggested_root(path: Path) -> Path:
     """The folder to allow for ``path``: itself when it is a folder, else its parent."""
-    return path if path.is_dir() else path.parent
+    try:
+        return path if path.is_dir() else path.parent
+    except OSError:  # a name too long to ask about: not a folder
+        return path.parent

@@ -5,7 +5,7 @@ the server: texts and sentences in the handlers (``explorer.ui.request_rules`` w
 decodes in ``explorer.core.images``, heavy requests by the queue's shared concurrency group ``HEAVY``,
 uploads, request bodies and exports in front of Gradio's routes (``explorer.ui.page_guard``), the
 per-address caps there and in the queue (``explorer.ui.clients``). The
-README's "Sharing the page" table lists the same numbers.
+docs/sharing.md ("The budget") lists the same numbers.
 """
 
 from __future__ import annotations

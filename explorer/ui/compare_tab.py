@@ -15,6 +15,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from explorer.core.errors import InputError
 from explorer.jobs import JobManager
 from explorer.jobs.sweeps import children
 from explorer.ui.access import Access
@@ -51,7 +52,7 @@ def submit_sweep(access: Access, jobs: JobManager, zoo: Zoo, picked, typed, data
         models = checked_models(access, zoo, picked, typed)
         folders = [str(access.path(line, "dataset folder")) for line in lines(datasets)]
         if task not in TASKS:
-            raise ValueError(f"the task is one of {', '.join(TASKS)}")
+            raise InputError(f"the task is one of {', '.join(TASKS)}")
         options = {"split": split.strip() if isinstance(split, str) else None,
                    "limit": None if limit in (None, "") else view.whole(limit, "limit")}
         sweep = jobs.submit_eval(models, folders, task=task, options=options, **view.device_request(devices))
@@ -102,7 +103,7 @@ def export_board(jobs: JobManager, run_ids, datasets, metrics, fmt):
     """(note, file) of the pivot as ``fmt``: written to a fresh temporary file the page offers for download."""
     try:
         if fmt not in results_table.FORMATS:
-            raise ValueError(f"the format is one of {', '.join(results_table.FORMATS)}")
+            raise InputError(f"the format is one of {', '.join(results_table.FORMATS)}")
         frame = frame_of(jobs, run_ids)
         datasets = [str(d) for d in datasets] if isinstance(datasets, list) else []
         metrics = [str(m) for m in metrics] if isinstance(metrics, list) else []

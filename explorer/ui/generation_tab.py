@@ -74,6 +74,14 @@ def generate_button(access: Access, sdxl, sdxl_config) -> tuple:
     return gr.update(interactive=not reason), gr.update(value=reason, visible=bool(reason))
 
 
+def _number(value, kind, what: str):
+    """A number field's value as ``kind``; an ``ExplorerError`` naming the field when it is not one."""
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ExplorerError(f"{what} takes a number, not {str(value)[:40]!r}") from None
+
+
 def generate(access: Access, worker, generator, sdxl, sdxl_config, prompt, negative, models, stock, seeds, steps, size,
              guidance, layer, allow_cut, score_with, precision, cpu_offload, attention_slicing, vae_tiling):
     """The Generate button: (task key, status, timer). Returns at once; the timer shows progress."""
@@ -86,7 +94,8 @@ def generate(access: Access, worker, generator, sdxl, sdxl_config, prompt, negat
             raise ExplorerError(f"choose at most {MAX_SWAPPED} long-text models (with stock SDXL: three columns)")
         settings = GenerationSettings(
             prompt=prompt or "", negative=negative or "", models=models, stock=bool(stock),
-            seeds=view.parse_seeds(seeds), steps=int(steps), size=int(size), guidance=float(guidance),
+            seeds=view.parse_seeds(seeds), steps=_number(steps, int, "steps"), size=_number(size, int, "size"),
+            guidance=_number(guidance, float, "guidance"),
             layer=layer, allow_cut=bool(allow_cut), sdxl=sdxl, sdxl_config=sdxl_config,
             precision=precision, cpu_offload=bool(cpu_offload), attention_slicing=bool(attention_slicing),
             vae_tiling=bool(vae_tiling))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from explorer.core.errors import InputError
 from explorer.jobs import JobManager, method_defaults
 from explorer.jobs.records import JobError
 from explorer.ui import compare_tab, grounding_tab
@@ -200,7 +201,7 @@ def open_in_grounding(jobs: JobManager, zoo: Zoo, selected, current):
 def required(selected) -> str:
     run_id = (selected or "").strip()
     if not run_id:
-        raise ValueError(PICK_A_RUN)
+        raise InputError(PICK_A_RUN)
     return run_id
 
 

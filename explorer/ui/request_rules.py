@@ -8,7 +8,9 @@
 - No outbound connection: Gradio fetches a file input given as a URL; its fetch functions are replaced
   by a refusal (the request is also refused earlier, by ``page_guard``; this is the last line).
 - Errors: Gradio's own error texts (which can name server paths) are replaced by ours on a page that does
-  not show errors (public); our refusals (``gr.Error``) are shown as they are.
+  not show errors (public); our refusals (``gr.Error``) are shown as they are. An ``ExplorerError`` a
+  handler lets escape is shown as its message; anything else as "Internal error (id ...)", its traceback
+  logged under that id (``explorer.ui.messages``).
 - Server paths: on a public page, every text a handler sends back (messages, tables, labels) names a file
   by its own name, never by the server folder it lies in (``scrub_paths``); files to download keep theirs.
 """
@@ -23,7 +25,9 @@ from pathlib import PurePosixPath
 
 import gradio as gr
 
+from explorer.core.errors import ExplorerError
 from explorer.ui.budget import HEAVY, Budget, BudgetExceeded
+from explorer.ui.messages import internal_error
 
 log = logging.getLogger("explorer.access")
 OUTBOUND_REFUSAL = "this page does not fetch links: upload the file itself"
@@ -118,24 +122,47 @@ def checked(fn, budget: Budget, texts: set[int] = frozenset(), n_outputs: int = 
     if inspect.isasyncgenfunction(fn):
         async def wrapper(*args, **kwargs):
             check(args, kwargs)
-            async for item in fn(*args, **kwargs):
-                yield shown(item)
+            try:
+                async for item in fn(*args, **kwargs):
+                    yield shown(item)
+            except Exception as error:  # noqa: BLE001 - said as the contract says (``as_page_error``)
+                raise as_page_error(error) from None
     elif inspect.isgeneratorfunction(fn):
         def wrapper(*args, **kwargs):
             check(args, kwargs)
-            for item in fn(*args, **kwargs):
-                yield shown(item)
+            try:
+                for item in fn(*args, **kwargs):
+                    yield shown(item)
+            except Exception as error:  # noqa: BLE001
+                raise as_page_error(error) from None
     elif inspect.iscoroutinefunction(fn):
         async def wrapper(*args, **kwargs):
             check(args, kwargs)
-            return shown(await fn(*args, **kwargs))
+            try:
+                return shown(await fn(*args, **kwargs))
+            except Exception as error:  # noqa: BLE001
+                raise as_page_error(error) from None
     else:
         def wrapper(*args, **kwargs):
             check(args, kwargs)
-            return shown(fn(*args, **kwargs))
+            try:
+                return shown(fn(*args, **kwargs))
+            except Exception as error:  # noqa: BLE001
+                raise as_page_error(error) from None
     wrapper = functools.wraps(fn)(wrapper)
     wrapper._explorer_checked = True
     return wrapper
+
+
+def as_page_error(error: Exception) -> Exception:
+    """What a handler's escaping exception becomes on the page: a ``gr.Error`` (ours, or Gradio's own
+    signals) as it is; an ``ExplorerError`` as its message; anything else "Internal error (id ...)", the
+    traceback logged under the id."""
+    if isinstance(error, gr.Error) or type(error).__module__.startswith("gradio"):
+        return error
+    if isinstance(error, ExplorerError):
+        return gr.Error(f"Cannot do that: {error}", print_exception=False)
+    return gr.Error(f"{internal_error(error)}.", print_exception=False)
 
 
 class OutboundRefused(gr.Error):

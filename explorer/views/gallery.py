@@ -14,12 +14,12 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from explorer.views.settings import PATH_FIELDS, ViewSettings
+from explorer.views.settings import PATH_FIELDS, SettingsError, ViewSettings
 
 GALLERY = Path("docs") / "figures"  # from the repository's root
 KINDS = ("maps", "regions", "pca", "kinds", "retrieval")
 RETRIEVAL_SCENES = 24
-DPI = 150  # enough for the README; a paper's figure is written at 300 (the default)
+DPI = 150  # enough for the docs' gallery; a paper's figure is written at 300 (the default)
 
 
 def gallery_settings(inputs: Path, scenes: list[tuple[Path, str]]) -> dict[str, ViewSettings]:
@@ -80,7 +80,11 @@ def write_gallery(load: Callable, folder: Path = GALLERY, kinds=KINDS) -> list[P
     from explorer.grounding.sentence_maps import MapCache
     from explorer.views.pipeline import compute_view, write_figure
 
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SettingsError(f"cannot write the gallery into {folder}: {error.strerror or error}; give a folder "
+                            "with --out") from None
     chosen = gallery_settings(folder / "inputs", make_inputs(folder))
     cache, written = MapCache(), []
     for kind in kinds:

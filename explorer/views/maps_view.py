@@ -17,6 +17,7 @@ from PIL import Image
 
 from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
+from explorer.core.errors import InputError
 from explorer.evaluation.grounding_eval import native_kind
 from explorer.grounding.masks import otsu_masks
 from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
@@ -217,7 +218,7 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
                  truth_dir: Path | None = None) -> MapsView:
     """Run every model of ``settings`` on its picture and caption (cached), and find the truth."""
     if not settings.models:
-        raise ValueError("Pick at least one model.")
+        raise InputError("Pick at least one model.")
     models, notes, picture, sentences = [], [], None, None
     working = working_picture(settings.image)  # decoded once, seen by every model
     for name in settings.models:

@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from explorer.core.errors import InputError
 from explorer.grounding.pca import pca_maps
 from explorer.grounding.sentence_maps import MapCache, working_picture
 from explorer.views.maps_view import Loader
@@ -34,10 +35,10 @@ class PcaView:
 
 def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = None) -> PcaView:
     if not settings.models:
-        raise ValueError("Pick at least one model.")
+        raise InputError("Pick at least one model.")
     paths = settings.all_images
     if not paths:
-        raise ValueError("Pick at least one image.")
+        raise InputError("Pick at least one image.")
     workings = [working_picture(path) for path in paths]  # decoded and hashed once for every model
     pictures = [working.image for working in workings]
     notes = [note for working in workings for note in working.notes]
@@ -56,7 +57,7 @@ def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = N
                 vectors, grid = cache.get(key, compute) if cache is not None else compute()
                 row_features.append(vectors)
                 row_grids.append(grid)
-        except ValueError as error:  # this model cannot give these vectors (SEPS has no CLIP self-attention)
+        except InputError as error:  # this model cannot give these vectors (SEPS has no CLIP self-attention)
             errors.append(error)
             skipped.append(skip_note(model, settings.pca_source, error))
             continue
@@ -66,7 +67,7 @@ def compute_pca(load: Loader, settings: ViewSettings, cache: MapCache | None = N
     if not names:  # nothing to show: the reason, as each model gave it
         if len(errors) == 1:
             raise errors[0]
-        raise ValueError(f"none of the models can give PCA maps of {settings.pca_source}: "
+        raise InputError(f"none of the models can give PCA maps of {settings.pca_source}: "
                          + "; ".join(f"{name}: {error}" for name, error in zip(settings.models, errors)))
     return PcaView(pictures=pictures, names=names, features=features, grids=grids, source=settings.pca_source,
                    notes=notes + skipped, skipped=skipped)

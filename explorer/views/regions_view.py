@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image, ImageDraw
 
+from explorer.core.errors import InputError
 from explorer.grounding.budget import caption_sentences
 from explorer.grounding.sentence_maps import MapCache, working_picture
 from explorer.views.maps_view import Loader
@@ -70,7 +71,7 @@ def compute_regions(load: Loader, settings: ViewSettings, cache: MapCache | None
     from explorer.grounding.flism import flism
 
     if not settings.models:
-        raise ValueError("Pick at least one model.")
+        raise InputError("Pick at least one model.")
     sentences = caption_sentences(settings.caption)  # only the split: no model's token count is shown here
     working = working_picture(settings.image)  # decoded and hashed once for every model
     picture, notes = working.image, list(working.notes)

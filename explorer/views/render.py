@@ -13,6 +13,8 @@ import numpy as np
 from matplotlib import colormaps
 from PIL import Image
 
+from explorer.core.errors import InputError
+
 COLORMAPS = ("turbo", "viridis", "jet")
 
 
@@ -29,7 +31,7 @@ def normalise(values: np.ndarray, low: float | None = None, high: float | None =
 def colour_table(cmap: str) -> np.ndarray:
     """The colour map sampled at 256 levels, [256, 3] uint8: indexing it is much faster than calling it."""
     if cmap not in colormaps:
-        raise ValueError(f"unknown colour map {cmap!r}; try one of {COLORMAPS}")
+        raise InputError(f"unknown colour map {cmap!r}; try one of {COLORMAPS}")
     return (colormaps[cmap](np.linspace(0.0, 1.0, 256))[:, :3] * 255).round().astype(np.uint8)
 
 

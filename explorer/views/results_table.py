@@ -20,6 +20,8 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
+from explorer.core.errors import InputError
+
 FORMATS = ("csv", "latex", "markdown")
 DEFAULT_METRICS = ("t2i_R@1", "t2i_R@5", "t2i_R@10", "i2t_R@1", "i2t_R@5", "i2t_R@10")
 DECIMALS = 1
@@ -107,9 +109,10 @@ def best_rows(table: pd.DataFrame) -> dict[tuple, set]:
 def export(table: pd.DataFrame, fmt: str, decimals: int = DECIMALS, caption: str | None = None) -> str:
     """The pivot as ``csv``, ``latex`` (booktabs, best in bold) or ``markdown`` (best in bold) text."""
     if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        raise InputError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if table.empty:
-        raise ValueError("there are no results to export (nothing measured, or everything filtered out)")
+        raise InputError("there are no results to export (nothing measured, or everything filtered out): "
+                         "widen the filters, or wait for the runs to finish")
     return {"csv": to_csv, "latex": to_latex, "markdown": to_markdown}[fmt](table, decimals, caption)
 
 

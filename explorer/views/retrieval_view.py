@@ -29,7 +29,7 @@ from PIL import Image
 
 from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
-from explorer.core.errors import CaptionError, ExplorerError
+from explorer.core.errors import CaptionError, ExplorerError, InputError
 from explorer.core.files import copy_by_content, file_stamp, write_text_atomic
 from explorer.core.images import load_image
 from explorer.data import read_dataset
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("explorer.views")
 
 # The default dataset: the first 300 test scenes of the demo world (seed 0, 64 px), exactly the scenes
-# `explorer eval` scores (its default --limit), so the Recall table repeats bench/results/demo-eval.json.
+# `explorer eval` scores (its default --limit), so the Recall table repeats zoo_research/results/demo-eval.json.
 # Writing it takes about a second; embedding it takes about 10 s per demo model on 2 cores.
 SYNTHETIC = "synthetic"  # the picker's value for it
 SYNTHETIC_SCENES, SYNTHETIC_SPLIT = DEFAULT_LIMIT, "test"
@@ -164,9 +164,9 @@ def _picture_number(dataset: RetrievalSet, number) -> int:
     try:
         n = int(number)
     except (TypeError, ValueError):
-        raise ValueError(f"the picture number must be a whole number, not {number!r}") from None
+        raise InputError(f"the picture number must be a whole number, not {number!r}") from None
     if not 0 <= n < len(dataset.images):
-        raise ValueError(f"there is no picture #{n}: the dataset has {len(dataset.images)} (#0 to "
+        raise InputError(f"there is no picture #{n}: the dataset has {len(dataset.images)} (#0 to "
                          f"#{len(dataset.images) - 1})")
     return n
 
@@ -283,9 +283,9 @@ def ready_store(model, dataset: RetrievalSet, indexer: Indexer | None = None) ->
 
 def _check_models(names: Sequence[str]) -> None:
     if not names:
-        raise ValueError("Pick at least one model.")
+        raise InputError("Pick at least one model.")
     if len(names) > MAX_MODELS:
-        raise ValueError(f"Compare at most {MAX_MODELS} models at once.")
+        raise InputError(f"Compare at most {MAX_MODELS} models at once.")
 
 
 # ---- one query, every model -------------------------------------------------------------------------
@@ -378,7 +378,7 @@ def shorten(text: str, limit: int = CAPTION_CHARS) -> str:
 def read_upload(path) -> Image.Image:
     """An uploaded query picture, through the safe reader (a corrupt file is an ``ImageError``)."""
     if not path:
-        raise ValueError("Upload a picture, or pick one of the dataset's.")
+        raise InputError("Upload a picture, or pick one of the dataset's.")
     return load_image(str(path)).image
 
 

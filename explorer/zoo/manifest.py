@@ -115,7 +115,7 @@ class Manifest:
 def load_manifest(manifest: Manifest, device: str = "auto", precision: str = "fp32") -> Model:
     # torch, the loaders and the method modules are imported on the first load, not with the zoo
     from explorer.models.io.loading import load_method
-    from explorer.models.model import Model
+    from explorer.models.model import Model, weights_reader
 
     if manifest.is_builtin:
         key = manifest.weights[len(BUILTIN_PREFIX):]
@@ -125,6 +125,7 @@ def load_manifest(manifest: Manifest, device: str = "auto", precision: str = "fp
         return Model(method, name=manifest.name, device=device, precision=precision, trained=manifest.trained)
     method, report = load_method(manifest.weights_path(), method=manifest.method,
                                     overrides=manifest.resolved_options(),
-                                    allow_pickle=manifest.allow_pickle)
+                                    allow_pickle=manifest.allow_pickle,
+                                    weights_in=weights_reader(precision, device))
     return Model(method, name=manifest.name, report=report, device=device, precision=precision,
                  trained=manifest.trained, synthetic_only=manifest.is_demo)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from explorer.core.sentences import split_sentences
+from explorer.data.errors import DatasetError
 from explorer.data.retrieval_sets.base import Skipped, skipped_by_reason
 
 MASK, BOX = "mask", "box"
@@ -59,7 +60,7 @@ class GroundingSet:
     def __post_init__(self):
         order = [u.picture for u in self.units]
         if order != sorted(order) or any(not 0 <= i < len(self.pictures) for i in order):
-            raise ValueError("units must point at pictures of the set, grouped by picture in order")
+            raise DatasetError("units must point at pictures of the set, grouped by picture in order")
 
     def units_of(self, picture: int) -> list[int]:
         """Indices of the units of picture ``picture`` (contiguous: found by bisection)."""

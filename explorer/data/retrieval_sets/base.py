@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from explorer.core.errors import InputError
 from explorer.data.errors import DatasetError
 
 
@@ -38,11 +39,11 @@ class RetrievalSet:
 
     def __post_init__(self):
         if len(self.captions) != len(self.caption_image):
-            raise ValueError("every caption needs its image index")
+            raise DatasetError("every caption needs its image index")
         if any(not 0 <= i < len(self.images) for i in self.caption_image):
-            raise ValueError("a caption points at an image that is not in the set")
+            raise DatasetError("a caption points at an image that is not in the set")
         if self.image_ids and len(self.image_ids) != len(self.images):
-            raise ValueError("image_ids, when given, name every image")
+            raise DatasetError("image_ids, when given, name every image")
 
     def __len__(self) -> int:
         return len(self.images)
@@ -67,7 +68,7 @@ class RetrievalSet:
         why) to ``skipped``; when every picture is kept, the set itself."""
         keep = sorted({int(i) for i in indices})
         if keep and not (0 <= keep[0] and keep[-1] < len(self.images)):
-            raise ValueError(f"picture indices must be 0..{len(self.images) - 1}")
+            raise InputError(f"picture indices must be 0..{len(self.images) - 1}")
         if len(keep) == len(self.images):
             return self
         new_index = {old: new for new, old in enumerate(keep)}

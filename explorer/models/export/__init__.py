@@ -50,7 +50,21 @@ class Exported:
 
 
 def export_scope(method: Method, fmt: str, backbone_only: bool = False, name: str = "") -> str:
-    """What the export leaves out ("" for a whole export); refuses what cannot go out as asked."""
+    """What an export would leave out of the method, or a refusal.
+
+    Args:
+        method: The loaded method (``Model.method``).
+        fmt: "transformers" or "open_clip".
+        backbone_only: Whether exporting the CLIP backbone alone is acceptable.
+        name: The model's name, for the messages.
+
+    Returns:
+        "" for a whole export, else what ``Method.export_left_out(fmt)`` says is left out.
+
+    Raises:
+        ExportError: An unknown format; a method with no CLIP backbone; or one that would leave something
+            out when ``backbone_only`` is False (the message names what, and says to add --backbone-only).
+    """
     if fmt not in FORMATS:
         raise ExportError(f"export format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     who = name or method.title
@@ -65,7 +79,27 @@ def export_scope(method: Method, fmt: str, backbone_only: bool = False, name: st
 
 
 def export_model(method: Method, fmt: str, out: Path, backbone_only: bool = False, name: str = "") -> Exported:
-    """Write ``method`` as a ``fmt`` folder at ``out``; refuses (``ExportError``) before writing anything."""
+    """Write ``method`` as a folder the ``fmt`` library loads with its own loader.
+
+    Args:
+        method: The loaded method (``Model.method``).
+        fmt: "transformers" (``CLIPModel.from_pretrained(out)``) or "open_clip"
+            (``open_clip.create_model_and_transforms("local-dir:" + out)``).
+        out: The folder: new, empty, or an earlier export (never one holding other files).
+        backbone_only: Export the CLIP backbone alone when the method cannot go out whole.
+        name: The model's name, recorded in ``explorer_export.json``.
+
+    Returns:
+        ``Exported``: the folder, its files, and what was left out ("" when whole).
+
+    Raises:
+        ExportError: Before anything is written, for everything ``export_scope`` refuses and for a
+            folder that holds other files.
+    """
+    from explorer.core.runtime import prepare_libraries
+
+    prepare_libraries()  # torchvision importable where its ops are missing: the writer imports transformers, and
+    # the caller's next line often reads the folder back (`import open_clip`)
     left_out = export_scope(method, fmt, backbone_only, name)
     out = Path(out)
     if out.exists() and not out.is_dir():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from torch import nn
 
 from explorer.core.errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError
 from explorer.core.files import atomic_path
+from explorer.core.thread_setting import set_for_this_thread
 
 EXPLORER_METADATA_KEY = "explorer"  # safetensors metadata written by this project
 # What a safetensors file may ask us to parse, checked before parsing: its header (tensor names, shapes and
@@ -292,6 +294,23 @@ def compare_keys(model: nn.Module, tensors: Mapping[str, torch.Tensor], report: 
     return report
 
 
+_HELD = threading.local()
+
+
+def weights_held_in(choose):
+    """Inside (this thread): ``strict_load`` puts floating-point weights straight into ``choose(method_name)``
+    (a torch dtype; None keeps the model's), so a bf16 model read from an fp16 or fp32 file converts once and is
+    never held in fp32 whole."""
+    return set_for_this_thread(_HELD, "choose", choose)
+
+
+def _held_dtype(model: nn.Module, target: torch.Tensor):
+    choose = getattr(_HELD, "choose", None)
+    name = getattr(model, "name", None)
+    held = choose(name) if choose is not None and isinstance(name, str) else None
+    return held if held is not None and target.is_floating_point() else target.dtype
+
+
 def strict_load(model: nn.Module, tensors: Mapping[str, torch.Tensor], report: KeyReport,
                 dry_run: bool = False) -> KeyReport:
     """Load every tensor or none: raise ``CheckpointMismatchError`` naming the keys otherwise."""
@@ -304,7 +323,7 @@ def strict_load(model: nn.Module, tensors: Mapping[str, torch.Tensor], report: K
         # file's pages, read once), copies only to convert: a copy into the freshly built parameters would
         # hold the weights twice while loading (GOAL's fp32 ViT-L peaked at 2.2x its size).
         targets = model.state_dict(keep_vars=True)
-        model.load_state_dict({key: value.to(targets[key].device, targets[key].dtype)
+        model.load_state_dict({key: value.to(targets[key].device, _held_dtype(model, targets[key]))
                                for key, value in tensors.items()}, strict=True, assign=True)
     return report
 

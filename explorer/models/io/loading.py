@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 
-from explorer.core.errors import CheckpointError
+from explorer.core.errors import CheckpointError, ConfigError
 from explorer.core.files import atomic_path
 from explorer.models.io.skip_init import weights_from_file
-from explorer.models.io.checkpoints import KeyReport, RawCheckpoint, read_checkpoint, save_safetensors, strict_load
+from explorer.models.io.checkpoints import (KeyReport, RawCheckpoint, read_checkpoint, save_safetensors, strict_load,
+                                            weights_held_in)
 from explorer.models.methods import detect_format, get_method
 from explorer.models.methods.base import Method
 
@@ -51,11 +52,14 @@ class CheckResult:
 
 
 def load_method(path: str | Path, method: str | None = None, overrides: Mapping | None = None,
-                allow_pickle: bool = False, dry_run: bool = False) -> tuple[Method, KeyReport]:
+                allow_pickle: bool = False, dry_run: bool = False,
+                weights_in: Callable[[str], torch.dtype | None] | None = None) -> tuple[Method, KeyReport]:
     """Build the method a weights file holds, and the report of its keys. ``method`` forces a method
-    instead of detecting it; ``dry_run`` builds it on the meta device (keys and shapes only)."""
+    instead of detecting it; ``dry_run`` builds it on the meta device (keys and shapes only);
+    ``weights_in(method_name)``: the dtype its floating-point weights are read into (None: the model's own)."""
     raw = read_checkpoint(path, allow_pickle=allow_pickle)
-    return method_from_raw(raw, method, overrides, dry_run)
+    with weights_held_in(weights_in) if weights_in is not None else contextlib.nullcontext():
+        return method_from_raw(raw, method, overrides, dry_run)
 
 
 def method_from_raw(raw: RawCheckpoint, method: str | None = None, overrides: Mapping | None = None,
@@ -105,7 +109,7 @@ def _from_explorer_file(raw: RawCheckpoint, overrides: Mapping | None, dry_run: 
         report = KeyReport(source=str(raw.path), format=f"{EXPLORER_FORMAT} ({meta['method']})")
         with torch.device("meta") if dry_run else contextlib.nullcontext():
             method = cls.build(cls.merge_config(meta["config"], overrides))
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, ConfigError) as error:
         raise CheckpointError(f"{raw.path}: its explorer metadata is incomplete or wrong ({error}).") from error
     strict_load(method, raw.tensors, report, dry_run=dry_run)
     return method, report

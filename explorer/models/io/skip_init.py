@@ -9,11 +9,12 @@ lacks is an error there, so no uninitialised value is ever used.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 
 import torch
+
+from explorer.core.thread_setting import set_for_this_thread
 
 _LOCAL = threading.local()
 _NAMES = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
@@ -45,13 +46,7 @@ def _install() -> None:
                     setattr(namespace, name, _skippable(function))
 
 
-@contextlib.contextmanager
 def weights_from_file():
     """Inside (this thread): modules are built without initialising their weights."""
     _install()
-    previous = getattr(_LOCAL, "skip", False)
-    _LOCAL.skip = True
-    try:
-        yield
-    finally:
-        _LOCAL.skip = previous
+    return set_for_this_thread(_LOCAL, "skip", True)

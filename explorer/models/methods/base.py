@@ -23,6 +23,7 @@ from typing import ClassVar, Mapping
 import torch
 import torch.nn.functional as F
 
+from explorer.core.errors import InputError
 from explorer.models.architecture import ClipArchitecture
 from explorer.models.batch import TrainingBatch  # noqa: F401  (named in annotations)
 from explorer.models.features import ImageFeatures, TextFeatures
@@ -45,7 +46,42 @@ class DemoSpec:
 
 
 class Method:
-    """Mixin that defines the method surface; concrete methods also subclass ``nn.Module``."""
+    """Mixin that defines the method surface; concrete methods also subclass ``nn.Module``.
+
+    A method is one class: everything the app needs to know about it is said here, so no code outside
+    ``explorer/models/methods/`` names a method. CLIP-family methods build on
+    ``explorer.models.methods.clip.ClipFamily``; a plugin registers its class under the entry-point
+    group ``explorer.methods``, and ``explorer.testing.check_method`` says whether it fits.
+
+    Attributes:
+        name: The registry key, e.g. "clip", "finelip" (a plugin's entry point has this name).
+        title: How the page names it, e.g. "FineLIP".
+        native_map_kinds: The method's own map kinds, beside "generic".
+        preferred_native_map: Its own sentence map that "native" draws on the page and the evaluation
+            tables score as ``miou_native``; None when it has none (the page then draws the best
+            measured explainer).
+        explainer_kinds: The training-free explainers its image tower supports ("gradcam", "legrad",
+            "clearclip", "naclip" for a CLIP ViT); () when its tower is not one.
+        context_length: Tokens its text tower reads (77, 248, ...).
+        reads_whole_caption: True when it reads a caption past ``context_length`` (CAFT's 77-token chunks).
+        uses_dense_caption: True when it reads a dense caption beside the sentences (SEPS).
+        needs_local_pairs: True when it trains on one FLISM (region, sentence) pair per picture (GOAL); a job
+            whose data lacks them mines them with its init model first.
+        needs_word_vocabulary: True when its text side needs a word vocabulary of its training data (SEPS).
+        init_methods: The methods whose checkpoints it can start from; None: any CLIP-family checkpoint.
+        job_defaults: Defaults for a background run, in the schema of ``explorer/jobs/configs/*.yaml``:
+            ``{"train": {...}, "sources": {...}, "fixed": {...}, "notes": [...]}`` (a built-in's YAML wins).
+        demo_recipe: How ``explorer zoo build-demo`` trains it when it is not in the demo zoo's recipe
+            table (``DemoRun`` fields, e.g. ``{"steps": 200}``); None: not in the demo zoo.
+        export_leaves_out: What ``explorer export`` leaves out of the method: "" when the exported CLIP
+            computes its own embeddings and score (it exports whole); a phrase naming what is left out,
+            which makes ``explorer export`` refuse a whole export (``--backbone-only`` then exports the
+            backbone alone); None (the default) when it has no CLIP backbone. ``export_left_out(fmt)``
+            gives the answer for an instance and format.
+        new_module_prefixes: Prefixes of the parameters it adds to its backbone; they train with their own
+            learning rate.
+        detect_priority: Order in which released layouts are tried (higher first).
+    """
 
     name: ClassVar[str]  # registry key, e.g. "clip", "finelip"
     title: ClassVar[str]  # how the UI names it, e.g. "FineLIP"
@@ -138,10 +174,18 @@ class Method:
         """[n_images, n_texts]. Default: cosine of the global embeddings."""
         return cosine_matrix(image.cls, text.eot)
 
+    # True: ``similarity`` (and ``score_captions``) give the cosine of ``cls`` and ``eot``, even where the class
+    # overrides them (the scaffold's template does). None: decided from whether they are the base's. The kit
+    # checks a True; retrieval then searches the vectors alone, and ``explorer export`` counts no score of its own.
+    cosine_score: ClassVar[bool | None] = None
+
     @property
     def global_score(self) -> bool:
         """True when ``similarity`` is the cosine of the global embeddings (``cls``, ``eot``): a search over
-        those vectors is then already the method's own ranking, and retrieval needs no re-ranking."""
+        those vectors is then already the method's own ranking, and retrieval needs no re-ranking. Said by
+        ``cosine_score`` where the class sets it, else whether ``similarity`` is the base's."""
+        if self.cosine_score is not None:
+            return bool(self.cosine_score)
         cls = type(self)
         return cls.similarity is Method.similarity and cls.score_captions is Method.score_captions
 
@@ -166,13 +210,13 @@ class Method:
         """[M, rows, cols] maps over the patch grid of one image, one per sentence."""
         if kind == GENERIC_MAP:
             return generic_maps(image, text)
-        raise ValueError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
+        raise InputError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
 
     def explainer_maps(self, pixels: torch.Tensor, text: TextFeatures, kind: str) -> torch.Tensor:
         """[M, rows, cols] maps of an explainer kind for one picture's pixels [1, 3, H, W]: they need the
         tower itself (attention, gradients), not only its features."""
         if kind not in self.explainer_kinds:
-            raise ValueError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
+            raise InputError(f"{self.title} has no map kind {kind!r}; it offers {', '.join(self.map_kinds)}")
         from explorer.models.explainers import explain
 
         return explain(self, pixels, text, kind)
@@ -270,7 +314,7 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def generic_maps(image: ImageFeatures, text: TextFeatures) -> torch.Tensor:
     """Cosine of each sentence embedding with each projected patch token of the first image."""
     if len(image) != 1:
-        raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+        raise InputError(f"maps are drawn for one image at a time, got {len(image)}")
     rows, cols = image.grid_hw
     scores = cosine_matrix(text.eot, image.patches[0])  # [M, P]
     return scores.reshape(len(text), rows, cols)

@@ -122,7 +122,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from explorer.core.errors import CaptionError
+from explorer.core.errors import CaptionError, ConfigError, InputError
 from explorer.core.sentences import split_sentences
 from explorer.models.architecture import count_blocks, heads_for
 from explorer.models.batch import TrainingBatch
@@ -252,7 +252,7 @@ class WholeCaptionTransformer(nn.Module):
 def _as_stage_list(stages) -> list[list[int]]:
     out = [[int(n), int(b)] for n, b in stages]
     if not out or any(n < 1 or b < 0 for n, b in out):
-        raise ValueError(f"CAFT stages must be [tokens >= 1, blocks >= 0] pairs, got {stages!r}")
+        raise ConfigError(f"CAFT stages must be [tokens >= 1, blocks >= 0] pairs, got {stages!r}")
     return out
 
 
@@ -281,13 +281,13 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
         whole_heads = int(whole_heads or heads_for(d))
         adapter_hidden = int(adapter_hidden or max(1, d // 4))
         if extra_sub_captions not in EXTRA_SUB_CAPTIONS:
-            raise ValueError(f"CAFT extra_sub_captions must be one of {EXTRA_SUB_CAPTIONS}, "
-                             f"not {extra_sub_captions!r}")
+            raise ConfigError(f"CAFT extra_sub_captions must be one of {EXTRA_SUB_CAPTIONS}, "
+                              f"not {extra_sub_captions!r}")
         if not 0.0 <= float(alpha) <= 1.0:
-            raise ValueError(f"CAFT alpha must lie in [0, 1], not {alpha}")
+            raise ConfigError(f"CAFT alpha must lie in [0, 1], not {alpha}")
         for what, heads in (("pool_heads", pool_heads), ("whole_heads", whole_heads)):
             if heads < 1 or d % heads:
-                raise ValueError(f"CAFT {what}={heads} must divide the embedding width {d}")
+                raise ConfigError(f"CAFT {what}={heads} must divide the embedding width {d}")
         super().__init__(arch, stages=stages, n_chunks=int(n_chunks), whole_layers=int(whole_layers),
                          whole_heads=whole_heads, pool_heads=int(pool_heads), adapter_hidden=adapter_hidden,
                          adapter_ratio=float(adapter_ratio), alpha=float(alpha),
@@ -427,14 +427,14 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
     @staticmethod
     def _fine(image: ImageFeatures) -> torch.Tensor:
         if not isinstance(image, CaftImageFeatures) or image.fine is None:
-            raise ValueError("CAFT scores and maps need the fine tokens: encode the image with CAFT's "
+            raise InputError("CAFT scores and maps need the fine tokens: encode the image with CAFT's "
                              "encode_image (its CaftImageFeatures)")
         return image.fine
 
     @staticmethod
     def _sub(text: TextFeatures) -> torch.Tensor:
         if not isinstance(text, CaftTextFeatures) or text.sub is None:
-            raise ValueError("CAFT maps need the sub-caption embeddings: encode the text with CAFT's encode_text")
+            raise InputError("CAFT maps need the sub-caption embeddings: encode the text with CAFT's encode_text")
         return text.sub
 
     @classmethod
@@ -512,7 +512,7 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
         rows = []
         for i, own in enumerate(sentences):
             if not own:
-                raise ValueError(f"CAFT: caption {i} of the batch has no sentence to chunk")
+                raise InputError(f"CAFT: caption {i} of the batch has no sentence to chunk")
             row = chunk_texts(random_chunks(list(own), self.n_chunks, generator=generator))
             rows.append(row + ([batch.short_captions[i]] if extra else []))
         return rows, self.n_chunks + (1 if extra else 0)

@@ -22,6 +22,7 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
+from explorer.core.errors import ConfigError, ExplorerError
 from explorer.models.architecture import ClipArchitecture, infer_clip_architecture
 from explorer.models.batch import TrainingBatch
 from explorer.models.explainers import EXPLAINER_KINDS
@@ -110,18 +111,25 @@ class ClipFamily(ClipBackbone, Method):
     export_leaves_out = ""  # a CLIP exports whole; a method with modules or a score of its own says what is left
 
     def export_left_out(self, fmt: str) -> str | None:
-        """What a CLIP export leaves out: the method's own words; its modules and score when it gave none (a
-        plugin's method is not exported whole by mistake); the mean pooling, which only open_clip can say;
-        the attention pool, which neither can."""
+        """What a CLIP export leaves out, "" for nothing. Of the method: its own words (``export_leaves_out``);
+        when it gave none, its own modules (state-dict prefixes the backbone lacks) and its own score (a
+        ``similarity`` that is not the cosine of ``cls`` and ``eot``: a method whose overridden score is that
+        cosine says ``cosine_score = True``), so a plugin's method is never exported whole by mistake. Of the
+        backbone, whatever method it carries: the mean pooling, which only open_clip can say; the attention
+        pool (the demo zoo's base), which neither can."""
         left = [self.export_leaves_out] if self.export_leaves_out else []
         own = sorted({key.split(".")[0] for key in self.state_dict()} -
                      {key.split(".")[0] for key in self.backbone_state_dict()})
-        if not left and (own or not self.global_score):
-            left.append(f"{self.title}'s own modules ({', '.join(own) or 'none'}) and score")
+        if not left and own:
+            left.append(f"{self.title}'s own modules ({', '.join(own)})" + ("" if self.global_score else " and score"))
+        elif not left and not self.global_score:
+            left.append(f"{self.title}'s own score (its similarity; if that is the cosine of cls and eot, the "
+                        "class says cosine_score = True)")
         if self.arch.pool == "avg" and fmt == "transformers":
             left.append("the mean pooling of the patch tokens (CLIPModel pools the class token)")
         if self.arch.pool == "attn":
-            left.append("the attention pooling of the patch tokens (image_pool; the export pools the class token)")
+            left.append("the attention pooling of the patch tokens (the backbone's image_pool, as in the demo zoo's "
+                        "base; the export pools the class token)")
         return "; ".join(left)
 
     # ---- loading -------------------------------------------------------------------------------
@@ -158,7 +166,7 @@ class ClipFamily(ClipBackbone, Method):
         tensors = cls.to_backbone_layout(raw, fmt, report)
         try:
             arch = cls.infer_architecture(tensors, fmt, raw, report)
-        except (KeyError, ValueError) as error:
+        except (KeyError, ValueError, ExplorerError) as error:
             from explorer.core.errors import CheckpointMismatchError
 
             raise CheckpointMismatchError(f"{raw.path}: cannot read a {fmt} architecture: {error}", report) from error
@@ -214,7 +222,7 @@ def example_architecture(size: str, context_length: int, quick_gelu: bool = True
                                 vision_heads=1, vision_mlp_ratio=4.0, context_length=context_length,
                                 vocab_size=49408, text_width=64, text_layers=2, text_heads=1, text_mlp_ratio=4.0,
                                 quick_gelu=quick_gelu)
-    raise ValueError(f"size must be 'tiny', 'base' or 'large', not {size!r}")
+    raise ConfigError(f"size must be 'tiny', 'base' or 'large', not {size!r}")
 
 
 @register

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from explorer.core.errors import ConfigError, InputError
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods import register
@@ -94,7 +95,7 @@ class FineLipMethod(ClipFamily):
         image_refiner, text_refiner = dict(image_refiner or default), dict(text_refiner or default)
         super().__init__(arch, image_refiner=image_refiner, text_refiner=text_refiner, mode=mode)
         if mode not in MODES:
-            raise ValueError(f"FineLIP mode must be one of {MODES}, not {mode!r}")
+            raise ConfigError(f"FineLIP mode must be one of {MODES}, not {mode!r}")
         self.mode = mode
         self.cross_net = FineLipCrossNet(image_refiner, text_refiner)
         # The hinge loss compares cosines; no temperature enters FineLIP's objective or scores.
@@ -239,4 +240,4 @@ def late_interaction_scores(v: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 def _single(image: ImageFeatures) -> None:
     if len(image) != 1:
-        raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+        raise InputError(f"maps are drawn for one image at a time, got {len(image)}")

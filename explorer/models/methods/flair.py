@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from explorer.core.errors import ConfigError
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
@@ -88,9 +89,9 @@ class FlairMethod(AttentionPoolMaps, ClipFamily):
     def __init__(self, arch, pool_heads: int = DEFAULT_POOL_HEADS, loss_texts: str = "captions",
                  score: str = "cosine"):
         if loss_texts not in LOSS_TEXTS:
-            raise ValueError(f"FLAIR loss_texts must be one of {LOSS_TEXTS}, not {loss_texts!r}")
+            raise ConfigError(f"FLAIR loss_texts must be one of {LOSS_TEXTS}, not {loss_texts!r}")
         if score not in SCORES:
-            raise ValueError(f"FLAIR score must be one of {', '.join(SCORES)}, not {score!r}")
+            raise ConfigError(f"FLAIR score must be one of {', '.join(SCORES)}, not {score!r}")
         super().__init__(arch, pool_heads=pool_heads, loss_texts=loss_texts, score=score)
         self.loss_texts, self.score = loss_texts, score
         self.visual_proj = TextConditionedPool(arch.embed_dim, pool_heads)

@@ -79,6 +79,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from explorer.core.errors import ConfigError, InputError
 from explorer.core.regions import spatial_regions
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
@@ -180,13 +181,13 @@ def sentence_token_span(caption: str, sentence: str, context_length: int) -> Tok
     """
     words = _words(sentence)
     if not words:
-        raise ValueError(f"cannot locate an empty sentence ({sentence!r}) in its caption")
+        raise InputError(f"cannot locate an empty sentence ({sentence!r}) in its caption")
     caption_ids = [None, *_words(caption)]  # position 0 is SOT
     n = len(words)
     for start in range(1, len(caption_ids) - n + 1):
         if caption_ids[start:start + n] == words:
             return TokenSpan(start=start, full_stop=start + n, context_length=context_length)
-    raise ValueError(f"the sentence {sentence!r} is not part of its caption {caption[:80]!r}...: "
+    raise InputError(f"the sentence {sentence!r} is not part of its caption {caption[:80]!r}...: "
                      "its tokens do not occur there")
 
 
@@ -226,7 +227,7 @@ class GoalMethod(ClipFamily):
 
     def __init__(self, arch, tsl_form: str = "pair"):
         if tsl_form not in TSL_FORMS:
-            raise ValueError(f"GOAL tsl_form must be one of {TSL_FORMS}, not {tsl_form!r}")
+            raise ConfigError(f"GOAL tsl_form must be one of {TSL_FORMS}, not {tsl_form!r}")
         super().__init__(arch, tsl_form=tsl_form)
         self.tsl_form = tsl_form
 
@@ -308,7 +309,7 @@ class GoalMethod(ClipFamily):
         """[heads, rows, cols]: the last block's class-token attention over the patches of one image."""
         pixels = image_pixels if image_pixels.dim() == 4 else image_pixels[None]
         if pixels.shape[0] != 1:
-            raise ValueError(f"self-attention maps are drawn for one image at a time, got {pixels.shape[0]}")
+            raise InputError(f"self-attention maps are drawn for one image at a time, got {pixels.shape[0]}")
         rows, cols = self.grid_hw
         attention = self.image_attention(pixels)[0, :, 0, 1:]
         return attention.reshape(attention.shape[0], rows, cols)
@@ -331,7 +332,7 @@ class GoalMethod(ClipFamily):
         if kind == GENERIC_MAP or kind not in (*self.native_map_kinds, *self.head_map_kinds):
             return super().sentence_maps(image, text, kind)  # the generic map, or the "no such kind" error
         if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+            raise InputError(f"maps are drawn for one image at a time, got {len(image)}")
         rows, cols = image.grid_hw
         if kind == TSL_BOX:
             regions = _needs(image, "region_embeddings")[0]  # [5, d]
@@ -409,6 +410,6 @@ def cosine_logits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _needs(image: ImageFeatures, field: str) -> torch.Tensor:
     value = getattr(image, field, None)
     if value is None:
-        raise ValueError(f"GOAL's native maps need the features GoalMethod.encode_image returns ({field} is "
+        raise InputError(f"GOAL's native maps need the features GoalMethod.encode_image returns ({field} is "
                          "missing); these came from elsewhere")
     return value

@@ -46,7 +46,7 @@ Subcaption-aggregated patches, SAP (Eqs. 9-10):
     sub-caption of an image is a positive for that image), negative for the other images.
     L_sub = mean over images of 1/M sum_{i of that image} (sum over images b of the pair terms).
     This is ``sub_loss="paper"``. Its negatives are other IMAGES only: the sentences of one image are
-    never told apart, and on the synthetic world (measured, README) every sentence of an image then
+    never told apart, and on the synthetic world (measured: docs/demo-zoo-choices.md) every sentence of an image then
     pools the same background-carried scene vector. The paper does not say where the negatives of
     Eq. 10 come from, so ``sub_loss="sentences"`` adds the text side that FLAIR-style and CLIP losses
     have: vbar_i on its OWN image against every sentence of the batch, positive only for t_sub_i, so the
@@ -108,6 +108,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from explorer.core.errors import ConfigError, InputError
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods import register
@@ -212,7 +213,7 @@ class MulClipMethod(ClipFamily):
     def __init__(self, arch, image_calibration: Mapping | None = None, text_calibration: Mapping | None = None,
                  sub_loss: str = "paper"):
         if sub_loss not in SUB_LOSSES:
-            raise ValueError(f"MulCLIP sub_loss must be one of {', '.join(SUB_LOSSES)}, not {sub_loss!r}")
+            raise ConfigError(f"MulCLIP sub_loss must be one of {', '.join(SUB_LOSSES)}, not {sub_loss!r}")
         d = arch.embed_dim
         image_calibration = dict(image_calibration or default_calibration(d, arch.grid ** 2))
         text_calibration = dict(text_calibration or default_calibration(d, arch.context_length - 1))
@@ -248,7 +249,7 @@ class MulClipMethod(ClipFamily):
         if kind != SUBCAPTION_ALPHA:
             return super().sentence_maps(image, text, kind)
         if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+            raise InputError(f"maps are drawn for one image at a time, got {len(image)}")
         alpha, weights = self.subcaption_alpha(image, text)
         rows, cols = image.grid_hw
         return (alpha.float() @ weights.float()).reshape(len(text), rows, cols)
@@ -331,7 +332,7 @@ class MulClipMethod(ClipFamily):
         batch.require("sentences", method=self.title)
         sentences = [[s for s in parts if s.strip()][:MAX_SENTENCES] for parts in batch.sentences]
         if len(sentences) != len(batch):
-            raise ValueError(f"MulCLIP: {len(sentences)} sentence lists for {len(batch)} images")
+            raise InputError(f"MulCLIP: {len(sentences)} sentence lists for {len(batch)} images")
         summaries = batch.short_captions
         if summaries is None:
             summaries = [parts[0] if parts else caption for parts, caption in zip(sentences, batch.captions)]

@@ -19,6 +19,8 @@ import traceback
 from dataclasses import dataclass
 from importlib import metadata
 
+from explorer.core.errors import ConfigError
+
 GROUP = "explorer.methods"
 _loading: list[str] = []  # the source of the plugin being imported (``register`` reads it)
 _failed: dict[str, "MethodEntry"] = {}  # entry-point name -> the plugin that did not load
@@ -93,8 +95,8 @@ def _register(ep: metadata.EntryPoint, source: str) -> None:
     if not (isinstance(cls, type) and issubclass(cls, Method)):
         raise TypeError(f"{ep.value} is not a Method subclass (explorer.models.methods.base.Method)")
     if getattr(cls, "name", None) != ep.name:
-        raise ValueError(f"entry point {ep.name!r} names {ep.value}, whose name is {getattr(cls, 'name', None)!r}; "
-                         "the two must be the same")
+        raise ConfigError(f"entry point {ep.name!r} names {ep.value}, whose name is {getattr(cls, 'name', None)!r}; "
+                          "the two must be the same")
     if METHODS.get(ep.name) is cls and SOURCES.get(ep.name) == source:  # it registered itself (@register)
         return
     register(cls, source)

@@ -14,6 +14,7 @@ import re
 import torch
 from torch import nn
 
+from explorer.core.errors import InputError
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.methods.base import GENERIC_MAP
 
@@ -67,7 +68,7 @@ class AttentionPoolMaps:
         """The pooling weights of each sentence over ONE image's queried tokens: [M, T + 1]
         (head-averaged) or [heads, M, T + 1]; the last column is the zero-attention slot."""
         if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+            raise InputError(f"maps are drawn for one image at a time, got {len(image)}")
         _, weights = self.visual_proj(self.pool_queries(text)[None], self.pool_tokens(image),
                                       average_heads=average_heads)
         return weights[0]

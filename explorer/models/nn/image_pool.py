@@ -8,7 +8,7 @@ One learned query q attends over the patches p_i with keys that carry a learned 
 Why: the mean of the patch tokens keeps almost nothing of *where* things are (a linear probe reads 65-67 %
 of the 9 cells' occupancy from it, always-empty 57 %), so a CLIP that pools by the mean cannot tell
 "at the top left" from "at the bottom"; with this readout the same tower reads 98 % and the demo base
-tells 95 % of position negatives, against 52 % (bench/results/binding_experiment.md, parts 3 and 4).
+tells 95 % of position negatives, against 52 % (zoo_research/results/binding_experiment.md, parts 3 and 4).
 The patch features that maps compare with a sentence are the values through the output projection,
 W_o (W_v p_i + b_v) + b_o (MaskCLIP's dense features, Zhou et al. 2022), because the pooled embedding is
 their attention-weighted mix: they live where the text does.

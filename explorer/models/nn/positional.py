@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from explorer.core.errors import CheckpointError
 from explorer.models.contexts import KEEP_ROWS, LONG_CONTEXT, SHORT_CONTEXT, STRETCH  # noqa: F401 (re-exported)
 
 
@@ -22,7 +23,7 @@ def stretch_positions(table: torch.Tensor, keep: int = KEEP_ROWS, ratio: int = S
     """Return the stretched table: [n, d] -> [ratio * n - (ratio - 1) * keep, d]."""
     n, _ = table.shape
     if n <= keep + 1:
-        raise ValueError(f"position table has {n} rows; the stretch keeps {keep} and needs at least {keep + 2}")
+        raise CheckpointError(f"position table has {n} rows; the stretch keeps {keep} and needs at least {keep + 2}")
     head = table[:keep]
     left, right = table[keep:-1], table[keep + 1 :]  # consecutive pairs (pe[20+i], pe[21+i])
     steps = torch.arange(ratio, dtype=table.dtype, device=table.device) / ratio  # j / 4
@@ -43,7 +44,7 @@ def merge_longclip_tables(positional_embedding: torch.Tensor, positional_embeddi
     after token 20.
     """
     if positional_embedding.shape != positional_embedding_res.shape:
-        raise ValueError(
+        raise CheckpointError(
             f"positional_embedding {tuple(positional_embedding.shape)} and positional_embedding_res "
             f"{tuple(positional_embedding_res.shape)} differ in shape")
     return torch.cat([positional_embedding[:keep], positional_embedding_res[keep:]], dim=0)

@@ -47,7 +47,7 @@ def read_released(raw: RawCheckpoint, overrides: Mapping | None,
         vision = infer_vision(tensors, installed, options.get("vision_heads"))
         text = infer_text(tensors, options.get("text_heads"))
         refiner = TokenRefiner.sizes_from(tensors, AGGR_PREFIX)
-    except (KeyError, ValueError) as error:
+    except (KeyError, ValueError, CheckpointError) as error:
         raise CheckpointMismatchError(f"{raw.path}: cannot read a SEPS architecture: missing or odd "
                                       f"{error}", report) from error
     for part, sizes, option in (("ViT", vision, "vision_heads"), ("BERT", text, "text_heads")):

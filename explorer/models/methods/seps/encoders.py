@@ -58,14 +58,14 @@ def infer_vision(tensors: Mapping[str, torch.Tensor], naming: VitNaming, heads: 
     width = tensors[p + "embeddings.cls_token"].shape[-1]
     patch_h, patch_w = tensors[p + "embeddings.patch_embeddings.projection.weight"].shape[2:]
     if patch_h != patch_w:
-        raise ValueError(f"non-square patches {patch_h}x{patch_w}")
+        raise CheckpointError(f"non-square patches {patch_h}x{patch_w}")
     n_positions = tensors[p + "embeddings.position_embeddings"].shape[1]
     grid = math.isqrt(n_positions - 1)
     if grid * grid != n_positions - 1:
-        raise ValueError(f"the ViT position table has {n_positions} rows, not 1 + a square number of patches")
+        raise CheckpointError(f"the ViT position table has {n_positions} rows, not 1 + a square number of patches")
     layers = {parsed[0] for key in tensors if key.startswith(p) and (parsed := naming.parse(key[len(p):]))}
     if not layers:
-        raise ValueError("the ViT has no encoder layers")
+        raise CheckpointError("the ViT has no encoder layers")
     return {"width": int(width), "layers": max(layers) + 1, "heads": heads_for(int(width), heads),
             "mlp": int(tensors[p + naming.key(0, "fc1", "weight")].shape[0]),
             "patch_size": int(patch_h), "image_size": int(grid * patch_h)}
@@ -76,7 +76,7 @@ def infer_text(tensors: Mapping[str, torch.Tensor], heads: int | None = None) ->
     vocab, width = tensors[p + "embeddings.word_embeddings.weight"].shape
     layers = _layer_indices(tensors, re.escape(p) + r"encoder\.layer\.(\d+)\.")
     if not layers:
-        raise ValueError("BERT has no encoder layers")
+        raise CheckpointError("BERT has no encoder layers")
     return {"width": int(width), "layers": max(layers) + 1, "heads": heads_for(int(width), heads),
             "mlp": int(tensors[p + "encoder.layer.0.intermediate.dense.weight"].shape[0]),
             "vocab_size": int(vocab),

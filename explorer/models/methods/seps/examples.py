@@ -10,6 +10,7 @@ import hashlib
 import tempfile
 from pathlib import Path
 
+from explorer.core.errors import ConfigError
 from explorer.core.files import write_text_atomic
 
 _EXAMPLE_WORDS = ("a an the of on in at to is are and with sits left right top bottom centre corner background "
@@ -50,4 +51,4 @@ def example_sizes(size: str, vocab_size: int) -> dict:
                 "text": {"width": 768, "layers": 12, "heads": 12, "mlp": 3072, "vocab_size": max(30522, vocab_size),
                          "max_positions": 512, "type_vocab_size": 2},
                 "embed_dim": 512}
-    raise ValueError(f"size must be 'tiny' or 'base', not {size!r}")
+    raise ConfigError(f"size must be 'tiny' or 'base', not {size!r}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from explorer.core.errors import ConfigError
 from explorer.models.nn.losses import hinge_blocks, hinge_hardest
 
 MARGIN = 0.2  # hinge margin (LAPS/SEPS)
@@ -42,7 +43,7 @@ def uses_hardest_negatives(recipe: str, mean_violation_steps: int | None, step: 
     puts them in ``batch.extras``); without them (a call outside the loop) the warm-up is over.
     """
     if recipe not in RECIPES:
-        raise ValueError(f"SEPS recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
+        raise ConfigError(f"SEPS recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
     if recipe == "hardest":
         return True
     if mean_violation_steps is not None:

@@ -38,7 +38,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from explorer.core.errors import CheckpointError
+from explorer.core.errors import CheckpointError, ConfigError, InputError
 from explorer.models.batch import TrainingBatch
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint, strict_load
@@ -89,30 +89,30 @@ class SepsMethod(nn.Module, Method):
                  mean_violation_steps: int | None = None):
         super().__init__()
         if recipe not in RECIPES:
-            raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
+            raise ConfigError(f"recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
         if mean_violation_steps is not None and int(mean_violation_steps) < 0:
-            raise ValueError(f"mean_violation_steps must be at least 0, not {mean_violation_steps}")
+            raise ConfigError(f"mean_violation_steps must be at least 0, not {mean_violation_steps}")
         self.recipe = recipe
         self.mean_violation_steps = None if mean_violation_steps is None else int(mean_violation_steps)
         if not 0 < float(sparse_ratio) <= 1:
-            raise ValueError(f"sparse_ratio must be in (0, 1], not {sparse_ratio}")
+            raise ConfigError(f"sparse_ratio must be in (0, 1], not {sparse_ratio}")
         if scoring not in SCORINGS:
-            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, not {scoring!r}")
+            raise ConfigError(f"scoring must be one of {', '.join(SCORINGS)}, not {scoring!r}")
         if scoring == "official" and score_hidden is not None:
-            raise ValueError("score_hidden sizes the paper variant's prior MLP; the official scoring has none")
+            raise ConfigError("score_hidden sizes the paper variant's prior MLP; the official scoring has none")
         self.vision, self.text = dict(vision), dict(text)
         self.embed_dim = int(embed_dim)
         # input_size: the pixels the model is fed; the ViT's position table is for vision["image_size"]
         self.input_size = int(input_size or self.vision["image_size"])
         if self.input_size % self.vision["patch_size"]:
-            raise ValueError(f"input size {self.input_size} is not a multiple of the patch size")
+            raise ConfigError(f"input size {self.input_size} is not a multiple of the patch size")
         grid = self.input_size // self.vision["patch_size"]
         if refiner is None:
             refiner = default_refiner(self.embed_dim, grid * grid, aggr_ratio, sparse_ratio)
         self.refiner = {k: int(v) for k, v in refiner.items()}
         if self.refiner["dim"] != self.embed_dim:
-            raise ValueError(f"the aggregation works on {self.refiner['dim']}-d tokens, the embeddings are "
-                             f"{self.embed_dim}-d")
+            raise ConfigError(f"the aggregation works on {self.refiner['dim']}-d tokens, the embeddings are "
+                              f"{self.embed_dim}-d")
         self.sparse_ratio, self.aggr_ratio = float(sparse_ratio), float(aggr_ratio)
         self.scoring = scoring
         self.score_hidden = None
@@ -233,7 +233,7 @@ class SepsMethod(nn.Module, Method):
         with torch.device("meta") if dry_run else contextlib.nullcontext():
             try:
                 method = cls(**arguments)
-            except ValueError as error:
+            except (ValueError, ConfigError) as error:
                 raise CheckpointError(f"{raw.path}: cannot build SEPS with these options ({error}).") from error
         strict_load(method, tensors, report, dry_run=dry_run)
         return method, report
@@ -320,7 +320,7 @@ class SepsMethod(nn.Module, Method):
     def prior_scores(self, image: ImageFeatures) -> torch.Tensor:
         """Paper eq. 1: [B, P] ``sigmoid(MLP(v_i))`` (paper scoring only)."""
         if self.scoring != "paper":
-            raise ValueError("the learned patch prior exists only with scoring='paper'; official SEPS checkpoints "
+            raise InputError("the learned patch prior exists only with scoring='paper'; official SEPS checkpoints "
                              "have none (they were trained with the official scoring)")
         return PaperScoring.prior_scores(self.cross_net.score_net, image)
 
@@ -376,7 +376,7 @@ class SepsMethod(nn.Module, Method):
 
     def _map_pairs(self, image: ImageFeatures, text: TextFeatures, dense_text: TextFeatures | None) -> PairOutputs:
         if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+            raise InputError(f"maps are drawn for one image at a time, got {len(image)}")
         if dense_text is not None and len(dense_text) == 1 and len(text) != 1:
             dense_text = TextFeatures(eot=dense_text.eot.expand(len(text), -1),
                                       tokens=dense_text.tokens.expand(len(text), -1, -1),
@@ -393,7 +393,7 @@ class SepsMethod(nn.Module, Method):
     def word_maps(self, image: ImageFeatures, text: TextFeatures, index: int = 0) -> torch.Tensor:
         """[K, rows, cols]: per word token of sentence ``index``, its leaky-ReLU cosine with each projected patch."""
         if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+            raise InputError(f"maps are drawn for one image at a time, got {len(image)}")
         words = self.word_tokens(text, index)
         return token_similarity(words, image.patches[0]).reshape(len(words), *image.grid_hw)
 
@@ -418,9 +418,9 @@ class SepsMethod(nn.Module, Method):
         if kind == KEPT_PATCHES_MAP:
             kind = KEPT_SPARSE_MAP
         if kind not in NATIVE_MAPS:
-            raise ValueError(f"SEPS has no native map kind {kind!r}; it offers {', '.join(NATIVE_MAPS)}")
+            raise InputError(f"SEPS has no native map kind {kind!r}; it offers {', '.join(NATIVE_MAPS)}")
         if len(image) != 1:
-            raise ValueError(f"maps are drawn for one image at a time, got {len(image)}")
+            raise InputError(f"maps are drawn for one image at a time, got {len(image)}")
         rows, cols = image.grid_hw
         if len(text) == 0:
             return image.patches.new_zeros(0, rows, cols).float()

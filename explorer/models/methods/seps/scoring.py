@@ -63,6 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from explorer.core.errors import ConfigError, InputError
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.nn.late_interaction import late_interaction_score
 from explorer.models.nn.refinement import TokenRefiner
@@ -192,14 +193,14 @@ def checked_dense_text(image: ImageFeatures, text: TextFeatures, dense_text: Tex
                        dense_for: str) -> TextFeatures:
     """The dense captions to use (the captions themselves when there are none), checked against the pairing."""
     if dense_for not in DENSE_PAIRINGS:
-        raise ValueError(f"dense_for must be one of {', '.join(DENSE_PAIRINGS)}, not {dense_for!r}")
+        raise InputError(f"dense_for must be one of {', '.join(DENSE_PAIRINGS)}, not {dense_for!r}")
     if dense_text is None:
         if dense_for == "image":
-            raise ValueError("dense_for='image' needs one dense caption per image")
+            raise InputError("dense_for='image' needs one dense caption per image")
         return text
     want, what = (len(text), "caption") if dense_for == "caption" else (len(image), "image")
     if len(dense_text) != want:
-        raise ValueError(f"one dense caption per {what}: got {len(dense_text)} for {want}")
+        raise InputError(f"one dense caption per {what}: got {len(dense_text)} for {want}")
     return dense_text
 
 
@@ -338,5 +339,5 @@ def make_scoring(name: str, sparse_ratio: float, n_keep: int, fold_gradient: boo
                  ) -> OfficialScoring | PaperScoring:
     """The strategy for the ``scoring`` option (``fold_gradient``: see ``OfficialScoring``)."""
     if name not in SCORINGS:
-        raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, not {name!r}")
+        raise ConfigError(f"scoring must be one of {', '.join(SCORINGS)}, not {name!r}")
     return OfficialScoring(n_keep, fold_gradient) if name == "official" else PaperScoring(sparse_ratio)

@@ -1,9 +1,9 @@
 """Place in the patch features: the demo base continued with a per-patch place head, and fine-tunes from it
-(issue 34; bench/results/binding_experiment.md, part 10).
+(issue 34; zoo_research/results/binding_experiment.md, part 10).
 
-    python bench/place_stage.py train OUT WORK [RUN ...]    # e.g. caft flair mulclip; default: the base only
+    python zoo_research/place_stage.py train OUT WORK [RUN ...]    # e.g. caft flair mulclip; default: the base only
     explorer eval --zoo OUT --model demo-clip-place          # held-out world; --data WORK/data --split test: validation
-    python bench/place_stage.py probe MANIFEST ... [--features patches|tokens|projected]  # the cell of an object patch
+    python zoo_research/place_stage.py probe MANIFEST ... [--features patches|tokens|projected]  # the cell of an object patch
 
 FLAIR's and CAFT's scores pool the patch features by the caption, and MulCLIP's sub-caption term by the
 sentence; the demo base says where things are only through its attention pool's position keys, and a

@@ -1,8 +1,8 @@
 """Learning curves of the demo base per attribute, for the recipe kept and the ones dropped (issue 34).
 
-    python bench/plot_binding_curves.py [--out docs/base-learning-curves.png]
+    python zoo_research/plot_binding_curves.py [--out docs/base-learning-curves.png]
 
-Reads ``bench/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
+Reads ``zoo_research/results/binding_curves/*.jsonl`` (one file per run; rows with "samples", "measure" and one
 value per attribute); ``build-clip-see`` and ``build-clip-base`` are copies of the build's own
 ``<work>/runs/<run>/curves.jsonl`` (the recipe kept: the attention-pooled base on 24,000 scenes, a
 4,000-step seeing stage, a 2,400-step binding stage with the patch heads on); ``see4000-patchheads-bind-1200``

@@ -1,9 +1,9 @@
-"""The README's picture of the comparison board: a real sweep (3 demo models x 2 synthetic worlds, each
-child's worker run in this process as the queue would start it), drawn with matplotlib from the same
-pivot and long frame the Jobs tab's Compare view shows (kaleido, which would export the plotly charts
-themselves, is not a dependency).
+"""The documentation's picture of the comparison board (docs/compare-board.png, in docs/jobs.md): a real
+sweep (3 demo models x 2 synthetic worlds, each child's worker run in this process as the queue would start
+it), drawn with matplotlib from the same pivot and long frame the Jobs tab's Compare view shows (kaleido,
+which would export the plotly charts themselves, is not a dependency).
 
-    python bench/board_picture.py [--out docs/compare-board.png]
+    python scripts/board_picture.py [--out docs/compare-board.png]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Does each model's map peak inside the named object on the page's default example? (issue 34)
 
-    python bench/default_example_peaks.py [--zoo checkpoints/demo] [--example synthetic-test-000000]
+    python zoo_research/default_example_peaks.py [--zoo checkpoints/demo] [--example synthetic-test-000000]
 
 For every model of the zoo and every map kind it draws, and every object sentence of the example (from
 ``assets/manifest.json``), the map's highest pixel is looked up in the object's truth mask. Prints one line

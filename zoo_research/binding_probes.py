@@ -1,6 +1,6 @@
 """Where a demo base loses an attribute: its patches, its pooled embedding, or its text tower (issue 34).
 
-    python bench/binding_probes.py checkpoints/demo/clip-base.safetensors [--train-scenes 1500] [--test-scenes 300]
+    python zoo_research/binding_probes.py checkpoints/demo/clip-base.safetensors [--train-scenes 1500] [--test-scenes 300]
 
 Five columns per attribute, each on the held-out world (seed 1, test split), probes fitted on the training
 world (seed 0, train split); a linear probe is multinomial logistic regression on unit vectors:

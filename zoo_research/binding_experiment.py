@@ -1,6 +1,6 @@
 """Does a base CLIP bind attributes when its batches hold counterfactual twins? (issue 34)
 
-    OMP_NUM_THREADS=2 python bench/binding_experiment.py --name cf-long --captions long --twins all --steps 600
+    OMP_NUM_THREADS=2 python zoo_research/binding_experiment.py --name cf-long --captions long --twins all --steps 600
 
 Trains the demo zoo's base CLIP (``demo_architecture``, the "clip-base" recipe of ``RUNS``: lr 5e-4,
 warm-up 5 %, weight decay 0.1, clip 1.0, batch 32, seed 0) on the demo world's training split (seed 0,

@@ -1,6 +1,6 @@
 """How far a counterfactual twin moves a trained base's embeddings, per attribute (issue 34 diagnostic).
 
-    OMP_NUM_THREADS=2 python bench/binding_distances.py /tmp/binding/base-short-600/model.safetensors short
+    OMP_NUM_THREADS=2 python zoo_research/binding_distances.py /tmp/binding/base-short-600/model.safetensors short
 
 For 200 held-out scenes (seed 1, test split) and one twin per attribute (random object): the mean of
 1 - cos(scene, twin) for the global image embedding and for the caption's text embedding (the run's caption
@@ -10,11 +10,12 @@ does not see the change, whatever the batches ask.
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, "bench")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # binding_experiment, beside this file
 from binding_experiment import ATTRIBUTES, EVAL_SEED, IMAGE_SIZE, WORLD_OBJECTS, counterfactual_twin, sample_of  # noqa: E402
 
 from explorer.data.synthetic import generate_scenes  # noqa: E402
