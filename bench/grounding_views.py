@@ -16,7 +16,10 @@ the working size), one caption of ``--sentences`` sentences. Printed, median of 
 ``--size large``: the first Draw a user waits for with four ViT-L/14 models (Long-CLIP, FineLIP,
 FLAIR, GOAL: random weights in each method's released layout, written once to ``--folder``)
 added to a zoo and loaded from their files: each file's load, then the 4-model maps and the
-preview, printed apart and in total (one run: the loads are what a first Draw pays once).
+preview, printed apart and in total (one run: the loads are what a first Draw pays once). With
+``--profile`` the first Draw runs under cProfile and its time is split into stages (loading, preprocessing,
+text towers, image towers, the explainers' trunks and backward passes, each kind's own head, up-sampling,
+Otsu, the board's HTML); stages nest (an explainer's trunk is inside the explainer), so they do not add up.
 Target: re-render after a colour-map change under 0.2 s. The script also checks that the
 re-renders call no model (a counter on every model's forward).
 """
@@ -24,6 +27,8 @@ re-renders call no model (a counter on every model's forward).
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import tempfile
@@ -92,8 +97,13 @@ def first_draw_large(args) -> int:
         loads[name] = time.perf_counter() - began
     began = time.perf_counter()
     cache = MapCache()
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler:
+        profiler.enable()
     view = compute_maps(zoo.load, settings, cache, truth_dir=work / "no-truth")
     board_html(view, settings)
+    if profiler:
+        profiler.disable()
     maps = time.perf_counter() - began
     total = time.perf_counter() - start
     # the same picture, another caption: the image features are reused where the kind allows
@@ -115,7 +125,34 @@ def first_draw_large(args) -> int:
     print(f"  first Draw in all               {total:6.2f} s")
     print(f"  caption change, same picture    {caption_change:6.2f} s")
     print(f"  resident memory, 4 models held  {resident:6.2f} GB")
+    if profiler:
+        print(stage_table(pstats.Stats(profiler)))
     return 0
+
+
+# (label, module path suffix, function): the stages of a Draw, by the functions that do them
+STAGES = (
+    ("preprocessing (resize, normalise)", "models/preprocess.py", "__call__"),
+    ("text towers", "models/model.py", "_encode_tokens"),
+    ("image features (native kinds)", "models/model.py", "picture_features"),
+    ("explainers in all", "models/explainers.py", "explain"),
+    ("  their trunks (no gradient)", "models/explainers.py", "trunk_output"),
+    ("  their backward passes", "torch/autograd/__init__.py", "grad"),
+    ("native kinds' own maps (heads)", "models/model.py", "_native_maps"),
+    ("up-sampling to the picture", "models/model.py", "_upsample"),
+    ("Otsu masks", "grounding/masks.py", "otsu_masks"),
+    ("the board's HTML (panels encoded)", "ui/maps_board.py", "board_html"),
+)
+
+
+def stage_table(stats: pstats.Stats) -> str:
+    """Cumulative seconds per stage of the profiled Draw (a function called inside itself counted once)."""
+    lines = ["  first Draw by stage (cProfile, cumulative; stages nest):"]
+    for label, suffix, function in STAGES:
+        seconds = sum(entry[3] for (path, _line, name), entry in stats.stats.items()
+                      if name == function and path.replace("\\", "/").endswith(suffix))
+        lines.append(f"    {label:36s} {seconds:6.2f} s")
+    return "\n".join(lines)
 
 
 def _resident_gb() -> float:
@@ -159,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="base: four ViT-B/16 built in code; large: four ViT-L/14 loaded from files")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/explorer-views-large"),
                         help="where --size large writes its files (once)")
+    parser.add_argument("--profile", action="store_true", help="--size large: split the first Draw into stages")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="fp32",
                         help="--size large: what the four models compute in (the page's default is auto)")
     args = parser.parse_args(argv)

@@ -224,10 +224,10 @@ def read_examples(n_sentences: int | None) -> list:
 
 
 def auto_label(model) -> dict:
-    """What "auto" chose for a model: its precision, the format its weights are held in, the kinds kept in fp32
-    (wholly, or in their own head)."""
+    """What "auto" chose for a model: its precision (fp32 for a method it keeps wholly in fp32), the format its
+    weights are held in, the kinds whose own head computes in fp32."""
     return {"auto_precision": model.precision, "auto_weights": model.weights_precision,
-            "auto_fp32_kinds": sorted(model.fp32_kinds), "auto_fp32_heads": sorted(model.fp32_heads)}
+            "auto_fp32_heads": sorted(model.fp32_heads)}
 
 
 def demo_part(args, log) -> list[dict]:
@@ -423,6 +423,38 @@ def machine() -> dict:
             "date": datetime.date.today().isoformat(), "commit": _commit()}
 
 
+def ceiling(runs: int = 5) -> dict:
+    """What this machine's low format can give at best, fp32 against auto: one ViT-L/14 MLP-sized matrix product
+    ([257, 1024] x [1024, 4096]) and a ViT-L/14 image tower alone (random weights, 224 px; under auto its
+    weights in the low format), inference only.
+    A request's speed-up is bounded by these (AMX Xeons reach ~8x on the tower; avx512_bf16 alone ~2x)."""
+    chosen, _ = resolve_precision("auto", torch.device("cpu"))
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(chosen)
+    if low is None:
+        return {"auto": chosen}
+
+    def best(function) -> float:
+        function()
+        times = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            function()
+            times.append(time.perf_counter() - began)
+        return min(times)
+
+    a, b = torch.randn(257, 1024), torch.randn(1024, 4096)
+    matmul = best(lambda: a @ b) / best(lambda: a.to(low) @ b.to(low))
+    tower = get_method("clip").example("large", seed=0).eval()
+    pixels = torch.randn(1, 3, 224, 224)
+    with torch.inference_mode():
+        fp32 = best(lambda: tower.encode_image(pixels))
+        tower.to(low)  # as a Model under auto holds it: weights in the low format, the pass under autocast
+        with torch.autocast("cpu", dtype=low):
+            auto = best(lambda: tower.encode_image(pixels.to(low)))
+    return {"auto": chosen, "matmul_speedup": round(matmul, 2), "vitl_tower_fp32_s": round(fp32, 3),
+            "vitl_tower_auto_s": round(auto, 3), "vitl_tower_speedup": round(fp32 / auto, 2)}
+
+
 def _commit() -> str:
     """The checkout's commit, "+changes" when explorer/ differs from it."""
     def git(*words):
@@ -445,7 +477,7 @@ def kind_table(rows: list[dict]) -> str:
         change = (f"{r['fp32_caption_change_s']:.3f} / {r['auto_caption_change_s']:.3f}"
                   if "fp32_caption_change_s" in r else "")
         flag = " **<0.95**" if r["iou_median"] < TARGET_IOU else ""
-        kind = r["kind"] + (" (fp32 under auto)" if r["kind"] in r.get("auto_fp32_kinds", ()) else
+        kind = r["kind"] + (" (fp32 under auto)" if r.get("auto_precision") == "fp32" else
                             " (head fp32 under auto)" if r["kind"] in r.get("auto_fp32_heads", ()) else "")
         out.append(f"| {r['model']} | {r['size']} | {kind} | {r['fp32_s']:.3f} | {r['auto_s']:.3f} | "
                    f"{r['speedup']:.2f}x ({min(r['fp32_times']) / min(r['auto_times']):.2f}x) | {change} | "
@@ -547,11 +579,16 @@ def targets(results: dict) -> dict:
 
 
 def report(results: dict) -> str:
+    bound = results.get("ceiling", {})
     parts = [f"machine: {results['machine']['cpu']}, {results['machine']['cpus']} CPUs, "
              f"torch {results['machine']['torch']} ({results['machine']['torch_threads']} threads), flags "
              f"{', '.join(results['machine']['bf16_flags']) or 'none'}; auto = "
              f"{results['machine']['auto_resolves_to']}; {results['machine']['date']}, commit "
              f"{results['machine'].get('commit') or '?'}"]
+    if "vitl_tower_speedup" in bound:
+        parts.append(f"ceiling on this machine (inference only): a ViT-L/14 MLP matrix product "
+                     f"{bound['matmul_speedup']:.2f}x, a ViT-L/14 image tower {bound['vitl_tower_fp32_s']:.2f} s -> "
+                     f"{bound['vitl_tower_auto_s']:.2f} s = {bound['vitl_tower_speedup']:.2f}x")
     rows = results.get("demo", []) + results.get("random", [])
     if rows:
         parts += ["", "Per model (all kinds):", "", summary_table(rows), "", "Per kind:", "", kind_table(rows)]
@@ -633,6 +670,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   for k, v in vars(args).items() if k != "memory_child"}}
     log(f"{results['machine']}")
     started = time.perf_counter()
+    results["ceiling"] = ceiling()
+    log(f"ceiling: {results['ceiling']}")
     if "demo" in args.parts:
         log("demo zoo:")
         results["demo"] = demo_part(args, log)

@@ -187,3 +187,14 @@ def test_a_file_is_read_straight_into_the_format_auto_holds(tmp_path):
     for (key, low), high in zip(auto.method.state_dict().items(), full.method.state_dict().values()):
         if high.is_floating_point():
             assert torch.equal(low, high.to(torch.bfloat16)), key
+
+
+@needs_native_bf16
+def test_seps_stays_in_fp32_under_auto_and_says_why():
+    """SEPS's kept patches (its maps and its score) move in bf16, and bf16 is no faster for it: "auto" keeps the
+    whole model in fp32 and notes it; a forced "bf16" is still obeyed."""
+    auto = explorer.load(DEMO / "seps.json", device="cpu", precision="auto")
+    assert auto.precision == auto.weights_precision == "fp32"
+    assert any("seps computes in fp32" in note for note in auto.notes)
+    assert {p.dtype for p in auto.method.parameters() if p.is_floating_point()} == {torch.float32}
+    assert explorer.load(DEMO / "seps.json", device="cpu", precision="bf16").precision == "bf16"

@@ -30,8 +30,7 @@ from explorer.models.explainers import remembering_trunks
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport
 from explorer.models.methods.base import GENERIC_MAP, Method
-from explorer.models.precision import (AUTO, FORMATS, FP32_HEADS, FP32_KINDS, computing, dtype, resolve_precision,
-                                       weights_format)
+from explorer.models.precision import AUTO, FORMATS, FP32_HEADS, computing, dtype, method_precision
 from explorer.models.tokenizer import TokenBatch, TokenCounter
 
 PRECISIONS = {name: dtype(name) for name in FORMATS}  # the formats weights may be held in ("auto" picks one)
@@ -111,7 +110,7 @@ def weights_reader(precision: str, device: str = "auto"):
     """``load_method``'s ``weights_in`` for a ``Model`` about to hold the method: the file's floating-point
     weights are read straight into the format it will hold them in."""
     target = resolve_device(device)
-    return lambda method_name: dtype(weights_format(method_name, precision, target))
+    return lambda method_name: dtype(method_precision(method_name, precision, target)[0])
 
 
 class Model:
@@ -136,16 +135,14 @@ class Model:
         self.device = resolve_device(device)
         self.notes: list[str] = []
         # "auto": bf16 where the hardware has it (``explorer.models.precision``); what runs is ``self.precision``
-        self.precision, note = resolve_precision(precision, self.device)
+        self.precision, note = method_precision(method.name, precision, self.device)
         if note:
             self.notes.append(note)
-        # Under "auto", a kind measured to lose its shape in the low format computes in fp32, wholly (its method
-        # keeps fp32 weights; the other kinds still run under autocast) or in its own head only (that submodule
-        # keeps fp32 weights): ``explorer.models.precision``.
+        # Under "auto", a kind measured to lose its shape in the low format computes its own head in fp32 (that
+        # submodule keeps fp32 weights), a method measured to lose it wholly stays fp32: ``models.precision``.
         low = precision == AUTO and self.precision != "fp32"
-        self.fp32_kinds = frozenset(FP32_KINDS.get(method.name, ())) if low else frozenset()
         self.fp32_heads = dict(FP32_HEADS.get(method.name, {})) if low else {}
-        self.weights_precision = weights_format(method.name, precision, self.device)
+        self.weights_precision = self.precision  # what the weights are held in (the heads of fp32_heads: fp32)
         self.method = method.to(self.device, dtype(self.weights_precision)).eval()
         for head in set(self.fp32_heads.values()):
             getattr(self.method, head).float()
@@ -232,19 +229,15 @@ class Model:
         return self.method.preprocess(pictures, fit=fit).to(self.device, PRECISIONS[self.weights_precision])
 
     def computing(self, kind: str | None = None):
-        """The context every forward pass runs in: autocast to ``precision`` (nothing for fp32, or for a kind
-        of ``fp32_kinds``)."""
-        return computing(self._towers_precision(kind), self.device)
+        """The context every forward pass runs in: autocast to ``precision`` (nothing for fp32)."""
+        return computing(self.precision, self.device)
 
     def precision_of(self, kind: str | None) -> str:
         """What a map kind computes in, as results and the page say it: "fp32", "bf16", "fp16", or "bf16, head
         fp32" for a kind of ``fp32_heads`` (the towers in bf16, the kind's own head in fp32)."""
         if kind in self.fp32_heads:
             return f"{self.precision}, head fp32"
-        return self._towers_precision(kind)
-
-    def _towers_precision(self, kind: str | None) -> str:
-        return "fp32" if kind in self.fp32_kinds else self.precision
+        return self.precision
 
     # Features leave the model in fp32 (stores, indexes and scores expect it); inside, they stay in the format
     # the model computes in, and features handed back in are put into it (a bf16 layer norm takes no fp32).
@@ -294,7 +287,7 @@ class Model:
     def _picture_key(self, picture: Image.Image, kind: str | None) -> tuple:
         """This model's key of a picture's pixels, in the format its towers compute ``kind`` in."""
         digest = hashlib.blake2b(picture.tobytes(), digest_size=16).hexdigest()
-        return self._features_key, self._towers_precision(kind), picture.size, digest
+        return self._features_key, picture.size, digest
 
     PATCH_SOURCES = ("features", "attention")
 

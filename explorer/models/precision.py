@@ -18,15 +18,16 @@ FORMATS = ("fp32", "bf16", "fp16")  # what a model's weights may be held in
 PRECISION_CHOICES = (AUTO, *FORMATS)  # torch is imported only when a model is made: the CLI's flags need none
 
 
-# Kinds whose maps miss an Otsu-mask IoU of 0.95 (median, against fp32) in bf16 (bench/precision.py), and the
-# remedy measured to bring them back, by where the loss arises:
-# - FP32_KINDS: the whole model computes in fp32 (its weights stay fp32). SEPS keeps its top-scoring patches, and
-#   bf16 tower features move the patches near the cut in or out of the kept set (0.946 median on the demo zoo;
-#   with the towers in bf16 and its cross net in fp32 still 0.907 on a random ViT-B/16).
+# What "auto" keeps in fp32, measured with bench/precision.py (Otsu-mask IoU of 0.95 median against fp32 the
+# target for maps, retrieval R@1 within 1 point for scores), by where the loss arises:
+# - FP32_METHODS: the whole model stays fp32. SEPS keeps its top-scoring patches, and bf16 tower features move
+#   the patches near the cut in or out of the kept set: kept-sparse and kept-dense 0.946 median IoU on the demo
+#   zoo (0.907 still with its cross net in fp32), retrieval R@1 6.7 points off; and bf16 was no faster for it
+#   (0.89x: its towers are small).
 # - FP32_HEADS: the towers compute in bf16 and the kind's own head, the submodule named, in fp32 (its weights
 #   stay fp32, its inputs are put in fp32). FineLIP's refinement weights are a softmax over the patches of the
 #   refined tokens' logits: 0.923 median in bf16 on a random ViT-B/16, 0.993 with the cross net in fp32.
-FP32_KINDS = {"seps": ("kept-sparse", "kept-dense")}
+FP32_METHODS = ("seps",)
 FP32_HEADS = {"finelip": {"refinement-weights": "cross_net"}}
 
 
@@ -72,13 +73,13 @@ def resolve_precision(requested: str, device) -> tuple[str, str | None]:
     return requested, None
 
 
-def weights_format(method_name: str, requested: str, device) -> str:
-    """The format a model's weights are held in, for ``requested`` on ``device``: what runs, but fp32 for a method
-    with ``FP32_KINDS`` under "auto" (its fp32 kinds need fp32 weights). ``Model`` and the loaders both ask it."""
-    running, _ = resolve_precision(requested, device)
-    if requested == AUTO and running != "fp32" and method_name in FP32_KINDS:
-        return "fp32"
-    return running
+def method_precision(method_name: str, requested: str, device) -> tuple[str, str | None]:
+    """(what a model of this method computes in and holds its weights in, a note when it differs from what was
+    asked): ``resolve_precision``, but fp32 for ``FP32_METHODS`` under "auto". ``Model`` and the loaders ask it."""
+    running, note = resolve_precision(requested, device)
+    if requested == AUTO and running != "fp32" and method_name in FP32_METHODS:
+        return "fp32", f"auto: {method_name} computes in fp32 (in {running} its kept patches move)"
+    return running, note
 
 
 def computing(precision: str, device):
@@ -91,5 +92,5 @@ def computing(precision: str, device):
     return torch.autocast(device_type=device.type, dtype=dtype(precision))
 
 
-__all__ = ["AUTO", "FORMATS", "FP32_HEADS", "FP32_KINDS", "PRECISION_CHOICES", "dtype", "PrecisionError", "computing", "cpu_has_native_bf16",
-           "resolve_precision", "weights_format"]
+__all__ = ["AUTO", "FORMATS", "FP32_HEADS", "FP32_METHODS", "PRECISION_CHOICES", "dtype", "PrecisionError", "computing", "cpu_has_native_bf16",
+           "method_precision", "resolve_precision"]
