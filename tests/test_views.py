@@ -623,3 +623,28 @@ def test_a_map_that_does_not_depend_on_the_sentence_says_so():
     labels = render_maps(view, settings, 64).row_labels
     assert SAME_MAP_NOTE in labels[0] and SAME_MAP_NOTE not in labels[1]
     assert "image-only" in status_text(view, settings) and SAME_MAP_NOTE in status_text(view, settings)
+
+
+def test_the_maps_status_puts_each_fact_on_its_own_line():
+    """The status line's facts (models and precision, the threshold) are separate lines on the page: Markdown
+    joins plain newlines into one paragraph, so each ends in a hard break; notes stay a list below."""
+    from explorer.grounding.budget import analyse_caption
+    from explorer.grounding.sentence_maps import GroundingResult
+    from explorer.models.model import SentenceMaps
+    from explorer.ui.maps_tab import status_text
+    from explorer.views.maps_view import MapsView, ModelMaps
+
+    picture = Image.new("RGB", (32, 32), (120, 120, 120))
+    found = SentenceMaps(kind="generic", grid=np.repeat(np.random.default_rng(0).random((1, 4, 4)).astype(np.float32),
+                                                        2, axis=0), sentences=["A.", "B."], n_cut=[0, 0], size=(32, 32))
+    result = GroundingResult(image=picture, analysis=analyse_caption("A. B."), maps=found, model_name="m")
+    view = MapsView(picture=picture, sentences=["A.", "B."], models=[ModelMaps(name="m", result=result)])
+    text = status_text(view, ViewSettings(view="maps", image="x.png", caption="A. B.", models=["m"]))
+    first, second = text.split("\n")[:2]
+    assert first.endswith("  ") and "computed in" in first and second.startswith("Mask threshold")
+    assert "\n\n- " in text  # the same-map note: a list item after a blank line
+    mixed = MapsView(picture=picture, sentences=["A.", "B."],
+                     models=[ModelMaps(name="a", result=result, precision="bf16, head fp32"),
+                             ModelMaps(name="b", result=result, precision="fp32")])
+    assert "computed in a bf16, head fp32; b fp32" in status_text(mixed, ViewSettings(
+        view="maps", image="x.png", caption="A. B.", models=["a", "b"]))

@@ -52,9 +52,10 @@ def score_rows(view: MapsView, settings: ViewSettings) -> list[list]:
 def status_text(view: MapsView, settings: ViewSettings) -> str:
     names = ", ".join(f"**{m.name}** ({m.kind})" for m in view.models)
     pages = view.pages(settings.per_page)
-    formats = sorted({m.precision for m in view.models})
+    formats = {m.precision for m in view.models}  # one for all, or each model's ("bf16, head fp32" has a comma)
+    computed = formats.pop() if len(formats) == 1 else "; ".join(f"{m.name} {m.precision}" for m in view.models)
     lines = [f"{names} · {len(view.sentences)} sentence(s)" + (f" · {pages} pages" if pages > 1 else "")
-             + f" · computed in {', '.join(formats)}"]
+             + f" · computed in {computed}"]
     threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of each map's range"
     lines.append(f"Mask threshold: {threshold} (each map's value is in the table).")
     if view.truth is not None:
@@ -69,7 +70,9 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
     lines += [f"- {note}" for note in view.notes]
     lines += [f"- **{m.name}** ({m.kind}): {SAME_MAP_NOTE}: every sentence gets the same map"
               for m in view.models if m.same_for_every_sentence]
-    return "\n".join(lines)
+    head = [line for line in lines if not line.startswith("- ")]  # one line each (a Markdown hard break)
+    notes = [line for line in lines if line.startswith("- ")]
+    return "  \n".join(head) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
 def draw(load, cache: MapCache, *values, budget=None):
