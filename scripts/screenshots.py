@@ -2,10 +2,11 @@
 
     python scripts/screenshots.py [--out docs/screenshots] [--chromium /usr/bin/chromium]
 
-Serves the app on this checkout's demo zoo (uploads and caches in a temporary $EXPLORER_HOME), then drives
-Chromium with Playwright as a person would: four models on the default example (maps view, then the focus
-view of one sentence), the FLISM regions and PCA views, a Retrieval search on the synthetic world, and the
-Jobs tab with a short training run. Each picture is the window as it is, not the whole page.
+Serves the app on this checkout's demo zoo (precision "auto", as `python app.py` does; uploads and caches in a
+temporary $EXPLORER_HOME), then drives Chromium with Playwright as a person would: four models on the default
+example (maps view, then the focus view of one sentence), the FLISM regions and PCA views, a Retrieval search on
+the synthetic world, and the Jobs tab with a short training run. Each picture is the window as it is, not the
+whole page.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def serve(port: int, home: Path):
 
     zoo_root = zoo_copy(Path(home) / "zoo")
     access = Access.for_app(zoo_root, allow_roots=[ROOT / "checkpoints"])
-    app = build_app(Zoo(zoo_root), access=access)
+    app = build_app(Zoo(zoo_root, precision="auto"), access=access)  # as `python app.py` serves
     app.queue()
     start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                **page_options(access))
