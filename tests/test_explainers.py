@@ -298,3 +298,99 @@ def test_a_caption_change_runs_no_block_on_the_same_picture(kind):
     other = Image.fromarray(np.asarray(picture)[::-1].copy())  # another picture: the trunk runs anew
     model.sentence_maps(other, SENTENCES[2:], kind)
     assert calls
+
+
+def test_each_kind_gets_its_own_trunk_on_the_same_model_and_picture():
+    """The trunks of the kinds differ in depth (every block for Grad-CAM, all but the last for the forward
+    readouts, before the explained blocks for LeGrad): one model drawing them in turn on one picture gives each
+    the maps a fresh model gives."""
+    import numpy as np
+    from PIL import Image
+
+    import explorer
+
+    model = explorer.Model(ClipMethod.example("tiny", seed=0), device="cpu")
+    picture = Image.fromarray(np.random.default_rng(1).integers(0, 255, (64, 64, 3), dtype=np.uint8))
+    for kind in (GRADCAM, CLEARCLIP, NACLIP, LEGRAD, GRADCAM):
+        fresh = explorer.Model(ClipMethod.example("tiny", seed=0), device="cpu")
+        np.testing.assert_allclose(model.sentence_maps(picture, SENTENCES[:2], kind).grid,
+                                   fresh.sentence_maps(picture, SENTENCES[:2], kind).grid, atol=1e-5, err_msg=kind)
+
+
+def test_the_trunk_cache_holds_only_inside_the_models_request(clip):
+    """After ``Model.sentence_maps`` returns, an explainer called directly computes its own picture's trunk
+    (the model's lookup for its picture is not left set)."""
+    import numpy as np
+    from PIL import Image
+
+    import explorer
+    from explorer.models import explainers
+
+    pixels, text = random_pixels(clip, seed=5), text_of(clip, SENTENCES[:2])
+    before = explain(clip, pixels, text, GRADCAM)
+    model = explorer.Model(ClipMethod.example("tiny", seed=0), device="cpu")
+    model.sentence_maps(Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8)), SENTENCES[:2], GRADCAM)
+    assert explainers._TRUNKS.get() is None
+    torch.testing.assert_close(explain(clip, pixels, text, GRADCAM), before)
+
+
+def seq_first(method):
+    """The same tower with its blocks sequence first ([N, B, D], open_clip's ``batch_first=False``): its
+    transformer still takes and gives batch first tokens."""
+    method.visual.transformer.batch_first = False
+    for block in method.visual.transformer.resblocks:
+        block.attn.batch_first = False
+    return method
+
+
+@pytest.mark.parametrize("name", ["clip", "goal"])
+@pytest.mark.parametrize("kind", EXPLAINER_KINDS)
+def test_a_sequence_first_tower_gives_the_maps_of_the_batch_first_one(name, kind):
+    from explorer.models.methods import get_method
+
+    batch_first = get_method(name).example("tiny", seed=0).eval()
+    sequence_first = seq_first(get_method(name).example("tiny", seed=0).eval())
+    pixels, text = random_pixels(batch_first, seed=4), text_of(batch_first, SENTENCES[:3])
+    with torch.no_grad():
+        torch.testing.assert_close(sequence_first.encode_image(pixels).cls, batch_first.encode_image(pixels).cls)
+    torch.testing.assert_close(explain(sequence_first, pixels, text, kind), explain(batch_first, pixels, text, kind),
+                               rtol=1e-4, atol=1e-5)
+
+
+class Bypass(ClipMethod):
+    """Image features from the patch embedding alone: nothing passes through the tower's blocks."""
+
+    def encode_image(self, pixels):
+        from explorer.models.features import ImageFeatures
+
+        projected = self.project_image(self.visual.ln_post(self.visual._embeds(pixels.to(self.dtype))))
+        return ImageFeatures(cls=projected[:, 0], patches=projected[:, 1:], grid_hw=self.grid_hw)
+
+
+def test_gradcam_says_so_when_the_features_skip_the_last_block():
+    method = Bypass.example("tiny", seed=0).eval()
+    with pytest.raises(ExplainerError, match="do not pass through its last ViT block"):
+        explain(method, random_pixels(method), text_of(method), GRADCAM)
+
+
+def test_a_replaced_tower_is_seen_by_its_own_request_only():
+    """The page runs two heavy requests at once: while a Grad-CAM request replaces the tower's output, another
+    request on the same model (another thread) runs the real blocks; after it, nothing is left on the modules."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from explorer.models.explainers import tower_output_replaced
+
+    method = ClipMethod.example("tiny", seed=0).eval()
+    pixels = random_pixels(method)
+    with torch.no_grad():
+        reference = method.encode_image(pixels).cls
+        tokens = trunk(method, pixels, method.visual.transformer.resblocks, True)
+        with tower_output_replaced(method.visual, torch.zeros_like(tokens), True) as called:
+            with ThreadPoolExecutor(1) as pool:
+                other = pool.submit(lambda: method.encode_image(pixels).cls).result()
+            mine = method.encode_image(pixels).cls
+    assert called[0]
+    torch.testing.assert_close(other, reference)  # the other request: the real tower
+    assert not torch.allclose(mine, reference)  # this request: the replaced output
+    assert "forward" not in vars(method.visual.transformer) and "forward" not in vars(
+        method.visual.transformer.resblocks[-1])

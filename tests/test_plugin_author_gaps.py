@@ -165,6 +165,44 @@ def test_text_tokens_with_minus_inf_padding_are_caught_even_when_the_maps_are_fi
     assert "all at padding" in failing(results)["features"]
 
 
+
+class NanEverywhere(ClipMethod):
+    """A map that is nan everywhere, the unpadded (longest) sentence's too: not padding's doing."""
+    name, title = "kit_nan_map", "NanMap"
+    native_map_kinds = ("tokens",)
+
+    def sentence_maps(self, image, text, kind=GENERIC_MAP):
+        maps = super().sentence_maps(image, text, GENERIC_MAP)
+        return maps if kind != "tokens" else torch.full_like(maps, float("nan"))
+
+
+class InfDenseMap(ClipMethod):
+    """Reads a dense caption (as SEPS does) and its maps with one are -inf in the first sentence; its maps
+    without one are finite."""
+    name, title = "kit_inf_dense", "InfDense"
+    uses_dense_caption = True
+
+    def dense_caption_maps(self, image, text, dense, kind=GENERIC_MAP):
+        maps = self.sentence_maps(image, text, kind).clone()
+        maps[0] = float("-inf")
+        return maps
+
+
+def test_a_non_finite_map_outside_the_padding_is_not_blamed_on_the_padding():
+    results = check_method(NanEverywhere, raise_on_failure=False)
+    assert set(failing(results)) == {"maps"}, [r.line() for r in results]
+    detail = failing(results)["maps"]
+    assert detail.startswith("tokens: ") and "nan" in detail and "in sentence(s) 1, 2, 3 of 3" in detail
+    assert "only sentences with padding" not in detail
+
+
+def test_the_maps_with_a_dense_caption_are_checked_too():
+    results = check_method(InfDenseMap, raise_on_failure=False)
+    assert set(failing(results)) == {"maps"}, [r.line() for r in results]
+    assert "with a dense caption" in failing(results)["maps"] and "-inf" in failing(results)["maps"]
+    assert InfDenseMap.name not in METHODS
+
+
 # ---- d) what a method adds, for an export -----------------------------------------------------------------
 
 

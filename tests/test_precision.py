@@ -198,3 +198,55 @@ def test_seps_stays_in_fp32_under_auto_and_says_why():
     assert any("seps computes in fp32" in note for note in auto.notes)
     assert {p.dtype for p in auto.method.parameters() if p.is_floating_point()} == {torch.float32}
     assert explorer.load(DEMO / "seps.json", device="cpu", precision="bf16").precision == "bf16"
+
+
+@needs_native_bf16
+def test_the_fp32_head_keeps_its_fp32_values_whether_built_or_read_from_a_file(tmp_path):
+    """FineLIP's cross net under "auto" holds the fp32 model's values exactly: neither the Model's conversion
+    of the towers nor the load straight into bf16 rounds the head through bf16 on its way."""
+    reference = get_method("finelip").example("tiny", seed=0)
+    built = explorer.Model(get_method("finelip").example("tiny", seed=0), device="cpu", precision="auto")
+    path = loading.save_method(get_method("finelip").example("tiny", seed=0), tmp_path / "finelip.safetensors")
+    read = explorer.load(path, device="cpu", precision="auto")
+    for model in (built, read):
+        assert model.method.visual.conv1.weight.dtype == torch.bfloat16
+        for key, value in reference.cross_net.state_dict().items():
+            assert torch.equal(model.method.cross_net.state_dict()[key], value), key
+
+
+@needs_native_bf16
+def test_a_forced_bf16_runs_finelips_head_in_bf16_too():
+    """Only "auto" keeps heads in fp32: a format the user forces is obeyed whole."""
+    model = explorer.Model(get_method("finelip").example("tiny", seed=0), device="cpu", precision="bf16")
+    assert model.fp32_heads == {} and model.precision_of("refinement-weights") == "bf16"
+    assert {p.dtype for p in model.method.cross_net.parameters()} == {torch.bfloat16}
+
+
+@needs_native_bf16
+def test_seps_read_under_auto_holds_the_fp32_values_not_bf16_rounded_ones():
+    """SEPS stays fp32 under "auto": its weights are read into fp32 at the load, not into bf16 and back."""
+    auto = explorer.load(DEMO / "seps.json", device="cpu", precision="auto")
+    full = explorer.load(DEMO / "seps.json", device="cpu", precision="fp32")
+    for (key, low), high in zip(auto.method.state_dict().items(), full.method.state_dict().values()):
+        assert torch.equal(low, high), key
+
+
+def test_a_load_into_bf16_leaves_integer_tensors_as_they_are():
+    from torch import nn
+
+    from explorer.models.io.checkpoints import KeyReport, strict_load, weights_held_in
+
+    class Tiny(nn.Module):
+        name = "tiny-test"
+
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(2, 2)
+            self.register_buffer("ids", torch.arange(3))
+
+    model = Tiny()
+    tensors = {"linear.weight": torch.ones(2, 2), "linear.bias": torch.zeros(2), "ids": torch.tensor([5, 6, 7])}
+    with weights_held_in(lambda name, key: torch.bfloat16):
+        strict_load(model, tensors, KeyReport(source="memory", format="test"))
+    assert model.linear.weight.dtype == torch.bfloat16 and model.ids.dtype == torch.int64
+    assert model.ids.tolist() == [5, 6, 7]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import threading
 from typing import Callable
 
 import torch
@@ -120,21 +121,56 @@ def tower_output_replaced(visual, tokens: torch.Tensor, batch_first: bool):
     """Inside: the tower's transformer skips its blocks and returns ``tokens`` (batch first [M, N, D]), so what
     the method computes after it (ln_post, the projection, its pool, its score) runs on them; a method that runs
     the blocks itself (GOAL, for the last block's attention) gets them from the last block instead.
-    ``called[0]`` says whether the method's image features passed through either."""
-    modules = (visual.transformer, visual.transformer.resblocks[-1])
+    ``called[0]`` says whether the method's image features passed through either.
+
+    Only this request sees the replacement (``_REPLACED`` is per thread and context): another request on the
+    same model at the same time runs the real blocks."""
+    # The transformer takes and gives tokens batch first whatever its blocks use (open_clip transposes inside
+    # it); a block gives them in its own layout.
     called = [False]
-
-    def replaced(*_args, **_kwargs):
-        called[0] = True
-        return _tokens_first(tokens, batch_first)
-
-    for module in modules:
-        module.forward = replaced  # an instance attribute: nn.Module.__call__ finds it before the class's
+    outputs = {visual.transformer: tokens, visual.transformer.resblocks[-1]: _tokens_first(tokens, batch_first)}
+    token = _REPLACED.set({id(module): (output, called) for module, output in outputs.items()})
+    _dispatch_through(outputs, +1)
     try:
         yield called
     finally:
+        _dispatch_through(outputs, -1)
+        _REPLACED.reset(token)
+
+
+# id(module) -> (its output, the request's ``called``), for the request that replaced it; empty elsewhere.
+_REPLACED: contextvars.ContextVar[dict] = contextvars.ContextVar("explainer_replaced_outputs", default={})
+_DISPATCHING: dict[int, int] = {}  # id(module) -> requests using its dispatcher now
+_DISPATCH_LOCK = threading.Lock()
+
+
+def _dispatch_through(modules, change: int) -> None:
+    """Install (``change`` +1) or release (-1) on each module a ``forward`` that returns this request's output
+    where it replaced one and runs the module's own ``forward`` otherwise; the last release removes it."""
+    with _DISPATCH_LOCK:
         for module in modules:
-            del module.forward
+            users = _DISPATCHING.get(id(module), 0) + change
+            if change > 0 and users == 1:
+                module.forward = _dispatcher(module)  # an instance attribute: found before the class's
+            if users == 0:
+                del module.forward
+                _DISPATCHING.pop(id(module), None)
+            else:
+                _DISPATCHING[id(module)] = users
+
+
+def _dispatcher(module):
+    own = type(module).forward
+
+    def forward(*args, **kwargs):
+        replaced = _REPLACED.get().get(id(module))
+        if replaced is None:
+            return own(module, *args, **kwargs)
+        output, called = replaced
+        called[0] = True
+        return output
+
+    return forward
 
 
 def own_scores(method, image, text: TextFeatures) -> torch.Tensor:

@@ -30,7 +30,7 @@ from explorer.models.explainers import remembering_trunks
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport
 from explorer.models.methods.base import GENERIC_MAP, Method
-from explorer.models.precision import AUTO, FORMATS, FP32_HEADS, computing, dtype, method_precision
+from explorer.models.precision import FORMATS, computing, dtype, fp32_heads, method_precision
 from explorer.models.tokenizer import TokenBatch, TokenCounter
 
 PRECISIONS = {name: dtype(name) for name in FORMATS}  # the formats weights may be held in ("auto" picks one)
@@ -110,7 +110,13 @@ def weights_reader(precision: str, device: str = "auto"):
     """``load_method``'s ``weights_in`` for a ``Model`` about to hold the method: the file's floating-point
     weights are read straight into the format it will hold them in."""
     target = resolve_device(device)
-    return lambda method_name: dtype(method_precision(method_name, precision, target)[0])
+
+    def held_in(method_name: str, key: str = "") -> torch.dtype | None:
+        if any(key.startswith(f"{head}.") for head in fp32_heads(method_name, precision, target).values()):
+            return None  # a head "auto" computes in fp32 keeps the model's own (fp32) weights
+        return dtype(method_precision(method_name, precision, target)[0])
+
+    return held_in
 
 
 class Model:
@@ -140,12 +146,15 @@ class Model:
             self.notes.append(note)
         # Under "auto", a kind measured to lose its shape in the low format computes its own head in fp32 (that
         # submodule keeps fp32 weights), a method measured to lose it wholly stays fp32: ``models.precision``.
-        low = precision == AUTO and self.precision != "fp32"
-        self.fp32_heads = dict(FP32_HEADS.get(method.name, {})) if low else {}
+        self.fp32_heads = fp32_heads(method.name, precision, self.device)
         self.weights_precision = self.precision  # what the weights are held in (the heads of fp32_heads: fp32)
+        heads = set(self.fp32_heads.values())
+        # the heads' own values, kept through the conversion (fp32 -> bf16 -> fp32 would round them)
+        kept = {head: {key: value.detach().clone() for key, value in getattr(method, head).state_dict().items()}
+                for head in heads}
         self.method = method.to(self.device, dtype(self.weights_precision)).eval()
-        for head in set(self.fp32_heads.values()):
-            getattr(self.method, head).float()
+        for head in heads:
+            getattr(self.method, head).float().load_state_dict(kept[head])
         self.name = name or method.title
         self.key_report = report
         self.trained = trained

@@ -82,6 +82,13 @@ def method_precision(method_name: str, requested: str, device) -> tuple[str, str
     return running, note
 
 
+def fp32_heads(method_name: str, requested: str, device) -> dict[str, str]:
+    """{kind: the submodule computing it in fp32} for a model of this method (``FP32_HEADS``): under "auto" when
+    the model runs in a low format; empty otherwise (a forced "bf16" runs every head in bf16)."""
+    running, _ = method_precision(method_name, requested, device)
+    return dict(FP32_HEADS.get(method_name, {})) if requested == AUTO and running != "fp32" else {}
+
+
 def computing(precision: str, device):
     """The context a forward pass runs in (``device``: a torch.device): autocast to the low format, or nothing
     for fp32."""
@@ -93,4 +100,4 @@ def computing(precision: str, device):
 
 
 __all__ = ["AUTO", "FORMATS", "FP32_HEADS", "FP32_METHODS", "PRECISION_CHOICES", "dtype", "PrecisionError", "computing", "cpu_has_native_bf16",
-           "method_precision", "resolve_precision"]
+           "fp32_heads", "method_precision", "resolve_precision"]

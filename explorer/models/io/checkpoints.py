@@ -298,16 +298,16 @@ _HELD = threading.local()
 
 
 def weights_held_in(choose):
-    """Inside (this thread): ``strict_load`` puts floating-point weights straight into ``choose(method_name)``
-    (a torch dtype; None keeps the model's), so a bf16 model read from an fp16 or fp32 file converts once and is
+    """Inside (this thread): ``strict_load`` puts floating-point weights straight into ``choose(method_name,
+    key)`` (a torch dtype; None keeps the model's), so a bf16 model read from an fp16 or fp32 file converts once and is
     never held in fp32 whole."""
     return set_for_this_thread(_HELD, "choose", choose)
 
 
-def _held_dtype(model: nn.Module, target: torch.Tensor):
+def _held_dtype(model: nn.Module, key: str, target: torch.Tensor):
     choose = getattr(_HELD, "choose", None)
     name = getattr(model, "name", None)
-    held = choose(name) if choose is not None and isinstance(name, str) else None
+    held = choose(name, key) if choose is not None and isinstance(name, str) else None
     return held if held is not None and target.is_floating_point() else target.dtype
 
 
@@ -323,7 +323,7 @@ def strict_load(model: nn.Module, tensors: Mapping[str, torch.Tensor], report: K
         # file's pages, read once), copies only to convert: a copy into the freshly built parameters would
         # hold the weights twice while loading (GOAL's fp32 ViT-L peaked at 2.2x its size).
         targets = model.state_dict(keep_vars=True)
-        model.load_state_dict({key: value.to(targets[key].device, _held_dtype(model, targets[key]))
+        model.load_state_dict({key: value.to(targets[key].device, _held_dtype(model, key, targets[key]))
                                for key, value in tensors.items()}, strict=True, assign=True)
     return report
 
