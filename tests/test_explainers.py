@@ -394,3 +394,24 @@ def test_a_replaced_tower_is_seen_by_its_own_request_only():
     assert not torch.allclose(mine, reference)  # this request: the replaced output
     assert "forward" not in vars(method.visual.transformer) and "forward" not in vars(
         method.visual.transformer.resblocks[-1])
+
+
+def test_gradcam_is_the_relu_of_the_gradient_weighted_tokens(clip):
+    """Grad-CAM written out by hand on the last block's output tokens A [N, D] (Selvaraju et al.): for sentence m,
+    w = mean over tokens of d(cos(image(A), t_m))/dA, map = ReLU(A @ w) over the patches. Random weights make
+    A @ w negative somewhere, so a dropped ReLU (or a sign slip) shows."""
+    pixels, text = random_pixels(clip), text_of(clip)
+    maps = explain(clip, pixels, text, GRADCAM).flatten(1)
+    visual = clip.visual
+    with torch.no_grad():
+        last = trunk(clip, pixels, visual.transformer.resblocks, True)[0]
+    expected = []
+    for m in range(len(text)):
+        tokens = last.clone().requires_grad_(True)
+        image = clip.pool_image(clip.project_image(visual.ln_post(tokens[None])))
+        score = F.cosine_similarity(image.float(), text.eot[m:m + 1].float()).sum()
+        gradient, = torch.autograd.grad(score, tokens)
+        expected.append(F.relu(tokens.detach() @ gradient.mean(dim=0))[1:])
+    expected = torch.stack(expected)
+    assert (expected == 0).any() and (expected > 0).any()  # the ReLU has something to cut here
+    torch.testing.assert_close(maps, expected, rtol=1e-4, atol=1e-6)

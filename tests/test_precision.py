@@ -246,7 +246,7 @@ def test_a_load_into_bf16_leaves_integer_tensors_as_they_are():
 
     model = Tiny()
     tensors = {"linear.weight": torch.ones(2, 2), "linear.bias": torch.zeros(2), "ids": torch.tensor([5, 6, 7])}
-    with weights_held_in(lambda name, key: torch.bfloat16):
+    with weights_held_in(lambda model, key: torch.bfloat16):
         strict_load(model, tensors, KeyReport(source="memory", format="test"))
     assert model.linear.weight.dtype == torch.bfloat16 and model.ids.dtype == torch.int64
     assert model.ids.tolist() == [5, 6, 7]

@@ -111,10 +111,10 @@ def weights_reader(precision: str, device: str = "auto"):
     weights are read straight into the format it will hold them in."""
     target = resolve_device(device)
 
-    def held_in(method_name: str, key: str = "") -> torch.dtype | None:
-        if any(key.startswith(f"{head}.") for head in fp32_heads(method_name, precision, target).values()):
+    def held_in(method: Method, key: str = "") -> torch.dtype | None:
+        if any(key.startswith(f"{head}.") for head in fp32_heads(method, precision, target).values()):
             return None  # a head "auto" computes in fp32 keeps the model's own (fp32) weights
-        return dtype(method_precision(method_name, precision, target)[0])
+        return dtype(method_precision(method, precision, target)[0])
 
     return held_in
 
@@ -141,12 +141,12 @@ class Model:
         self.device = resolve_device(device)
         self.notes: list[str] = []
         # "auto": bf16 where the hardware has it (``explorer.models.precision``); what runs is ``self.precision``
-        self.precision, note = method_precision(method.name, precision, self.device)
+        self.precision, note = method_precision(method, precision, self.device)
         if note:
             self.notes.append(note)
         # Under "auto", a kind measured to lose its shape in the low format computes its own head in fp32 (that
         # submodule keeps fp32 weights), a method measured to lose it wholly stays fp32: ``models.precision``.
-        self.fp32_heads = fp32_heads(method.name, precision, self.device)
+        self.fp32_heads = fp32_heads(method, precision, self.device)
         self.weights_precision = self.precision  # what the weights are held in (the heads of fp32_heads: fp32)
         heads = set(self.fp32_heads.values())
         # the heads' own values, kept through the conversion (fp32 -> bf16 -> fp32 would round them)

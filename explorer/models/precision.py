@@ -18,17 +18,10 @@ FORMATS = ("fp32", "bf16", "fp16")  # what a model's weights may be held in
 PRECISION_CHOICES = (AUTO, *FORMATS)  # torch is imported only when a model is made: the CLI's flags need none
 
 
-# What "auto" keeps in fp32, measured with bench/precision.py (Otsu-mask IoU of 0.95 median against fp32 the
-# target for maps, retrieval R@1 within 1 point for scores), by where the loss arises:
-# - FP32_METHODS: the whole model stays fp32. SEPS keeps its top-scoring patches, and bf16 tower features move
-#   the patches near the cut in or out of the kept set: kept-sparse and kept-dense 0.946 median IoU on the demo
-#   zoo (0.907 still with its cross net in fp32), retrieval R@1 6.7 points off; and bf16 was no faster for it
-#   (0.89x: its towers are small).
-# - FP32_HEADS: the towers compute in bf16 and the kind's own head, the submodule named, in fp32 (its weights
-#   stay fp32, its inputs are put in fp32). FineLIP's refinement weights are a softmax over the patches of the
-#   refined tokens' logits: 0.923 median in bf16 on a random ViT-B/16, 0.993 with the cross net in fp32.
-FP32_METHODS = ("seps",)
-FP32_HEADS = {"finelip": {"refinement-weights": "cross_net"}}
+# What "auto" keeps in fp32 is the method's to say, measured with bench/precision.py (Otsu-mask IoU of 0.95
+# median against fp32 the target for maps, retrieval R@1 within 1 point for scores), by where the loss arises:
+# ``Method.fp32_under_auto`` (the whole model stays fp32: SEPS) and ``Method.fp32_heads`` (a kind's own head
+# computes in fp32, the towers in the low format: FineLIP's refinement weights).
 
 
 class PrecisionError(ExplorerError):
@@ -73,20 +66,22 @@ def resolve_precision(requested: str, device) -> tuple[str, str | None]:
     return requested, None
 
 
-def method_precision(method_name: str, requested: str, device) -> tuple[str, str | None]:
-    """(what a model of this method computes in and holds its weights in, a note when it differs from what was
-    asked): ``resolve_precision``, but fp32 for ``FP32_METHODS`` under "auto". ``Model`` and the loaders ask it."""
+def method_precision(method, requested: str, device) -> tuple[str, str | None]:
+    """(what a model of ``method`` (a Method class or instance) computes in and holds its weights in, a note
+    when it differs from what was asked): ``resolve_precision``, but fp32 under "auto" for a method whose
+    ``fp32_under_auto`` says why. ``Model`` and the loaders ask it."""
     running, note = resolve_precision(requested, device)
-    if requested == AUTO and running != "fp32" and method_name in FP32_METHODS:
-        return "fp32", f"auto: {method_name} computes in fp32 (in {running} its kept patches move)"
+    why = getattr(method, "fp32_under_auto", None)
+    if requested == AUTO and running != "fp32" and why:
+        return "fp32", f"auto: {method.name} computes in fp32 ({why})"
     return running, note
 
 
-def fp32_heads(method_name: str, requested: str, device) -> dict[str, str]:
-    """{kind: the submodule computing it in fp32} for a model of this method (``FP32_HEADS``): under "auto" when
-    the model runs in a low format; empty otherwise (a forced "bf16" runs every head in bf16)."""
-    running, _ = method_precision(method_name, requested, device)
-    return dict(FP32_HEADS.get(method_name, {})) if requested == AUTO and running != "fp32" else {}
+def fp32_heads(method, requested: str, device) -> dict[str, str]:
+    """{kind: the submodule computing it in fp32} for a model of ``method`` (its ``fp32_heads``): under "auto"
+    when the model runs in a low format; empty otherwise (a forced "bf16" runs every head in bf16)."""
+    running, _ = method_precision(method, requested, device)
+    return dict(getattr(method, "fp32_heads", {})) if requested == AUTO and running != "fp32" else {}
 
 
 def computing(precision: str, device):
@@ -99,5 +94,5 @@ def computing(precision: str, device):
     return torch.autocast(device_type=device.type, dtype=dtype(precision))
 
 
-__all__ = ["AUTO", "FORMATS", "FP32_HEADS", "FP32_METHODS", "PRECISION_CHOICES", "dtype", "PrecisionError", "computing", "cpu_has_native_bf16",
+__all__ = ["AUTO", "FORMATS", "PRECISION_CHOICES", "dtype", "PrecisionError", "computing", "cpu_has_native_bf16",
            "fp32_heads", "method_precision", "resolve_precision"]

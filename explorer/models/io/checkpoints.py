@@ -298,16 +298,15 @@ _HELD = threading.local()
 
 
 def weights_held_in(choose):
-    """Inside (this thread): ``strict_load`` puts floating-point weights straight into ``choose(method_name,
-    key)`` (a torch dtype; None keeps the model's), so a bf16 model read from an fp16 or fp32 file converts once and is
+    """Inside (this thread): ``strict_load`` puts floating-point weights straight into ``choose(model, key)``
+    (a torch dtype; None keeps the model's), so a bf16 model read from an fp16 or fp32 file converts once and is
     never held in fp32 whole."""
     return set_for_this_thread(_HELD, "choose", choose)
 
 
 def _held_dtype(model: nn.Module, key: str, target: torch.Tensor):
     choose = getattr(_HELD, "choose", None)
-    name = getattr(model, "name", None)
-    held = choose(name, key) if choose is not None and isinstance(name, str) else None
+    held = choose(model, key) if choose is not None else None
     return held if held is not None and target.is_floating_point() else target.dtype
 
 

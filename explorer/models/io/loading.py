@@ -53,10 +53,10 @@ class CheckResult:
 
 def load_method(path: str | Path, method: str | None = None, overrides: Mapping | None = None,
                 allow_pickle: bool = False, dry_run: bool = False,
-                weights_in: Callable[[str, str], torch.dtype | None] | None = None) -> tuple[Method, KeyReport]:
+                weights_in: Callable[[Method, str], torch.dtype | None] | None = None) -> tuple[Method, KeyReport]:
     """Build the method a weights file holds, and the report of its keys. ``method`` forces a method
     instead of detecting it; ``dry_run`` builds it on the meta device (keys and shapes only);
-    ``weights_in(method_name, key)``: the dtype the floating-point weight ``key`` is read into (None: the
+    ``weights_in(method, key)``: the dtype the floating-point weight ``key`` is read into (None: the
     model's own)."""
     raw = read_checkpoint(path, allow_pickle=allow_pickle)
     with weights_held_in(weights_in) if weights_in is not None else contextlib.nullcontext():

@@ -259,6 +259,13 @@ class Method:
 
     # ---- what the rest of the app asks of a method (no package outside methods/ names one) -----------
 
+    # Precision "auto" (``explorer.models.precision``), where bf16 was measured to lose a map's shape (median
+    # Otsu-mask IoU against fp32 under 0.95) or a score's ranking: why the whole model stays in fp32 (None: it
+    # computes in the low format), and {map kind: the submodule that computes it in fp32} when the loss is in
+    # that kind's own head (the towers stay in the low format; the head keeps fp32 weights and fp32 inputs).
+    fp32_under_auto: ClassVar[str | None] = None
+    fp32_heads: ClassVar[Mapping[str, str]] = {}
+
     # Training data beyond images and captions. GOAL trains on one FLISM local pair (region crop, sentence)
     # per image: a job whose data lacks them mines them with its init model first (FAST-GOAL mines with CLIP).
     needs_local_pairs: ClassVar[bool] = False
