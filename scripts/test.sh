@@ -13,7 +13,10 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
-# torch first, pinned: on CPU machines it resolves to the small CPU build (see constraints.txt).
+# Every install takes its versions from the lock (constraints.txt, written by scripts/lock.sh); PIP_CONSTRAINT
+# also reaches the isolated environments that build the editable installs, so setuptools is pinned there too.
+export PIP_CONSTRAINT="$PWD/constraints.txt"
+# torch first, pinned: on CPU machines it resolves to the small CPU build (see scripts/lock.sh).
 python -m pip install -q -c constraints.txt torch
 python -m pip install -q -c constraints.txt -e ".[test]"
 # The worked method plugin (docs/plugins.md, "Your own method"): installed as a user installs one, tested as a plugin.
