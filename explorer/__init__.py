@@ -18,6 +18,7 @@ in one layer are peers and do not import each other.
     retrieval              benchmark datasets embedded once (on-disk cache), searched, re-ranked, Recall@K
     training               the training loop and the demo-zoo recipe
     testing                the conformance kit a method's author runs (check_method)
+    probe                  the swap probe: one word swapped, each model's score and map
     jobs, generation       background runs; SDXL generation
     views                  settings, rendering, paper figures
     ui                     one Gradio module per tab
@@ -69,6 +70,7 @@ LAYERS = (
     ("retrieval",),  # built on evaluation's Recall@K and caption scoring, so its numbers are explorer eval's
     ("training",),
     ("testing",),  # the conformance kit for a method's author (explorer.testing.check_method)
+    ("probe",),  # the swap probe: what one word changes in each model's score and map
     ("jobs", "generation"),
     ("views",),
     ("ui",),

@@ -287,11 +287,12 @@ class Model:
         """Features given back to the model, in the format it computes in."""
         return features.to(self.device, PRECISIONS[self.weights_precision])
 
-    def picture_features(self, picture: Image.Image, kind: str | None = None) -> ImageFeatures:
-        """The picture's features for its maps (the whole picture: ``fit="squash"``), in the model's format,
-        kept per (model, pixels) in ``PICTURE_FEATURES``."""
-        return PICTURE_FEATURES.get(self._picture_key(picture, kind),
-                                    lambda: self._encode_pixels(self.pixels([picture], fit="squash"), kind))
+    def picture_features(self, picture: Image.Image, kind: str | None = None, fit: str = "squash") -> ImageFeatures:
+        """The picture's features, in the model's format, kept per (model, pixels, fit) in ``PICTURE_FEATURES``:
+        ``fit="squash"`` (the whole picture) for its maps, ``"crop"`` (the method's own preprocessing) for
+        ``similarity``, which takes them as they are (a swap probe scores many texts on one picture so)."""
+        key = self._picture_key(picture, kind) + (() if fit == "squash" else (fit,))
+        return PICTURE_FEATURES.get(key, lambda: self._encode_pixels(self.pixels([picture], fit=fit), kind))
 
     def _picture_key(self, picture: Image.Image, kind: str | None) -> tuple:
         """This model's key of a picture's pixels, in the format its towers compute ``kind`` in."""
