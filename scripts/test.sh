@@ -20,7 +20,7 @@ export PIP_CONSTRAINT="$PWD/constraints.txt"
 python -m pip install -q -c constraints.txt torch
 python -m pip install -q -c constraints.txt -e ".[test]"
 # The worked method plugin (docs/plugins.md, "Your own method"): installed as a user installs one, tested as a plugin.
-python -m pip install -q -e examples/plugins/explorer-dreamlip
+python -m pip install -q -c constraints.txt -e examples/plugins/explorer-dreamlip
 
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
 # One pytest-xdist worker per core (each computes on one thread: tests/conftest.py); `-n 0` runs serially.
