@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from explorer.cli import export, figures, generation, grounding, jobs, methods, results, retrieval
+from explorer.cli import negatives, zeroshot  # `explorer eval-negatives | eval-zeroshot`, their data twins
 from explorer.cli.common import add_precision_argument, zoo_from_args
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
@@ -121,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument("--samples", action="store_true", help="also write samples.jsonl for `explorer train`")
     synth.add_argument("--overwrite", action="store_true")
     synth.set_defaults(run=_run_data_synth)
+    negatives.add_data_commands(data)
+    zeroshot.add_data_commands(data)
 
     zoo = commands.add_parser("zoo", help="the demo zoo").add_subparsers(title="zoo")
     demo = zoo.add_parser("build-demo", help="retrain checkpoints/demo/ from scratch on the synthetic world")
@@ -175,6 +178,8 @@ def _parser() -> argparse.ArgumentParser:
     generation.add_commands(commands)
     export.add_commands(commands)
     methods.add_commands(commands)
+    negatives.add_commands(commands)
+    zeroshot.add_commands(commands)
     return parser
 
 

@@ -53,3 +53,53 @@ def read_text(path: Path) -> str:
         return path.read_text()
     except OSError as error:
         raise ExplorerError(f"cannot read the caption file {path}: {error}") from error
+
+
+def add_evaluation_arguments(parser, layouts, limit_help: str) -> None:
+    """The options every dataset evaluation takes (``eval-negatives``, ``eval-zeroshot``)."""
+    parser.add_argument("--model", action="append", dest="models", required=True, metavar="NAME",
+                        help="zoo name, manifest .json or weights file; repeat for several")
+    parser.add_argument("--data", type=Path, required=True, help="the dataset folder")
+    parser.add_argument("--layout", choices=layouts, help="the dataset's layout")
+    parser.add_argument("--limit", type=int, metavar="N", help=limit_help)
+    parser.add_argument("--out", type=Path, required=True, help="results JSON (per-item work: <out>.work.jsonl, "
+                                                                "read again to resume)")
+    parser.add_argument("--csv", type=Path, help="also write the results as CSV rows")
+    parser.add_argument("--device", default="auto")
+    add_precision_argument(parser, "fp32")
+    parser.add_argument("--allow-pickle", action="store_true", help="trust files that need unpickling")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def evaluation_models(args) -> dict:
+    """{name: loaded model} of ``--model``; an unknown zoo name fails before any dataset work."""
+    zoo = zoo_from_args(args)
+    for name in args.models:
+        if not Path(name).expanduser().exists():
+            zoo.get(name)  # "No model named ...; known: ..."
+    load = model_loader(args, zoo)
+    return {name: load(name) for name in dict.fromkeys(args.models)}
+
+
+def evaluation_work_path(out: Path) -> Path:
+    """Where a run writing ``out`` keeps its per-item results (to resume after a kill)."""
+    return out.with_name(out.name + ".work.jsonl")
+
+
+def write_outputs(result: dict, models: dict, args, rows: list[list], table: str, skipped: dict, unit: str) -> None:
+    """The results JSON (with what each model computed in), with ``--csv`` also ``rows``; then on the terminal
+    ``table``, what scoring ``skipped`` ({reason: count} of ``unit``s) and where it all went."""
+    import csv
+    import sys
+
+    from explorer.evaluation.results import write_results
+
+    result["precision"] = {name: model.precision for name, model in models.items()}
+    write_results(result, args.out)
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as out:
+            csv.writer(out).writerows(rows)
+    print(table, end="")
+    for reason, n in skipped.items():
+        print(f"skipped at scoring: {n} {unit} ({reason})", file=sys.stderr)
+    print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))

@@ -63,4 +63,17 @@ class MemoryWork(WorkFile):
         self.records.update((record["key"], record) for record in records)
 
 
-__all__ = ["MemoryWork", "WorkFile"]
+
+
+def skip_reasons(work: WorkFile, keys) -> dict[str, int]:
+    """How many of the records at ``keys`` are skips, by reason (the text before its first ':')."""
+    counts: dict[str, int] = {}
+    for key in keys:
+        record = work.records.get(key)
+        if record is not None and "skipped" in record:
+            reason = record["skipped"].split(":")[0]
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+__all__ = ["MemoryWork", "WorkFile", "skip_reasons"]

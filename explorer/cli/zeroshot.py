@@ -1,0 +1,63 @@
+"""`explorer eval-zeroshot`: zero-shot top-1 and top-5 on CIFAR-10/100, ImageNet-V2, ImageNet-O or a folder of
+classes; JSON out, a CSV optionally; resumable through `<out>.work.jsonl`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from explorer.cli.common import add_evaluation_arguments, evaluation_models, evaluation_work_path, write_outputs
+
+
+def add_commands(commands) -> None:
+    from explorer.data.class_sets import LAYOUTS
+
+    parser = commands.add_parser("eval-zeroshot", help="zero-shot classification top-1/top-5 (CIFAR-10/100, "
+                                                       "ImageNet-V2/O, a folder of classes); write JSON")
+    parser.set_defaults(run=_run)
+    add_evaluation_arguments(parser, LAYOUTS, "only N pictures, spread evenly over the set")
+    parser.add_argument("--templates", help="openai (CLIP's 80, the default), simple (7), or a file: one template a "
+                                            "line, {} where the class name goes")
+    parser.add_argument("--classnames", type=Path, help="class names file: 'wnid name' lines (imagenet-o) or one "
+                                                        "name a line in class-index order (imagenet-v2)")
+
+
+def _run(args) -> int:
+    from explorer.core.errors import ExplorerError
+    from explorer.data.class_sets import read_class_set
+    from explorer.evaluation.zeroshot import csv_rows, evaluate_zeroshot, table
+
+    if args.layout is None:
+        raise ExplorerError("eval-zeroshot needs --layout: cifar10, cifar100, imagenet-v2, imagenet-o or folder")
+    dataset = read_class_set(args.data, args.layout, limit=args.limit, allow_pickle=args.allow_pickle,
+                             classnames=args.classnames)
+    print(dataset.summary())
+    models = evaluation_models(args)
+    result = evaluate_zeroshot(models, dataset, templates=args.templates, work_file=evaluation_work_path(args.out),
+                               progress=not args.no_progress)
+    print(f"templates: {result['dataset']['templates_from']}")
+    write_outputs(result, models, args, csv_rows(result), table(result), result["skipped_pictures"], "pictures")
+    return 0
+
+
+def add_data_commands(data) -> None:
+    """`explorer data classes-twin`: a class folder per (colour, shape) pair (``class_sets.synthetic``)."""
+    twin = data.add_parser("classes-twin", help="write a folder of class folders from the synthetic world, one per "
+                                                "colour and shape (red_circle/, ...)")
+    twin.add_argument("out", type=Path)
+    twin.add_argument("--per-class", type=int, default=10, help="pictures per class (default 10; 80 classes)")
+    twin.add_argument("--seed", type=int, default=1, help="the world's seed (default 1: no demo model trained on it)")
+    twin.add_argument("--size", type=int, default=224, help="scene size in pixels (each picture is one object's cell)")
+    twin.add_argument("--overwrite", action="store_true", help="write into a folder that holds files")
+    twin.set_defaults(run=_run_twin)
+
+
+def _run_twin(args) -> int:
+    from explorer.data.class_sets.synthetic import write_classes_twin
+
+    counts = write_classes_twin(args.out, per_class=args.per_class, seed=args.seed, image_size=args.size,
+                                overwrite=args.overwrite)
+    short = {name: n for name, n in counts.items() if n < args.per_class}
+    print(f"wrote {sum(counts.values())} pictures in {len(counts)} class folders to {args.out}"
+          + (f" ({len(short)} classes short of {args.per_class})" if short else ""))
+    print(f"try: explorer eval-zeroshot --data {args.out} --layout folder --model demo-clip-base --out zeroshot.json")
+    return 0

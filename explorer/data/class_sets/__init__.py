@@ -1,0 +1,45 @@
+"""Zero-shot classification sets as released, read into one ``ClassSet`` (``explorer eval-zeroshot``).
+
+Layouts: ``cifar10`` and ``cifar100`` (the binary release; the python pickle only with
+``allow_pickle``), ``imagenet-v2`` (folders by class index), ``imagenet-o`` (folders by WordNet id) and
+``folder`` (any folder of class folders). Class names and templates: ``names``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from explorer.data.class_sets.base import ClassPicture, ClassSet
+from explorer.data.errors import DatasetError
+
+LAYOUTS = ("cifar10", "cifar100", "imagenet-v2", "imagenet-o", "folder")
+
+
+def read_class_set(root: str | os.PathLike, layout: str, limit: int | None = None, allow_pickle: bool = False,
+                   classnames: str | os.PathLike | None = None) -> ClassSet:
+    """The test pictures at ``root`` in ``layout``; the first ``limit`` when given."""
+    from explorer.data.class_sets import cifar, folder, imagenet
+
+    root = Path(root)
+    if not root.exists():
+        raise DatasetError(f"no dataset at {root}: the path does not exist")
+    names = Path(classnames) if classnames is not None else None
+    if layout in cifar.RELEASES:
+        found = cifar.read(root, layout, allow_pickle)
+    elif layout == "imagenet-v2":
+        found = imagenet.read_v2(root, names)
+    elif layout == "imagenet-o":
+        found = imagenet.read_o(root, names)
+    elif layout == "folder":
+        found = folder.read(root)
+    else:
+        raise DatasetError(f"unknown classification layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if limit is not None:
+        if limit < 1:
+            raise DatasetError(f"--limit must be at least 1, not {limit}")
+        found = found.first(limit)
+    return found
+
+
+__all__ = ["ClassPicture", "ClassSet", "LAYOUTS", "read_class_set"]

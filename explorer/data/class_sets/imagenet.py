@@ -1,0 +1,87 @@
+"""ImageNet-V2 and ImageNet-O as released: a folder per class, pictures inside.
+
+- ImageNet-V2 (Recht et al., 2019; any of its three test sets): folders ``0`` .. ``999``, named by the
+  ImageNet class index; the names are open_clip's ``IMAGENET_CLASSNAMES`` in that order. ``--data`` is the
+  folder holding them or the folder holding that one (as the tarball unpacks).
+- ImageNet-O (Hendrycks et al., 2021): folders named by WordNet id (``n01443537``), 200 of ImageNet's
+  classes. A WordNet id's name is ``IMAGENET_CLASSNAMES`` at its index in ImageNet's sorted WordNet ids
+  (timm's list; ``--classnames FILE`` with ``wnid name`` lines instead). The pictures are classified
+  among the classes present (the 200), as zero-shot benchmarks score it.
+
+A folder that is not one of the layout's classes is counted and skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from explorer.data.class_sets.base import ClassPicture, ClassSet, Skipped, class_folders, pictures_in
+from explorer.data.class_sets.names import imagenet_classnames, imagenet_wnids, read_classnames
+from explorer.data.errors import DatasetError
+
+WNID = re.compile(r"n\d{8}")
+EXPECTS = {"imagenet-v2": "class folders 0 .. 999 (ImageNet class indices)",
+           "imagenet-o": "class folders named by WordNet id (n01443537, ...)"}
+
+
+def _root(root: Path, wanted) -> Path:
+    """``root``, or its one subfolder that holds the class folders (a tarball's top folder)."""
+    if not root.is_dir():
+        raise DatasetError(f"no dataset at {root}: it is not a folder")
+    folders = class_folders(root)
+    if any(wanted(f.name) for f in folders):
+        return root
+    inner = [f for f in folders if any(wanted(g.name) for g in class_folders(f))]
+    return inner[0] if len(inner) == 1 else root
+
+
+def read_v2(root: Path, classnames_file: Path | None = None) -> ClassSet:
+    root = _root(root, str.isdigit)
+    names = read_classnames(classnames_file) if classnames_file else imagenet_classnames()
+    if not isinstance(names, list) or len(names) != 1000:
+        raise DatasetError("--classnames for imagenet-v2 lists the 1000 names in class-index order, one a line")
+    pictures, skipped = [], []
+    for folder in class_folders(root):
+        if not (folder.name.isdigit() and 0 <= int(folder.name) < 1000):
+            skipped.append(Skipped(folder.name, f"unknown class folder: not a class index 0 .. 999 "
+                                                f"({len(pictures_in(folder))} pictures)"))
+            continue
+        pictures += [ClassPicture(f"{folder.name}/{p.name}", int(folder.name), p) for p in pictures_in(folder)]
+    if not pictures:
+        raise DatasetError(f"no pictures in class folders at {root}: the imagenet-v2 layout expects "
+                           f"{EXPECTS['imagenet-v2']}")
+    source = str(classnames_file) if classnames_file else "open_clip's IMAGENET_CLASSNAMES"
+    return ClassSet("imagenet-v2", root, tuple(names), tuple(pictures), tuple(skipped), names_from=source)
+
+
+def read_o(root: Path, classnames_file: Path | None = None) -> ClassSet:
+    root = _root(root, WNID.fullmatch)
+    if classnames_file:
+        given = read_classnames(classnames_file)
+        if not isinstance(given, dict):
+            raise DatasetError(f"{classnames_file}: imagenet-o needs 'wnid name' lines (n01443537 goldfish)")
+        named, source = given, str(classnames_file)
+    else:
+        wnids = imagenet_wnids()
+        if wnids is None:
+            raise DatasetError("ImageNet's WordNet id list (timm's imagenet_synsets.txt) is not installed: give "
+                               "--classnames FILE with one 'wnid name' line per class")
+        named = dict(zip(wnids, imagenet_classnames()))
+        source = "open_clip's IMAGENET_CLASSNAMES by timm's sorted WordNet ids"
+    folders, skipped = [], []
+    for folder in class_folders(root):
+        if folder.name in named:
+            folders.append(folder)
+        else:
+            skipped.append(Skipped(folder.name, f"unknown class folder: not a known WordNet id "
+                                                f"({len(pictures_in(folder))} pictures)"))
+    pictures = [ClassPicture(f"{f.name}/{p.name}", label, p) for label, f in enumerate(folders) for p in pictures_in(f)]
+    if not pictures:
+        raise DatasetError(f"no pictures in class folders at {root}: the imagenet-o layout expects "
+                           f"{EXPECTS['imagenet-o']}")
+    return ClassSet("imagenet-o", root, tuple(named[f.name] for f in folders), tuple(pictures), tuple(skipped),
+                    notes=(f"classified among the {len(folders)} classes present",), names_from=source)
+
+
+__all__ = ["EXPECTS", "read_o", "read_v2"]

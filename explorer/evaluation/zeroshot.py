@@ -1,0 +1,151 @@
+"""Zero-shot classification (CIFAR-10/100, ImageNet-V2, ImageNet-O, a folder of classes): top-1 and top-5.
+
+Each class is read as prompts, a template a time ("a photo of a {}." with the class name in place of
+``{}``). For a method whose score is the cosine of the global embeddings (``Model.global_score``) the
+class is CLIP's zero-shot classifier: each prompt's text embedding normalised, the mean over the
+templates, normalised again; a picture's class scores are the cosines of its normalised image embedding
+with those. For a method with a score of its own (FineLIP, SEPS, CAFT, FLAIR: ``Model.similarity``), a
+class's score is that score averaged over the class's prompts, as no single class embedding exists.
+
+Pictures are read with the method's own preprocessing (``encode_image``: resize, centre crop) in
+batches of ``BATCH``; each picture's five best classes go to a work file as its batch finishes, so a
+rerun scores only what is missing. A picture that does not open is skipped with its reason.
+
+The returned dict (the JSON ``explorer eval-zeroshot`` writes): ``format``, ``dataset`` (layout, root,
+classes, where the names and templates came from, what was left out and why, notes), ``models``
+([{name, method, score, top1, top5, n}], fractions; ``n`` the pictures scored), ``skipped_pictures``
+({reason: count}) and ``timing`` ({model: {pictures, seconds}} for this run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import torch
+
+from explorer.core.errors import ExplorerError
+from explorer.data.class_sets import ClassSet, read_class_set
+from explorer.data.class_sets.names import templates as read_templates
+from explorer.data.retrieval_sets.base import skipped_by_reason
+from explorer.evaluation.progress import progress as progress_bar
+from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons
+
+FORMAT = "explorer-zeroshot/1"
+SKIPPED = "*"
+BATCH = 32  # pictures per image forward
+TEXT_CHUNK = 256  # prompts per text forward (or per similarity call)
+TOP = 5
+
+
+def prompts(classnames, templates) -> list[str]:
+    """Every class's prompts, class by class, templates in order."""
+    return [template.replace("{}", name) for name in classnames for template in templates]
+
+
+def class_scorer(model, classnames, templates):
+    """A function: ``ImageFeatures`` of N pictures -> [N, classes] float64 class scores (module docstring)."""
+    texts, n_classes, n_templates = prompts(classnames, templates), len(classnames), len(templates)
+    if model.global_score:
+        parts = [torch.nn.functional.normalize(model.encode_text(texts[i:i + TEXT_CHUNK]).eot.float(), dim=-1)
+                 for i in range(0, len(texts), TEXT_CHUNK)]
+        mean = torch.cat(parts).reshape(n_classes, n_templates, -1).mean(dim=1)
+        weights = torch.nn.functional.normalize(mean, dim=-1).cpu()
+
+        def cosine(features):
+            image = torch.nn.functional.normalize(features.cls.float().cpu(), dim=-1)
+            return (image @ weights.T).double().numpy()
+        return cosine
+
+    def own_score(features):
+        columns = [model.similarity(features, texts[i:i + TEXT_CHUNK]) for i in range(0, len(texts), TEXT_CHUNK)]
+        scores = torch.cat(columns, dim=1).double().numpy()
+        return scores.reshape(len(features), n_classes, n_templates).mean(axis=2)
+    return own_score
+
+
+def evaluate_zeroshot(models: dict, class_set, templates=None, work_file: str | os.PathLike | None = None,
+                      progress: bool = True, batch: int = BATCH, **read) -> dict:
+    """The module docstring's results for ``models`` ({name: loaded Model}) on ``class_set`` (a ``ClassSet``,
+    or a folder read with ``read``: layout, limit, allow_pickle, classnames). ``templates``: "openai"
+    (default), "simple", a file, or a list of strings with ``{}``."""
+    dataset = class_set if isinstance(class_set, ClassSet) else read_class_set(class_set, **read)
+    if isinstance(templates, (list, tuple)):
+        chosen, source = list(templates), f"given ({len(templates)})"
+    else:
+        chosen, source = read_templates(templates)
+    digest = hashlib.sha256(json.dumps([dataset.classnames, chosen]).encode()).hexdigest()[:16]
+    header = {"format": FORMAT, "layout": dataset.layout, "root": str(dataset.root), "classes": digest}
+    work = WorkFile(work_file, header) if work_file else MemoryWork(header)
+    timing = {}
+    for name, model in models.items():
+        todo = [p for p in dataset.pictures if key(name, p.id) not in work and key(SKIPPED, p.id) not in work]
+        started = time.perf_counter()
+        if todo:
+            scorer = class_scorer(model, dataset.classnames, chosen)
+            for start in progress_bar(range(0, len(todo), batch), progress, f"{name}: zero-shot", unit="batch"):
+                score_batch(name, model, scorer, todo[start:start + batch], work)
+        timing[name] = {"pictures": len(todo), "seconds": round(time.perf_counter() - started, 3)}
+    return results(models, dataset, work, source, len(chosen), timing)
+
+
+def key(model: str, picture: str) -> str:
+    return json.dumps([model, picture])
+
+
+def score_batch(name: str, model, scorer, pictures, work) -> None:
+    images, kept, records = [], [], []
+    for picture in pictures:
+        try:
+            images.append(picture.image())
+            kept.append(picture)
+        except (ExplorerError, OSError, ValueError) as error:
+            reason = str(error) if isinstance(error, ExplorerError) else f"picture unreadable: {error}"
+            records.append({"key": key(SKIPPED, picture.id), "picture": picture.id, "skipped": reason})
+    if kept:
+        scores = scorer(model.encode_image(images))
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :TOP]
+        records += [{"key": key(name, p.id), "model": name, "picture": p.id, "label": p.label,
+                     "top": [int(c) for c in row]} for p, row in zip(kept, best)]
+    work.add(*records)  # one write per batch: a kill loses at most this batch
+
+
+def results(models: dict, dataset: ClassSet, work, templates_from: str, n_templates: int, timing: dict) -> dict:
+    skipped = skip_reasons(work, (key(SKIPPED, picture.id) for picture in dataset.pictures))
+    entries = []
+    for name, model in models.items():
+        found = [work.records[key(name, p.id)] for p in dataset.pictures if key(name, p.id) in work]
+        top1 = [r["top"][0] == r["label"] for r in found]
+        top5 = [r["label"] in r["top"][:TOP] for r in found]
+        entries.append({"name": name, "method": getattr(model, "method_name", "?"),
+                        "score": str(getattr(model, "score_label", "") or ""),
+                        "top1": float(np.mean(top1)) if found else None,
+                        "top5": float(np.mean(top5)) if found else None, "n": len(found)})
+    return {"format": FORMAT,
+            "dataset": {"layout": dataset.layout, "root": str(dataset.root), "classes": len(dataset.classnames),
+                        "classnames_from": dataset.names_from, "templates_from": templates_from,
+                        "templates": n_templates, "pictures": len(dataset.pictures),
+                        "skipped": skipped_by_reason(dataset.skipped),
+                        "skipped_examples": [[s.item, s.reason] for s in dataset.skipped[:20]],
+                        "notes": list(dataset.notes)},
+            "models": entries, "skipped_pictures": skipped, "timing": timing}
+
+
+def csv_rows(result: dict) -> list[list]:
+    rows = [["model", "method", "top1", "top5", "n"]]
+    rows += [[m["name"], m["method"], m["top1"], m["top5"], m["n"]] for m in result["models"]]
+    return rows
+
+
+def table(result: dict) -> str:
+    rows = [["model", "method", "top-1", "top-5", "n"]]
+    rows += [[m["name"], m["method"], *("-" if m[k] is None else f"{100 * m[k]:.1f}" for k in ("top1", "top5")),
+              str(m["n"])] for m in result["models"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n" for row in rows)
+
+
+__all__ = ["BATCH", "FORMAT", "class_scorer", "csv_rows", "evaluate_zeroshot", "prompts", "results", "table"]
