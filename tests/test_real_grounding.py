@@ -82,7 +82,8 @@ def test_box_numbers_and_baselines(tmp_path, model):
     models = {m["name"]: m for m in result["models"]}
     assert models["clip"]["kinds"]["generic"]["miou"] is None  # box truth: no mIoU
     assert models["uniform"]["method"] == "baseline"
-    assert models["uniform"]["kinds"]["baseline"] == {"miou": None, "pointing": 0.0, "auroc": 0.5, "n_units": 2}
+    assert models["uniform"]["kinds"]["baseline"] == {"miou": None, "oiou": None, "box_accuracy": None, "pointing": 0.0,
+                                                      "auroc": 0.5, "n_units": 2}
     centre = models["centre-box"]["kinds"]["baseline"]
     # the centre of 50x40 is the pixel corner (25, 20): its four pixels, none inside either box
     assert centre["pointing"] == 0.0 and centre["n_units"] == 2
@@ -134,12 +135,14 @@ def test_cli_writes_the_json_contract_and_csv(tmp_path, monkeypatch, capsys):
     assert set(result) >= {"dataset", "models", "units"}
     assert [m["name"] for m in result["models"]] == ["demo-clip-base", "centre-box", "uniform"]
     clip = result["models"][0]
-    assert clip["method"] == "clip" and set(clip["kinds"]["generic"]) == {"miou", "pointing", "auroc", "n_units"}
+    assert clip["method"] == "clip" and set(clip["kinds"]["generic"]) == {"miou", "oiou", "box_accuracy", "pointing", "auroc",
+                                                                                   "n_units"}
     assert 0 <= clip["kinds"]["generic"]["miou"] <= 1 and clip["kinds"]["generic"]["n_units"] == 2
     unit = result["units"][0]
     assert unit["picture"] == "1-data" and unit["truth"] == "mask" and "generic" in unit["scores"]["demo-clip-base"]
     rows = list(csv.reader(table.open()))
-    assert rows[0] == ["model", "method", "kind", "miou", "pointing", "auroc", "n_units"] and len(rows) == 4
+    assert rows[0] == ["model", "method", "kind", "miou", "oiou", "box_accuracy", "pointing", "auroc", "n_units"]
+    assert len(rows) == 4
     assert (tmp_path / "results.json.work.jsonl").is_file()
     assert "wrote" in capsys.readouterr().out
     assert main(["--checkpoints", str(ZOO), "eval-grounding", "--model", "demo-clip-base", "--data",

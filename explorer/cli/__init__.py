@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from explorer.cli import export, figures, generation, grounding, jobs, methods, results, retrieval
+from explorer.cli import refer_data  # `explorer data refer-twin`
 from explorer.cli import negatives, zeroshot  # `explorer eval-negatives | eval-zeroshot`, their data twins
 from explorer.cli.common import add_precision_argument, zoo_from_args
 from explorer.core.errors import ExplorerError
@@ -122,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument("--samples", action="store_true", help="also write samples.jsonl for `explorer train`")
     synth.add_argument("--overwrite", action="store_true")
     synth.set_defaults(run=_run_data_synth)
+    refer_data.add_data_commands(data)
     negatives.add_data_commands(data)
     zeroshot.add_data_commands(data)
 

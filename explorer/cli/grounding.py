@@ -1,5 +1,6 @@
 """`explorer eval-grounding`: models' sentence maps scored on real annotated pictures (DCI, PNG, Flickr30k
-Entities, IIW-400); JSON out, a CSV table optionally; resumable through `<out>.work.jsonl`."""
+Entities, IIW-400, RefCOCO/RefCOCO+/RefCOCOg as the refer toolkit lays them out, with box grounding);
+JSON out, a CSV table optionally; resumable through `<out>.work.jsonl`."""
 
 from __future__ import annotations
 
@@ -13,13 +14,24 @@ from explorer.core.errors import ExplorerError
 
 def add_commands(commands) -> None:
     parser = commands.add_parser("eval-grounding", help="score sentence maps on a real grounding dataset "
-                                                        "(DCI, PNG, Flickr30k Entities, IIW-400); write JSON")
+                                                        "(DCI, PNG, Flickr30k Entities, IIW-400, RefCOCO); "
+                                                        "write JSON")
     parser.set_defaults(run=_run)
     parser.add_argument("--model", action="append", dest="models", required=True, metavar="NAME",
                         help="zoo name, manifest .json or weights file; repeat for several")
     parser.add_argument("--data", type=Path, required=True, help="the dataset folder (layout detected)")
-    parser.add_argument("--split", help="default: the layout's (DCI: all, PNG: val, Flickr30k Entities: test)")
-    parser.add_argument("--layout", help="read the folder in this layout (dci, png, flickr30k_entities, iiw)")
+    parser.add_argument("--split", help="default: the layout's (DCI: all, PNG: val, Flickr30k Entities: test, "
+                                        "RefCOCO: val; testA, testB, test as its refs hold them)")
+    parser.add_argument("--layout", help="read the folder in this layout (dci, png, flickr30k_entities, iiw, refcoco)")
+    parser.add_argument("--dataset", choices=("refcoco", "refcoco+", "refcocog"),
+                        help="refcoco layout: which of the root's folders (default: refcoco when present)")
+    parser.add_argument("--split-by", choices=("unc", "umd", "google"),
+                        help="refcoco layout: the refs file, refs(<split-by>).p (default: unc; refcocog: umd)")
+    parser.add_argument("--images", type=Path, metavar="DIR",
+                        help="refcoco layout: the COCO train2014 pictures (default: ROOT/images/mscoco/images/train2014)")
+    parser.add_argument("--proposals", type=Path, metavar="FILE",
+                        help="refcoco layout: box grounding picks among these detections ({\"dets\": [{\"box\": "
+                             "[x, y, w, h], \"image_id\", \"score\"}]}) instead of the picture's COCO boxes")
     parser.add_argument("--kind", action="append", dest="kinds", metavar="K",
                         help="map kind to score (repeat; default: every kind each model offers)")
     parser.add_argument("--units", choices=("sentence", "phrase"), help="default: the layout's (PNG offers both)")
@@ -53,7 +65,9 @@ def _run(args) -> int:
 
     if not args.data.exists():
         raise ExplorerError(f"no dataset at {args.data}: the path does not exist")
-    dataset = read_grounding_set(args.data, split=args.split, units=args.units, limit=args.limit, layout=args.layout)
+    options = {"dataset": args.dataset, "split_by": args.split_by, "images": args.images, "proposals": args.proposals}
+    dataset = read_grounding_set(args.data, split=args.split, units=args.units, limit=args.limit, layout=args.layout,
+                                 options=options)
     print(dataset.summary())
     models = _models(args)
     result = evaluate_grounding(models, dataset, kinds=args.kinds, work_file=work_path(args.out),

@@ -1,10 +1,14 @@
-"""Grounding on real annotated pictures (DCI, PNG, Flickr30k Entities, IIW): where each model's maps land.
+"""Grounding on real annotated pictures (DCI, PNG, Flickr30k Entities, IIW, RefCOCO): where each model's maps land.
 
 ``evaluate_grounding(models, grounding_set)`` scores, for every model and map kind (default: every
 kind the model offers, per-head variants left out, as ``explorer eval`` does), every unit of a
 ``GroundingSet`` (``explorer.data.grounding_sets``):
 
-- ``iou``: IoU of the map's Otsu mask with the truth mask (mask truth only; None for box truth);
+- ``iou``: IoU of the map's Otsu mask with the truth mask (mask truth only; None for box truth); the
+  mask's intersection and union pixel counts too, for the cumulative IoU (``oiou`` = the sum of the
+  intersections over the sum of the unions, the referring-segmentation literature's second figure);
+- ``box_iou``: where the unit names a ``target`` box among its picture's proposals (RefCOCO), the IoU
+  of the proposal its map picks (``box_grounding``: ReCLIP's protocol) with that box;
 - ``pointing``: the map's peak lies in the truth (mask or box; ``pointing_hits``: every peak pixel);
 - ``auroc``: pixel AUROC of the truth against the rest of the picture (None when the truth covers it).
 Scoring goes through ``explorer.grounding.metrics.score_maps`` / ``pixel_auroc``, as the benchmark's.
@@ -23,10 +27,12 @@ at most one picture. A picture that cannot be opened, or whose masks do not deco
 its reason; its units are counted under ``skipped_units``.
 
 The returned dict (the JSON ``explorer eval-grounding`` writes): ``dataset`` (what was read, what was
-left out and why), ``notes``, ``models`` ([{name, method, kinds: {kind: {miou, pointing, auroc,
-n_units}}, label_only?}]), ``units`` ([{picture, picture_index, text, truth, label_only, scores:
-{model: {kind: {iou, pointing, auroc}}}}]) and ``skipped_units``. Fractions, not percents; ``n_units``
-counts the units scored; DCI's label-only units are scored apart (``label_only``), not in ``n_units``.
+left out and why), ``notes``, ``models`` ([{name, method, kinds: {kind: {miou, oiou, box_accuracy,
+pointing, auroc, n_units}}, label_only?}]), ``units`` ([{picture, picture_index, text, truth, label_only,
+scores: {model: {kind: {iou, pointing, auroc, box_iou}}}}]) and ``skipped_units``. Fractions, not
+percents; ``n_units`` counts the units scored; ``box_accuracy`` is the share of picks with IoU >= 0.5
+(None where the set has no target boxes); oIoU and the IoUs are counted at the working size. DCI's
+label-only units are scored apart (``label_only``), not in ``n_units``.
 """
 
 from __future__ import annotations
@@ -42,10 +48,11 @@ from explorer.data.grounding_sets import read_grounding_set
 from explorer.data.grounding_sets.base import BOX, GroundingSet, skipped_by_reason
 from explorer.data.grounding_sets.truth import RESIZE_NOTE, unit_truths
 from explorer.evaluation.baselines import centre_box_mask, centre_point_map
+from explorer.evaluation.box_grounding import HIT_IOU, picked_iou
 from explorer.evaluation.grounding_eval import native_kind, scored_kinds
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.work_file import MemoryWork, WorkFile
-from explorer.grounding.metrics import pixel_auroc, score_maps
+from explorer.grounding.metrics import otsu_masks, pixel_auroc, score_maps
 from explorer.grounding.sentence_maps import WORKING_SIDE, working_picture
 from explorer.grounding.truth import ASPECT_TOLERANCE
 
@@ -66,6 +73,8 @@ def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | Non
     plan.update({name: [BASELINE_KIND] for name in BASELINES})
     header = {"format": FORMAT, "layout": dataset.layout, "root": str(dataset.root), "split": dataset.split,
               "units": dataset.units_kind, "working_side": int(working_side)}
+    if dataset.extra:  # the layout's options (RefCOCO's dataset, split_by, proposals): another run, another file
+        header["options"] = dict(dataset.extra)
     work = WorkFile(work_file, header) if work_file else MemoryWork(header)
     for index in progress_bar(range(len(dataset.pictures)), progress, "grounding", unit="picture"):
         score_picture(models, plan, dataset, index, work, working_side)
@@ -110,6 +119,7 @@ def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, w
         return
     units = [dataset.units[i] for i in dataset.units_of(index)]
     boxes = [unit.truth == BOX for unit in units]
+    targets = [unit.target for unit in units]
     records = []
     for name, kind in missing:
         if name in BASELINES:
@@ -119,7 +129,7 @@ def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, w
             dense = picture.caption or None if getattr(model, "uses_dense_caption", False) else None
             maps = np.asarray(model.sentence_maps(image, [u.text for u in units], kind, dense_caption=dense).maps)
             predicted = None
-        scores = unit_scores(maps, truth, boxes, predicted)
+        scores = unit_scores(maps, truth, boxes, predicted, picks=(picture.proposals, targets, picture.size))
         records.append({"key": record_key(name, kind, picture.id), "model": name, "kind": kind,
                         "picture": picture.id, "scores": scores})
     work.add(*records)  # one write per picture: a kill loses at most this picture
@@ -145,13 +155,22 @@ def baseline_maps(name: str, shape) -> tuple[np.ndarray, np.ndarray | None]:
     return np.zeros(shape, dtype=np.float64), None
 
 
-def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None) -> list[list]:
-    """[iou or None, pointing hit, auroc or None] per unit; iou is None for box truth."""
-    if predicted is None and all(boxes):  # no mIoU to report: spare the Otsu thresholds
-        predicted = np.zeros(truth.shape, dtype=bool)
+def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None, picks=None) -> list[list]:
+    """[iou or None, pointing hit, auroc or None, intersection, union, box_iou or None] per unit; iou,
+    intersection and union are None for box truth. ``picks``: (proposals, target box per unit, frame) for
+    box grounding (``box_grounding.picked_iou``); box_iou is None for a unit without a target."""
+    if predicted is None:  # no mIoU to report for box truth: spare the Otsu thresholds
+        predicted = np.zeros(truth.shape, dtype=bool) if all(boxes) else otsu_masks(maps)
+    predicted = np.asarray(predicted, dtype=bool)
     ious, hits = score_maps(maps, truth, predicted=predicted)
-    return [[None if box else float(iou), bool(hit), pixel_auroc(values, mask, ~mask)]
-            for values, mask, iou, hit, box in zip(maps, truth, ious, hits, boxes)]
+    proposals, targets, frame = picks if picks is not None else ((), [None] * len(boxes), None)
+    rows = []
+    for values, mask, guess, iou, hit, box, target in zip(maps, truth, predicted, ious, hits, boxes, targets):
+        inter = None if box else int(np.count_nonzero(guess & mask))
+        union = None if box else int(np.count_nonzero(guess | mask))
+        rows.append([None if box else float(iou), bool(hit), pixel_auroc(values, mask, ~mask), inter, union,
+                     picked_iou(np.asarray(values, dtype=np.float64), proposals, target, frame)])
+    return rows
 
 
 def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side: int) -> dict:
@@ -173,9 +192,11 @@ def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side:
                     record = work.records.get(record_key(name, kind, picture.id))
                     if record is None:
                         continue
-                    iou, hit, auroc = record["scores"][position]
-                    entry["scores"].setdefault(name, {})[kind] = {"iou": iou, "pointing": hit, "auroc": auroc}
-                    pools.setdefault((name, kind, unit.label_only), []).append((iou, hit, auroc))
+                    iou, hit, auroc, *more = record["scores"][position]  # a work file of before oIoU: 3 values
+                    inter, union, box = (more + [None] * 3)[:3]
+                    entry["scores"].setdefault(name, {})[kind] = {"iou": iou, "pointing": hit, "auroc": auroc,
+                                                                  "box_iou": box}
+                    pools.setdefault((name, kind, unit.label_only), []).append((iou, hit, auroc, inter, union, box))
             units_out.append(entry)
     return {"format": FORMAT, "dataset": dataset_block(dataset),
             "notes": [RESIZE_NOTE, f"maps drawn at the working size: long side at most {working_side} px",
@@ -185,13 +206,19 @@ def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side:
 
 
 def summary(scores: list) -> dict:
-    """{miou, pointing, auroc, n_units} of (iou, hit, auroc) triples; None where nothing to average."""
+    """{miou, oiou, box_accuracy, pointing, auroc, n_units} of (iou, hit, auroc, intersection, union, box_iou)
+    tuples; None where nothing to average."""
     def mean(values):
         values = [v for v in values if v is not None]
         return float(np.mean(values)) if values else None
 
-    return {"miou": mean(s[0] for s in scores), "pointing": mean(float(s[1]) for s in scores),
-            "auroc": mean(s[2] for s in scores), "n_units": len(scores)}
+    pairs = [(s[3], s[4]) for s in scores if s[3] is not None]
+    unions = sum(union for _, union in pairs)
+    oiou = sum(inter for inter, _ in pairs) / unions if unions else (1.0 if pairs else None)  # all empty: mask_iou's 1
+    return {"miou": mean(s[0] for s in scores), "oiou": None if oiou is None else float(oiou),
+            "box_accuracy": mean(None if s[5] is None else float(s[5] >= HIT_IOU) for s in scores),
+            "pointing": mean(float(s[1]) for s in scores), "auroc": mean(s[2] for s in scores),
+            "n_units": len(scores)}
 
 
 def model_entry(name: str, model, kinds: list[str], pools: dict) -> dict:
@@ -214,11 +241,12 @@ def dataset_block(dataset: GroundingSet) -> dict:
 
 
 def csv_rows(result: dict) -> list[list]:
-    """One row per model and kind: model, method, kind, miou, pointing, auroc, n_units."""
-    rows = [["model", "method", "kind", "miou", "pointing", "auroc", "n_units"]]
+    """One row per model and kind: model, method, kind, miou, oiou, box_accuracy, pointing, auroc, n_units."""
+    columns = ["miou", "oiou", "box_accuracy", "pointing", "auroc", "n_units"]
+    rows = [["model", "method", "kind", *columns]]
     for model in result["models"]:
         for kind, s in model["kinds"].items():
-            rows.append([model["name"], model["method"], kind, s["miou"], s["pointing"], s["auroc"], s["n_units"]])
+            rows.append([model["name"], model["method"], kind, *(s.get(c) for c in columns)])
     return rows
 
 

@@ -84,6 +84,15 @@ def pointing_game(maps, truth, tolerance: int = 0) -> float:
     return float(pointing_hits(maps, truth, tolerance).mean())
 
 
+def otsu_masks(maps) -> np.ndarray:
+    """bool [M, H, W]: each map's Otsu mask, empty for a map with no finite value (``score_maps``'s masks)."""
+    from explorer.grounding.masks import otsu_mask
+
+    values = _as_float(maps)
+    return np.stack([otsu_mask(one)[0] if np.isfinite(one).any() else np.zeros(one.shape, dtype=bool)
+                     for one in values]) if len(values) else np.zeros(values.shape, dtype=bool)
+
+
 def score_maps(maps, truth, predicted=None) -> tuple[list[float], list[bool]]:
     """(IoU, pointing hit) of each map of a stack [M, H, W] against its true mask [M, H, W].
 
@@ -104,15 +113,12 @@ def score_maps(maps, truth, predicted=None) -> tuple[list[float], list[bool]]:
     #   leave an all-NaN map out of its pointing mean; it now counts it, as the benchmark does.)
     # - An empty truth mask: IoU 1 when the predicted mask is empty too (nothing to find, nothing
     #   found: ``mask_iou``), else 0; the pointing game misses (no peak pixel lies inside it).
-    from explorer.grounding.masks import otsu_mask
-
     values, masks = _as_float(maps), _as_bool(truth)
     if values.ndim != 3:
         raise ValueError(f"expected a stack of maps [M, H, W], got shape {values.shape}")
     _same_shape(values, masks, "maps", "truth masks")
     if predicted is None:
-        predicted = [otsu_mask(one)[0] if np.isfinite(one).any() else np.zeros(one.shape, dtype=bool)
-                     for one in values]
+        predicted = otsu_masks(values)
     else:
         predicted = _as_bool(predicted)
         _same_shape(predicted, masks, "predicted masks", "truth masks")

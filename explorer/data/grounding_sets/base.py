@@ -2,7 +2,8 @@
 
 A unit is one text (a sentence, a phrase, an object's description) with its truth: a mask
 (``truth == "mask"``: the union of the picture's masks named in ``segments``) or a box
-(``truth == "box"``: the union of ``boxes``, (x0, y0, x1, y1) with exclusive ends). Boxes and
+(``truth == "box"``: the union of ``boxes``, (x0, y0, x1, y1) with exclusive ends). A unit may also
+name one ``target`` box among its picture's ``proposals`` (box grounding: RefCOCO). Boxes and
 masks are in the picture's annotation frame, ``GroundingPicture.size`` (width, height): its
 original pixels. The picture's ``caption`` is its full long caption, the context of its units.
 
@@ -34,6 +35,7 @@ class GroundingUnit:
     boxes: tuple[tuple[float, float, float, float], ...] = ()  # BOX truth, in the annotation frame
     segments: tuple[str, ...] = ()  # MASK truth: keys of the picture's masks (DCI mask idx, PNG segment id)
     label_only: bool = False  # a DCI mask with a label but no usable caption: reported apart, not in n_units
+    target: tuple[float, float, float, float] | None = None  # the referred object's box (box grounding), if any
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class GroundingPicture:
     caption: str  # the picture's full long caption
     size: tuple[int, int]  # (width, height) of the annotation frame: boxes and masks are in these pixels
     source: Path | None = None  # where its masks are (a DCI annotation file, a panoptic PNG)
+    proposals: tuple[tuple[float, float, float, float], ...] = ()  # boxes a unit's map picks from (box grounding)
+    regions: dict = field(default_factory=dict, compare=False)  # masks kept as their encodings (RefCOCO's)
 
 
 @dataclass(frozen=True)

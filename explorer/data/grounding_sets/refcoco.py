@@ -1,0 +1,267 @@
+"""RefCOCO, RefCOCO+ and RefCOCOg (G-Ref) as the refer toolkit lays them out: referring expressions on COCO.
+
+Layout (the toolkit's ``data/`` folder)::
+
+    <root>/refcoco/instances.json     COCO: images (id, file_name, width, height), annotations (id, image_id,
+                                       category_id, bbox [x, y, w, h], segmentation: polygons or RLE),
+                                       categories
+    <root>/refcoco/refs(unc).p        a pickled list of refs: ref_id, ann_id, image_id, category_id, split,
+                                       sentences [{sent, raw, tokens, sent_id}], sent_ids
+    <root>/refcoco+/...               the same, refs(unc).p
+    <root>/refcocog/...               refs(umd).p (the default) or refs(google).p
+    <root>/images/mscoco/images/train2014/COCO_train2014_<id:012d>.jpg   (or ``images=DIR``)
+
+``dataset`` picks the folder (default: refcoco when present, else the first present), ``split_by`` the
+refs file (refcoco and refcoco+: unc; refcocog: umd; google where it is there), ``split`` one of the
+splits that the refs hold (unc: train, val, testA, testB; umd: train, val, test; default val).
+
+The refs pickle is read with ``explorer.data.plain_pickle`` (no global is resolved: a pickle naming a
+class or a function is refused, nothing in it runs). One unit per sentence of each ref of the split (its
+``sent``, the toolkit's cleaned text; ``raw`` when there is no ``sent``); its truth is the referred
+annotation's mask, and its ``target`` the annotation's box, picked among the picture's ``proposals``
+(box grounding, ReCLIP's protocol): the picture's own COCO annotation boxes, or a detections file
+``{"dets": [{"box": [x, y, w, h], "image_id", "score"}]}`` (``proposals=FILE``).
+
+Skipped and counted with the reason: a ref that is malformed or names an annotation instances.json
+lacks, a referred box of zero area, a segmentation that does not decode (a polygon outside the picture,
+an RLE of another size, an empty mask: ``explorer.data.coco_masks``), a picture that is missing, a
+proposal of zero area or a malformed detection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from explorer.data.coco_masks import SegmentationIssue, decode
+from explorer.data.errors import DatasetError
+from explorer.data.grounding_sets.base import (MASK, SENTENCE, GroundingPicture, GroundingSet, SetBuilder,
+                                               canonical_id, check_units, clean_text)
+from explorer.data.plain_pickle import load_plain
+from explorer.data.retrieval_sets.manifest import read_json
+
+NAME = "refcoco"
+DATASETS = ("refcoco", "refcoco+", "refcocog")
+SPLIT_BY = {"refcoco": ("unc", "google"), "refcoco+": ("unc",), "refcocog": ("umd", "google")}  # default first
+LABELS = {"refcoco": "RefCOCO", "refcoco+": "RefCOCO+", "refcocog": "G-Ref"}  # as CAFT's and SEPS's tables name them
+IMAGES = Path("images", "mscoco", "images", "train2014")
+EXPECTS = ("refcoco/, refcoco+/ or refcocog/ holding instances.json and refs(unc).p, refs(umd).p or "
+           "refs(google).p; pictures under images/mscoco/images/train2014/")
+UNITS = (SENTENCE,)
+DEFAULT_SPLIT = "val"
+COCO_BOXES = "the picture's COCO annotation boxes"
+
+
+def matches(root: Path) -> bool:
+    return any((Path(root) / name / "instances.json").is_file() for name in DATASETS)
+
+
+def refs_file(folder: Path, split_by: str) -> Path:
+    return folder / f"refs({split_by}).p"
+
+
+def table_label(dataset: str, split: str, split_by: str | None = None) -> str:
+    """How a paper's table names a column: "RefCOCO val", "G-Ref val" (refcocog's umd), "G-Ref val (google)"."""
+    default = SPLIT_BY[dataset][0]
+    return f"{LABELS[dataset]} {split}" + ("" if split_by in (None, default) else f" ({split_by})")
+
+
+def choose_dataset(root: Path, dataset: str | None) -> str:
+    if dataset is None:
+        present = [name for name in DATASETS if (root / name / "instances.json").is_file()]
+        return present[0] if present else DATASETS[0]
+    if dataset not in DATASETS:
+        raise DatasetError(f"the refer toolkit's datasets are {', '.join(DATASETS)}, not {dataset!r}")
+    return dataset
+
+
+def choose_split_by(dataset: str, split_by: str | None) -> str:
+    if split_by is None:
+        return SPLIT_BY[dataset][0]
+    if split_by not in SPLIT_BY[dataset]:
+        raise DatasetError(f"{dataset} comes split by {' or '.join(SPLIT_BY[dataset])}, not {split_by!r}")
+    return split_by
+
+
+def read_refs(folder: Path, split_by: str) -> list:
+    file = refs_file(folder, split_by)
+    if not file.is_file():
+        present = sorted(p.name for p in folder.glob("refs(*).p"))
+        raise DatasetError(f"{folder} lacks {file.name} (the refer toolkit's refs of {folder.name} split by "
+                           f"{split_by})" + (f"; it holds {', '.join(present)}" if present else ""))
+    refs = load_plain(file)
+    if not isinstance(refs, list):
+        raise DatasetError(f"{file}: expected a list of refs, not {type(refs).__name__}")
+    return refs
+
+
+def read_instances(folder: Path) -> tuple[dict, dict, dict]:
+    """(image id -> image, annotation id -> annotation, image id -> [annotations]) of instances.json."""
+    file = folder / "instances.json"
+    if not file.is_file():
+        raise DatasetError(f"{folder} lacks instances.json (the COCO annotations the refs point at)")
+    data = read_json(file, "COCO instances: images, annotations, categories", dict)
+    images = {canonical_id(i.get("id")): i for i in data.get("images") or [] if isinstance(i, dict)}
+    annotations, by_image = {}, {}
+    for item in data.get("annotations") or []:
+        if isinstance(item, dict) and item.get("id") is not None:
+            annotations[canonical_id(item["id"])] = item
+            by_image.setdefault(canonical_id(item.get("image_id")), []).append(item)
+    return images, annotations, by_image
+
+
+def corners(bbox) -> tuple[float, float, float, float] | None:
+    """(x0, y0, x1, y1) of a COCO [x, y, w, h], or None when it is malformed or of zero area."""
+    try:
+        x, y, w, h = (float(v) for v in bbox)
+    except (TypeError, ValueError):
+        return None
+    if not (w > 0 and h > 0) or any(v != v for v in (x, y)):  # NaN and zero or negative sides
+        return None
+    return (x, y, x + w, y + h)
+
+
+def read_detections(file: Path, builder: SetBuilder) -> dict[str, list[tuple]]:
+    """image id -> proposal boxes (x0, y0, x1, y1) of a detections file ``{"dets": [{"box", "image_id", ...}]}``."""
+    if not Path(file).is_file():
+        raise DatasetError(f"no detections file at {file} (expected {{\"dets\": [{{\"box\": [x, y, w, h], "
+                           "\"image_id\": ..., \"score\": ...}]})")
+    data = read_json(file, '{"dets": [{"box": [x, y, w, h], "image_id": ..., "score": ...}]}', dict)
+    dets = data.get("dets")
+    if not isinstance(dets, list):
+        raise DatasetError(f"{file}: expected a \"dets\" list")
+    boxes: dict[str, list[tuple]] = {}
+    for index, det in enumerate(dets):
+        box = corners(det.get("box")) if isinstance(det, dict) and det.get("image_id") is not None else None
+        if box is None:
+            builder.skip(f"detection {index}", "malformed detection or zero-area proposal")
+            continue
+        boxes.setdefault(canonical_id(det["image_id"]), []).append(box)
+    return boxes
+
+
+def coco_proposals(builder: SetBuilder, image_id: str, annotations: list) -> list[tuple]:
+    boxes = []
+    for item in annotations:
+        box = corners(item.get("bbox"))
+        if box is None:
+            builder.skip(f"{image_id}: annotation {item.get('id')}", "zero-area proposal box")
+        else:
+            boxes.append(box)
+    return boxes
+
+
+def sentence_texts(ref: dict) -> list[str]:
+    texts = []
+    for sentence in ref.get("sentences") or []:
+        if isinstance(sentence, dict):
+            texts.append(clean_text(sentence.get("sent")) or clean_text(sentence.get("raw")))
+    return texts
+
+
+def _ref_units(builder: SetBuilder, ref, annotations: dict, size: tuple[int, int]) -> tuple[list[dict], dict]:
+    """(units of one ref, {annotation key: segmentation}); a ref that cannot be used is skipped with why."""
+    where = f"ref {ref.get('ref_id')}"
+    annotation = annotations.get(canonical_id(ref.get("ann_id")))
+    if annotation is None:
+        builder.skip(where, "annotation not in instances.json")
+        return [], {}
+    box = corners(annotation.get("bbox"))
+    if box is None:
+        builder.skip(where, "zero-area box")
+        return [], {}
+    try:
+        decode(annotation.get("segmentation"), size[1], size[0])
+    except SegmentationIssue as issue:
+        builder.skip(where, str(issue).split(" (")[0])
+        return [], {}
+    key = canonical_id(annotation["id"])
+    units = [{"text": text, "truth": MASK, "segments": (key,), "target": box} for text in sentence_texts(ref)]
+    if not units:
+        builder.skip(where, "no sentence")
+    return units, {key: annotation.get("segmentation")}
+
+
+def _grouped(builder: SetBuilder, refs: list, split: str) -> dict[str, list[dict]]:
+    """image id -> refs of ``split``, in the refs' order (a picture's refs become contiguous units)."""
+    grouped: dict[str, list[dict]] = {}
+    for ref in refs:
+        if not isinstance(ref, dict) or ref.get("image_id") is None or ref.get("ann_id") is None:
+            builder.skip("ref", "malformed ref")
+        elif ref.get("split") == split:
+            grouped.setdefault(canonical_id(ref["image_id"]), []).append(ref)
+    return grouped
+
+
+def _size(info: dict) -> tuple[int, int] | None:
+    width, height = info.get("width"), info.get("height")
+    ok = isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0
+    return (width, height) if ok else None
+
+
+def read(root: Path, split: str | None = None, units: str | None = None, limit: int | None = None, *,
+         dataset: str | None = None, split_by: str | None = None, images: str | Path | None = None,
+         proposals: str | Path | None = None) -> GroundingSet:
+    root = Path(root)
+    if not matches(root):
+        raise DatasetError(f"{root} is not a refer toolkit folder: expected {EXPECTS}")
+    dataset = choose_dataset(root, dataset)
+    split_by = choose_split_by(dataset, split_by)
+    folder = root / dataset
+    units = check_units(units, UNITS, NAME)
+    refs = read_refs(folder, split_by)
+    split = split or DEFAULT_SPLIT
+    splits = sorted({ref.get("split") for ref in refs if isinstance(ref, dict) and isinstance(ref.get("split"), str)})
+    if split not in splits:
+        raise DatasetError(f"{dataset} ({split_by}) has splits {', '.join(splits) or 'none'}, not {split!r}")
+    image_info, annotations, by_image = read_instances(folder)
+    picture_dir = Path(images) if images is not None else root / IMAGES
+    if not picture_dir.is_dir():
+        raise DatasetError(f"no pictures folder at {picture_dir} (the COCO train2014 pictures: "
+                           f"{IMAGES.as_posix()} under the root, or --images DIR)")
+    builder = SetBuilder(limit)
+    detections = read_detections(Path(proposals), builder) if proposals is not None else None
+    for image_id, image_refs in _grouped(builder, refs, split).items():
+        if builder.full:
+            break
+        _read_picture(builder, image_id, image_refs, image_info, annotations, by_image, detections, picture_dir,
+                      folder)
+    notes = ["unit: each sentence of each ref (the toolkit's 'sent'); truth: the referred object's mask",
+             f"box grounding proposals: {COCO_BOXES if proposals is None else f'the detections in {proposals}'}"]
+    extra = {"dataset": dataset, "split_by": split_by, "label": table_label(dataset, split, split_by),
+             "proposals": "coco" if proposals is None else str(Path(proposals).resolve()),
+             "images": str(picture_dir.resolve())}
+    return builder.build(NAME, root, split, units, notes=notes, extra=extra)
+
+
+def _read_picture(builder: SetBuilder, image_id: str, refs: list, image_info: dict, annotations: dict,
+                  by_image: dict, detections: dict | None, picture_dir: Path, folder: Path) -> None:
+    info = image_info.get(image_id)
+    size = _size(info) if info is not None else None
+    if size is None:
+        builder.skip(image_id, "image not in instances.json" if info is None else "image without a size")
+        return
+    path = picture_dir / str(info.get("file_name") or f"COCO_train2014_{int(image_id):012d}.jpg")
+    if not path.is_file():
+        builder.skip(path, "picture missing")
+        return
+    units, regions = [], {}
+    for ref in refs:
+        ref_units, ref_regions = _ref_units(builder, ref, annotations, size)
+        units += ref_units
+        regions.update(ref_regions)
+    if detections is None:
+        boxes = coco_proposals(builder, image_id, by_image.get(image_id, []))
+    else:
+        boxes = detections.get(image_id, [])
+    picture = GroundingPicture(id=image_id, path=path, caption="", size=size, source=folder / "instances.json",
+                               proposals=tuple(boxes), regions=regions)
+    builder.add(picture, units)
+
+
+def picture_masks(picture: GroundingPicture, keys) -> dict:
+    """The masks of annotation ids ``keys`` at the picture's size, decoded from the encodings kept at reading."""
+    width, height = picture.size
+    return {key: decode(picture.regions[key], height, width) for key in keys}
+
+
+__all__ = ["DATASETS", "LABELS", "NAME", "SPLIT_BY", "UNITS", "matches", "picture_masks", "read", "table_label"]
