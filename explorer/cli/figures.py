@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from explorer.cli.common import add_precision_argument, model_loader, read_text, zoo_from_args
+from explorer.cli.probe import add_figure_command, replay_swaps
 from explorer.core.errors import ExplorerError
 from explorer.views.figure_style import ANNOTATIONS, FONTS, HEADERS, PRESETS
 from explorer.views.render import COLORMAPS
@@ -26,6 +27,7 @@ def add_commands(commands) -> None:
     add_precision_argument(replay, None)
     replay.add_argument("--allow-pickle", action="store_true")
     replay.set_defaults(run=_run_figure_replay)
+    add_figure_command(figure)  # `explorer figure swaps`: the swap probe's margins and map pairs
     gallery = figure.add_parser("gallery", help="one figure of each kind from the demo zoo, with settings that "
                                                  "replay from any clone (the docs' gallery, docs/figures.md)")
     gallery.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: docs/figures")
@@ -189,6 +191,9 @@ def _run_figure(args) -> int:
 def _run_figure_replay(args) -> int:
     from explorer.views.settings import ViewSettings
 
+    swaps = replay_swaps(args, args.settings)  # a swap figure's settings replay through the probe
+    if swaps is not None:
+        return swaps
     settings = ViewSettings.load(args.settings)
     overrides = {k: getattr(args, k) for k in STYLE_FLAGS if getattr(args, k) is not None}
     overrides.update(preset_resets(args))

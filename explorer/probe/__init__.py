@@ -13,9 +13,9 @@
 
 from explorer.probe.spans import SpanMap, named_object, span_maps
 from explorer.probe.swaps import MAX_SWAPS, MapShift, ModelSwaps, Swap, SwapScores, compare_maps, plan_swaps, swap_scores
-from explorer.probe.text import SwapError, find_word, span_text, swap_text, swappable
+from explorer.probe.text import SwapError, find_word, pick_sentence, span_text, swap_text, swappable
 from explorer.probe.vocabulary import SWAP_TYPES, TYPE_NAMES, alternatives, word_type
 
 __all__ = ["MAX_SWAPS", "MapShift", "ModelSwaps", "SWAP_TYPES", "SpanMap", "Swap", "SwapError", "SwapScores",
-           "TYPE_NAMES", "alternatives", "compare_maps", "find_word", "named_object", "plan_swaps", "span_maps",
+           "TYPE_NAMES", "alternatives", "compare_maps", "find_word", "named_object", "pick_sentence", "plan_swaps", "span_maps",
            "span_text", "swap_scores", "swap_text", "swappable", "word_type"]

@@ -87,6 +87,21 @@ def swap_text(sentence: str, word: Word, replacement: str, fix_article: bool = T
     return before + new + sentence[word.end:]
 
 
+def pick_sentence(caption: str, number) -> str:
+    """Sentence ``number`` (from 1) of a caption as the board splits it, or ``SwapError``."""
+    from explorer.core.sentences import split_sentences
+
+    sentences = split_sentences(caption or "")
+    if not sentences:
+        raise SwapError("the caption has no sentence")
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= len(sentences):
+        raise SwapError(f"sentence {number!r} is past the caption: it has {len(sentences)} "
+                        f"sentence{'s' if len(sentences) > 1 else ''} (number them from 1)")
+    return sentences[number - 1]
+
+
 def span_text(sentence: str, first: int, last: int) -> str:
     """Words ``first`` .. ``last`` (0-based, inclusive) of the sentence, as written: a phrase to map."""
     tokens = words(sentence)
@@ -135,4 +150,4 @@ def _number(value) -> str:
     return str(value + 1) if isinstance(value, int) else repr(value)
 
 
-__all__ = ["MAX_CHARS", "SwapError", "Word", "find_word", "span_text", "swap_text", "swappable", "words"]
+__all__ = ["MAX_CHARS", "SwapError", "Word", "find_word", "pick_sentence", "span_text", "swap_text", "swappable", "words"]
