@@ -442,7 +442,7 @@ def test_pca_joint_fit_is_one_colour_basis(tmp_path):
         np.testing.assert_array_equal(rgb[(m, 0)], rgb[(m, 1)])  # identical input, identical colours
 
     second = write_picture(tmp_path / "two.png", seed=2)
-    chosen = settings(view="pca", image=str(first), images=[str(second)], models=["clip", "caft"])
+    chosen = settings(view="pca", image=str(first), images=[str(second)], models=["clip", "caft"], pca_fit="joint")
     view = compute_pca(models.__getitem__, chosen, cache)
     assert [spy.calls for spy in spies.values()] == [2, 2]
     joint, joint_explained, _ = fit_groups(view, "joint")

@@ -38,7 +38,6 @@ import torch.nn.functional as F
 from explorer.core.errors import ExplorerError
 from explorer.models.features import TextFeatures, copy_features
 from explorer.models.map_kinds import (  # noqa: F401
-    BEST_EXPLAINER,
     CLEARCLIP,
     DESCRIPTIONS,
     EXPLAINER_KINDS,

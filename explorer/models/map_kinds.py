@@ -13,10 +13,10 @@ GRADIENT_KINDS = (GRADCAM, LEGRAD)
 FORWARD_KINDS = (CLEARCLIP, NACLIP)
 EXPLAINER_KINDS = (*GRADIENT_KINDS, *FORWARD_KINDS)
 LEGRAD_LAYERS = 2  # the paper's choice for ViT-B/16
-# The kind a model without a native sentence map opens on, one for every model (a real checkpoint comes
-# unmeasured): on the held-out synthetic world Grad-CAM has the best mIoU and pointing of the explainers for
-# the demo base CLIP and Long-CLIP (docs/explainers.md; GOAL's best is ClearCLIP).
-BEST_EXPLAINER = GRADCAM
+# The kind a model without a native sentence map opens on when its method declares no measured grounding
+# (``Method.measured_grounding``, e.g. a plugin's): Grad-CAM is the best explainer of most measured methods
+# (docs/explainers.md); a measured method opens on its own best (GOAL: ClearCLIP).
+UNMEASURED_DEFAULT = GRADCAM
 DESCRIPTIONS = {
     GRADCAM: "Grad-CAM: the gradient of the model's own score for the sentence at the last block's output, "
              "as channel weights on the patch tokens (ReLU)",

@@ -195,6 +195,15 @@ class Model:
         return self.method.preferred_native_map
 
     @property
+    def measured_grounding(self):
+        """The method's grounding per kind on a held-out evaluation (``Method.measured_grounding``), or None."""
+        return self.method.measured_grounding
+
+    def best_measured_kind(self) -> str | None:
+        """The kind it offers that grounded best when measured (``Method.best_measured_kind``), or None."""
+        return self.method.best_measured_kind()
+
+    @property
     def global_score(self) -> bool:
         """Whether the method's score is the cosine of the global embeddings (no re-ranking needed)."""
         return self.method.global_score

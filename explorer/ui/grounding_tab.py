@@ -12,12 +12,13 @@ import gradio as gr
 from explorer.core.errors import ExplorerError
 from explorer.grounding.budget import CONTEXTS, CaptionAnalysis, analyse_caption
 from explorer.grounding.sentence_maps import MapCache, describe_picture
-from explorer.models.map_kinds import BEST_EXPLAINER, DESCRIPTIONS, GENERIC_MAP
+from explorer.models.map_kinds import GENERIC_MAP
 from explorer.models.methods import discover_methods, get_method, imported_method
 from explorer.ui import grounding_dataset_panel, maps_tab, pca_tab, regions_tab
 from explorer.ui.budget import HEAVY
 from explorer.ui.access import Access
 from explorer.ui.examples import PHOTO_NOTE, page_examples
+from explorer.ui.kind_notes import kind_note
 from explorer.ui.messages import explain
 from explorer.ui.request_rules import scrub_paths
 from explorer.ui.view_controls import Inputs, as_list
@@ -27,6 +28,8 @@ from explorer.zoo import Zoo
 SENTENCE_COLUMNS = ["#", "sentence", "tok", "77", "248"]  # tokens; kept by CLIP (77), by Long-CLIP (248)
 SENTENCE_WIDTHS = ["9%", "49%", "14%", "13%", "15%"]
 PAST = {77: "past 77: CLIP cuts this", 248: "past 248: Long-CLIP cuts this too"}
+RECOUNTING = "Counting the tokens of the caption as typed…"
+UPDATING = "Updating for the models chosen…"
 
 
 def budget_spans(analysis: CaptionAnalysis) -> list[tuple[str, str | None]]:
@@ -128,19 +131,6 @@ def kind_choices(zoo: Zoo, names, method=get_method) -> list[str]:
     return kinds
 
 
-def kind_note(kind) -> str:
-    """One line on what a map kind computes."""
-    if kind == NATIVE:
-        return ("**native**: each model's own sentence map; a model without one (CLIP, Long-CLIP, GOAL) gets its best "
-                f"measured explainer ({BEST_EXPLAINER}).")
-    if kind == GENERIC_MAP:
-        return ("**generic**: the cosine of the sentence embedding with each projected patch token (it often lights "
-                "the background: CLIP's opposite visualisation).")
-    if kind in DESCRIPTIONS:
-        return f"**{kind}**: {DESCRIPTIONS[kind]}."
-    return f"**{kind}**: the method's own map (the Models tab's method list says what each method computes)."
-
-
 def models_summary(zoo: Zoo, names) -> str:
     names = as_list(names)
     if not names:
@@ -208,7 +198,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
             kinds = kind_choices(zoo, defaults, imported_method)
             kind = gr.Dropdown(kinds, value=NATIVE, label="Map kind (native: each model's own)",
                                elem_id="grounding-kind")
-            kind_line = gr.Markdown(kind_note(NATIVE), elem_id="grounding-kind-note")
+            kind_line = gr.Markdown(kind_note(NATIVE, zoo, defaults, imported_method), elem_id="grounding-kind-note")
             model_note = gr.Markdown(models_summary(zoo, defaults), elem_id="model-note")
             with gr.Accordion("Dense caption (read by SEPS; the long caption stands in when empty)", open=False):
                 dense_caption = gr.Textbox(label="Dense caption", lines=3, elem_id="grounding-dense")
@@ -233,12 +223,17 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     def on_models(names, current):
         kinds = kind_choices(zoo, names)
         value = current if current in kinds else NATIVE  # a kind no chosen model offers is not kept
-        return gr.update(choices=kinds, value=value), models_summary(zoo, names)
+        return gr.update(choices=kinds, value=value), models_summary(zoo, names), kind_note(value, zoo, names)
 
+    # The summary and the kind note are marked in the browser at once, before the server's answer: they never
+    # show the previous caption's or models' text as if it were this one's.
+    caption.input(None, None, budget_note, js=f"() => {RECOUNTING!r}", show_progress="hidden")
     caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table])
-    models.change(on_models, inputs=[models, kind], outputs=[kind, model_note])
+    models.input(None, None, kind_line, js=f"() => {UPDATING!r}", show_progress="hidden")
+    models.change(on_models, inputs=[models, kind], outputs=[kind, model_note, kind_line])
     models.input(limit_models, inputs=models, outputs=[models, model_limit], show_progress="hidden")
-    kind.change(kind_note, inputs=kind, outputs=kind_line, show_progress="hidden")
+    kind.change(lambda chosen, names: kind_note(chosen, zoo, names), inputs=[kind, models], outputs=kind_line,
+                show_progress="hidden")
     image.change(describe, inputs=image, outputs=[preview, picture_note], **HEAVY)
 
     def models_load(chosen, current_kind):
@@ -249,7 +244,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     # page was built without the tokenizer and the method modules: the first load imports them (unless the
     # app's warm-up has), the budget in its own event so that it does not wait for every method module.
     loads = [dict(fn=safe_budget, inputs=caption, outputs=[budget_view, budget_note, table]),
-             dict(fn=models_load, inputs=[models, kind], outputs=[models, kind, model_note])]
+             dict(fn=models_load, inputs=[models, kind], outputs=[models, kind, model_note, kind_line])]
     return inputs, loads
 
 

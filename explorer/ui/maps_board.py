@@ -61,6 +61,7 @@ CSS = """
 .mb-hit { color: #067647; font-weight: 600; }
 .mb-miss { color: #b42318; font-weight: 600; }
 .mb-flat { color: #b54708; font-weight: 600; }
+.mb-outside { color: #8a3b00; font-weight: 600; }
 .mb-empty { font-size: 13px; color: var(--body-text-color-subdued); padding: 20px 0; }
 """
 
@@ -112,7 +113,8 @@ def _render(view: MapsView, settings: ViewSettings) -> str:
     cells += [_header(view, settings, m) for m in range(len(view.models))]
     for i in indices:
         cells.append(_sentence_cell(view, i))
-        cells += [_panel(view, m, i, panels.get((m, i), []), scores.get((m, i))) for m in range(len(view.models))]
+        cells += [_panel(view, m, i, panels.get((m, i), []), scores.get((m, i)), settings)
+                  for m in range(len(view.models))]
     return (f'<div class="mb" id="{ELEM_ID}-view" data-stale="false" '
             f'data-models="{len(view.models)}" data-sentences="{len(indices)}">'
             f'{_lines(view)}<div class="mb-grid" style="grid-template-columns: {columns}">'
@@ -169,17 +171,19 @@ def _sentence_cell(view: MapsView, i: int) -> str:
             f'<span class="mb-text">{escape(view.sentences[i])}</span>{cut}</div>')
 
 
-def _panel(view: MapsView, m: int, i: int, panels: list, row: dict | None) -> str:
+def _panel(view: MapsView, m: int, i: int, panels: list, row: dict | None, settings: ViewSettings) -> str:
     model = view.models[m]
+    side = model.mask_sides(settings.threshold)[i] if settings.mask != "none" else None
     pictures = "".join(f'<img alt="{escape(model.name)}, sentence {i + 1}" src="{_data_uri(p.pixels)}">'
                        for p in panels if p.pixels is not None)
     return (f'<figure class="mb-panel" data-map-panel="{escape(model.name)}|{i + 1}" data-number="{i + 1}" '
             f'role="button" tabindex="0" title="Open sentence {i + 1} large for every model">{pictures}'
-            f'<figcaption>{_panel_label(model.flat(i), row)}</figcaption></figure>')
+            f'<figcaption>{_panel_label(model.flat(i), row, side)}</figcaption></figure>')
 
 
-def _panel_label(flat: bool, row: dict | None) -> str:
-    """IoU and hit / miss where truth exists, the mask's share and threshold, a flat map named as such."""
+def _panel_label(flat: bool, row: dict | None, side=None) -> str:
+    """IoU and hit / miss where truth exists, the mask's share (and side: ``MaskSide``) and threshold, a flat
+    map named as such."""
     if flat:
         return f'<span class="mb-flat" data-flat>{FLAT_NOTE}</span>'
     parts = []
@@ -188,8 +192,11 @@ def _panel_label(flat: bool, row: dict | None) -> str:
         if row.get("pointing") is not None:
             hit = "hit" if row["pointing"] else "miss"
             parts.append(f'<span class="mb-{hit}" title="{escape(POINTING_NOTE)}">{hit}</span>')
-    if row is not None:
+    if side is not None and side.outside:
+        parts.append(f'<span class="mb-outside" data-mask-side="outside">{escape(side.label)}</span>')
+    elif row is not None:
         parts.append(f"mask {row['mask %']:.0f}%")
+    if row is not None:
         parts.append(f"t={row['threshold']:.3g}")
     return " · ".join(parts)
 

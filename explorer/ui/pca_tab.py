@@ -1,4 +1,4 @@
-"""PCA maps on the page: models x pictures, fitted jointly or per picture, export.
+"""PCA maps on the page: models x pictures, fitted per model (default), jointly or per picture, export.
 
 "Draw PCA" reads the patch vectors (cached per model, picture and source); switching between
 a joint and a per-picture fit only refits the PCA on those vectors.
@@ -19,6 +19,8 @@ from explorer.views.settings import PCA_FITS, PCA_SOURCES, ViewSettings
 from explorer.zoo import Zoo
 
 MAX_EXTRA_IMAGES = 3
+FIT_LABELS = {"per-model": "per model (each model's own basis)", "joint": "joint (one basis for all models)",
+              "per-image": "per picture"}
 
 
 def status_text(view: PcaView, settings: ViewSettings) -> str:
@@ -62,7 +64,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
     with gr.Row():
         source = gr.Radio(list(PCA_SOURCES), value="features", label="Patch vectors (features or attention rows)",
                           elem_id="pca-source")
-        fit = gr.Radio(list(PCA_FITS), value="joint", label="PCA fitted", elem_id="pca-fit")
+        fit = gr.Radio([(FIT_LABELS[f], f) for f in PCA_FITS], value=PCA_FITS[0], label="PCA fitted",
+                       elem_id="pca-fit")
     run = gr.Button("Draw PCA maps", variant="primary", elem_id="pca-run")
     status = gr.Markdown("The top 3 principal components of each model's patch vectors, as RGB.",
                          elem_id="pca-status")

@@ -155,6 +155,13 @@ def column_updates(found) -> list:
     return updates
 
 
+def query_words(query) -> str:
+    """How the status line names the query: "the text", "picture #3", "your picture"."""
+    if isinstance(query, str):
+        return "the text"
+    return f"picture #{query}" if isinstance(query, int) else "your picture"
+
+
 def run_search(access: Access, load, indexer: Indexer, choice, folder, split, names, query, k) -> list:
     """[status, then ``column_updates``] for one query (text, picture number or PIL picture)."""
     try:
@@ -162,8 +169,7 @@ def run_search(access: Access, load, indexer: Indexer, choice, folder, split, na
         found = view.search(load, as_list(names), dataset, query, k, indexer)
     except Exception as error:  # noqa: BLE001
         return [explain(error), *[gr.update() for _ in range(4 * MAX_MODELS)]]
-    kind = "text" if isinstance(query, str) else f"picture #{query}" if isinstance(query, int) else "your picture"
-    status = f"Top {int(k)} for the {kind} on {dataset.layout} ({dataset.split}), {len(dataset.images)} pictures."
+    status = f"Top {int(k)} for {query_words(query)} on {dataset.layout} ({dataset.split}), {len(dataset.images)} pictures."
     # Why a model has no result is said here, under the search buttons, not only in its column far below.
     status += "".join(f"\n- {view.header_line(one)}" for one in found if one.result is None)
     return [status, *column_updates(found)]

@@ -16,7 +16,7 @@ import numpy as np
 
 from explorer.core.errors import ExplorerError
 from explorer.views.maps_view import MapsView
-from explorer.views.panels import draw_contour, fit_size, outline, resize_maps
+from explorer.views.panels import draw_contour, fit_size, hatch, outline, resize_maps
 from explorer.views.render import overlay
 from explorer.views.settings import ViewSettings
 
@@ -61,6 +61,12 @@ def _outline_xy(mask: np.ndarray) -> tuple[list, list]:
     return xs, ys
 
 
+def _side_note(model, settings: ViewSettings, i: int) -> str:
+    """" · mask: outside the outline, 86 %" where the mask is the background (``MaskSide``), else ""."""
+    side = model.mask_sides(settings.threshold)[i]
+    return f" · {side.label}" if side.outside and settings.mask != "none" else ""
+
+
 def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
     """A plotly figure: for every model, sentence ``sentence``'s map over the picture at working size."""
     import plotly.graph_objects as go
@@ -69,7 +75,8 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
     i = check_sentence(view, sentence)
     width, height = view.picture.size
     # Two lines per title (name, then kind): four side by side stay apart and readable.
-    titles = [f"<b>{m.name}</b><br>{m.kind}" + (" · flat map" if m.flat(i) else "") for m in view.models]
+    titles = [f"<b>{m.name}</b><br>{m.kind}" + (" · flat map" if m.flat(i) else _side_note(m, settings, i))
+              for m in view.models]
     figure = make_subplots(rows=1, cols=len(view.models), subplot_titles=titles, horizontal_spacing=0.02)
     truth = None
     if view.truth is not None and i < len(view.truth.masks) and view.truth.masks[i] is not None:
@@ -85,6 +92,8 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
         mask = model.masks(settings.threshold)[i]
         pixels = np.asarray(overlay(view.picture, values, settings.cmap, settings.opacity, low, high))
         if settings.mask != "none" and not model.flat(i):  # a constant map has no mask to outline
+            if model.mask_sides(settings.threshold)[i].outside:  # the mask is the background: hatched
+                pixels = hatch(pixels, mask)
             pixels = draw_contour(pixels, outline(mask))
         figure.add_trace(go.Image(source=_data_uri(pixels), hoverinfo="skip"), row=1, col=column)
         # The values, invisible, on the same pixels: the hover reads them (a shrunk copy for a large picture).

@@ -116,8 +116,11 @@ def render_kinds(view: KindsView, settings: ViewSettings, side: int | None = Non
                     row.append(Panel(None, f"no {kind} map", scores="no own map" if kind == NATIVE else ""))
                     continue
                 masks = maps.display_masks(settings.threshold, size) if settings.mask != "none" else None
+                side = maps.mask_sides(settings.threshold)[i]
+                outside = side.outside and masks is not None and not maps.flat(i)
                 panel = map_panels(base, maps.resized(size)[i], None if masks is None else masks[i], settings,
-                                   None, None, title=maps.kind, text=view.sentences[i])[0]
+                                   None, None, title=maps.kind, text=view.sentences[i], outside=outside)[0]
+                panel.key = [side.label] if outside else []  # the mask is the background: the figure says so
                 threshold = maps.thresholds(settings.threshold)[i]
                 own = maps.kind if kind == NATIVE else ""  # which of its own maps the column shows
                 panel.scores = ": ".join(part for part in (own, scores[(m, k)][i]) if part)

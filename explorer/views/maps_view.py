@@ -19,9 +19,9 @@ from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
 from explorer.core.errors import InputError
 from explorer.evaluation.grounding_eval import native_kind
-from explorer.grounding.masks import otsu_masks
+from explorer.grounding.masks import MaskSide, mask_side, otsu_masks
 from explorer.grounding.sentence_maps import GroundingResult, MapCache, ground, working_picture
-from explorer.models.map_kinds import BEST_EXPLAINER, GENERIC_MAP
+from explorer.models.map_kinds import GENERIC_MAP, UNMEASURED_DEFAULT
 from explorer.views.panels import (Colorbar, Header, Panel, PanelGrid, fit_size, map_panels, outline, picture_panel,
                                    resize_maps, resize_masks)
 from explorer.views.settings import MODELS_AS_ROWS, NATIVE, ViewSettings
@@ -33,13 +33,17 @@ Loader = Callable[[str], "Model"]
 
 
 def default_kind(model: Model) -> str:
-    """What "native" draws: the method's own sentence map (``native_kind``), else the best measured explainer,
-    else its first other map, else the generic one."""
+    """What "native" draws: the method's own sentence map (``native_kind``), else the kind its method measured
+    best (``Method.measured_grounding``), else Grad-CAM for an unmeasured method, else its first other map,
+    else the generic one."""
     own = native_kind(model)
     if own is not None:
         return own
-    if BEST_EXPLAINER in model.map_kinds:
-        return BEST_EXPLAINER
+    best = model.best_measured_kind() if hasattr(model, "best_measured_kind") else None
+    if best is not None:
+        return best
+    if UNMEASURED_DEFAULT in model.map_kinds:
+        return UNMEASURED_DEFAULT
     return next((k for k in model.map_kinds if k != GENERIC_MAP), GENERIC_MAP)
 
 
@@ -118,6 +122,12 @@ class ModelMaps:
     def masks(self, fraction: float | None) -> np.ndarray:
         """[M, H, W] bool at the working picture's size: each map strictly above its threshold."""
         return self.maps > self.thresholds(fraction)[:, None, None]
+
+    def mask_sides(self, fraction: float | None) -> list[MaskSide]:
+        """Per sentence, which side of its outline the mask lies on (``MaskSide``): every view and figure asks
+        here, so the page, the focus view and the figures hatch and label the same maps."""
+        return self._memo.get(("sides", _threshold_key(fraction)),
+                              lambda: [mask_side(mask) for mask in self.masks(fraction)])
 
     def display_masks(self, fraction: float | None, size: tuple[int, int]) -> list[tuple]:
         """Per sentence (mask, (inner, outer) outline) at ``size``, memoised: a colour change reuses them."""
@@ -350,10 +360,14 @@ def _map_cells(view: MapsView, settings: ViewSettings, size: tuple[int, int], in
         maps = model.resized(size)
         thresholds = model.thresholds(settings.threshold)
         masks = model.display_masks(settings.threshold, size) if settings.mask != "none" else None
+        sides = model.mask_sides(settings.threshold)
         low, high = view.colour_range(settings.scale, m)
         row = {}
         for i in indices:
             title = f"S{i + 1} · t={thresholds[i]:.3g}"
+            outside = sides[i].outside and settings.mask != "none" and not model.flat(i)
+            if outside:  # the mask is the background: say so wherever the panel goes
+                title += " · " + sides[i].label
             cut = model.result.maps.n_cut[i]
             if cut:
                 title += f" · {cut} tokens cut"  # the map saw a truncated sentence
@@ -367,11 +381,12 @@ def _map_cells(view: MapsView, settings: ViewSettings, size: tuple[int, int], in
             if flat:  # a constant map: no mask to draw, and the note says why
                 title, scores = f"S{i + 1} · flat map", FLAT_NOTE + (f", {scores}" if scores else "")
             panels = map_panels(base, maps[i], None if masks is None or flat else masks[i], settings, low, high,
-                                title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask")
+                                title=title, text=view.sentences[i], mask_title=f"S{i + 1} mask", outside=outside)
             if flat and settings.mask == "both":  # keep the columns: an empty cell where its mask would be
                 panels.append(Panel(None, f"S{i + 1} mask", view.sentences[i]))
-            for panel in panels:  # what a figure prints under it, by --annotate
+            for panel in panels:  # what a figure prints under it, by --annotate (the mask's side always)
                 panel.scores, panel.details, panel.sentence = scores, f"t={thresholds[i]:.3g}", i
+                panel.key = [sides[i].label] if outside else []
             row[i] = panels
         cells.append(row)
     return cells

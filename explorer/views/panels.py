@@ -108,22 +108,38 @@ def draw_contour(pixels: np.ndarray, rings: tuple[np.ndarray, np.ndarray]) -> np
     return out
 
 
+HATCH_RGB = np.array([255, 255, 255], np.float32)
+
+
+def hatch(pixels: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Light diagonal stripes over the mask's pixels: the side a mask lies on, where it is the background
+    (``MaskSide.outside``). The stripes' spacing follows the panel's size, so they read at print and at screen."""
+    height, width = mask.shape
+    spacing = max(4, min(height, width) // 24)
+    rows, columns = np.mgrid[:height, :width]
+    stripes = (((rows + columns) % spacing) < max(1, spacing // 4)) & mask
+    out = pixels.copy()
+    out[stripes] = (0.35 * out[stripes] + 0.65 * HATCH_RGB).astype(np.uint8)
+    return out
+
+
 def mask_pixels(mask: np.ndarray) -> np.ndarray:
     """The binary mask itself: white inside, black outside."""
     return np.repeat((mask.astype(np.uint8) * 255)[..., None], 3, axis=2)
 
 
 def map_panels(picture: Image.Image, values: np.ndarray, mask, settings, low, high, title: str, text: str,
-               mask_title: str = "mask") -> list[Panel]:
+               mask_title: str = "mask", outside: bool = False) -> list[Panel]:
     """One sentence drawn as ``settings.mask`` says: the overlay with the mask's contour, the binary
-    mask alone, both side by side, or the bare overlay. ``mask`` is (mask, (inner, outer) rings)."""
+    mask alone, both side by side, or the bare overlay. ``mask`` is (mask, (inner, outer) rings);
+    ``outside``: the mask is the outline's outer side (the background), hatched on the overlay."""
     pixels = np.asarray(overlay(picture, values, cmap=settings.cmap, opacity=settings.opacity, low=low, high=high))
     if mask is None or settings.mask == "none":
         return [Panel(pixels, title, text)]
     binary, rings = mask
     if settings.mask == "mask":
         return [Panel(mask_pixels(binary), title, text)]
-    panels = [Panel(draw_contour(pixels, rings), title, text)]
+    panels = [Panel(draw_contour(hatch(pixels, binary) if outside else pixels, rings), title, text)]
     if settings.mask == "both":
         panels.append(Panel(mask_pixels(binary), mask_title, text))
     return panels

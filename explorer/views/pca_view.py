@@ -1,8 +1,9 @@
 """PCA maps view: the top 3 principal components of each model's patch vectors, as RGB.
 
-Rows are models, columns are pictures. Fitted jointly (default: one basis for everything on
-screen that shares a feature size, so a colour means the same direction everywhere) or per
-picture. Patch vectors are cached per (model, picture, source); refitting and re-drawing never
+Rows are models, columns are pictures. Fitted per model (default: each model's own basis across
+its pictures; models' feature spaces are not aligned), jointly (one basis for everything on screen
+that shares a feature size, so a colour means the same direction everywhere) or per picture.
+Patch vectors are cached per (model, picture, source); refitting and re-drawing never
 run a model.
 """
 

@@ -4,7 +4,7 @@ top k per model, the Recall table, its export, and the queries each model got mo
     dataset = open_dataset(SYNTHETIC)                       # made on first use: the demo models' world
     indexer.submit(store_for(model, dataset))               # the embedding runs in the background
     found = search(zoo.load, ["demo-caft"], dataset, "a red cube ...", k=10)
-    gallery_items(found[0])                                 # [(thumbnail, "#1 · 0.873 · ✓ truth · ...")]
+    gallery_items(found[0])                                 # [(thumbnail, "#1 · 0.873 · ✓ truth · A red...")]
     evaluation.add("demo-caft", *evaluate_model(model, store))
     export_results(evaluation, folder)                      # recall.csv, results.json
 
@@ -149,9 +149,21 @@ def picture_label(dataset: RetrievalSet, index: int) -> str:
     return dataset.image_ids[index] if dataset.image_ids else Path(dataset.images[index]).stem
 
 
+GALLERY_CAPTION_CHARS = 60  # a gallery label's caption start: the thumbnail's one line shows its first words
+
+
+def caption_start(dataset: RetrievalSet, index: int) -> str:
+    """What a gallery label names a picture by: the start of its first caption (its id when it has none), so the
+    one line under a thumbnail reads "#0 · A large red cube…", not "#0 · tes…"."""
+    captions = dataset.captions_of(index)
+    if not captions:
+        return picture_label(dataset, index)
+    return shorten(dataset.captions[captions[0]], GALLERY_CAPTION_CHARS)
+
+
 def query_pictures(dataset: RetrievalSet, limit: int = QUERY_PICTURES) -> list[tuple[Image.Image, str]]:
-    """The first pictures of the dataset, to click as a query: (thumbnail, "#n · id")."""
-    return [(thumbnail(dataset.images[n]), f"#{n} · {picture_label(dataset, n)}")
+    """The first pictures of the dataset, to click as a query: (thumbnail, "#n · its caption's start")."""
+    return [(thumbnail(dataset.images[n]), f"#{n} · {caption_start(dataset, n)}")
             for n in range(min(limit, len(dataset.images)))]
 
 
@@ -351,12 +363,12 @@ def truth_text(result: SearchResult) -> str:
 
 
 def gallery_items(found: ModelSearch) -> list[tuple[Image.Image, str]]:
-    """A text query's pictures for ``gr.Gallery``: (thumbnail, "#1 · 0.873 · ✓ truth · <id>")."""
+    """A text query's pictures for ``gr.Gallery``: (thumbnail, "#1 · 0.873 · ✓ truth · <caption's start>")."""
     if found.result is None or found.result.direction != "t2i":
         return []
     return [(thumbnail(found.dataset.images[hit.index]),
              f"#{rank} · {hit.score:.3f}" + (" · ✓ truth" if hit.is_truth else "")
-             + f" · {picture_label(found.dataset, hit.index)}") for rank, hit in enumerate(found.result.hits, 1)]
+             + f" · {caption_start(found.dataset, hit.index)}") for rank, hit in enumerate(found.result.hits, 1)]
 
 
 CAPTION_COLUMNS = ["rank", "score", "truth", "caption", "its picture"]

@@ -22,7 +22,10 @@ MAX_QUERIES, MAX_K = 8, 20
 MASK_MODES = ("contour", "mask", "both", "none")  # how the Otsu (or manual) mask is drawn
 SCALES = ("map", "model", "shared")  # colour range: each map's own, per model, or one for all
 PCA_SOURCES = ("features", "attention")
-PCA_FITS = ("joint", "per-model", "per-image")  # one basis for all panels, per model row, or per panel
+# One basis per model row (the default: models' feature spaces are not aligned, so each is read on its own
+# axes), one for all panels ("joint": colours mean the same everywhere, one model's row can come out flat), or
+# one per panel.
+PCA_FITS = ("per-model", "joint", "per-image")
 NATIVE = "native"  # each model's own first map kind (generic when it has none)
 MAX_MODELS = 4
 # the sentence maps' figure: a row per sentence and a column per model (the page's), or today's transpose
@@ -60,7 +63,7 @@ class ViewSettings:
     # PCA maps
     images: list[str] = field(default_factory=list)  # more pictures beside ``image`` (PCA compares them)
     pca_source: str = "features"
-    pca_fit: str = "joint"
+    pca_fit: str = "per-model"
     # map kinds compared (`explorer figure kinds`; empty: the explainers and each model's own maps)
     kinds: list[str] = field(default_factory=list)
     # qualitative retrieval (`explorer figure retrieval`)

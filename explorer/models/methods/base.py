@@ -29,6 +29,7 @@ from explorer.models.batch import TrainingBatch  # noqa: F401  (named in annotat
 from explorer.models.features import ImageFeatures, TextFeatures
 from explorer.models.io.checkpoints import KeyReport, RawCheckpoint
 from explorer.models.map_kinds import GENERIC_MAP  # noqa: F401  (re-exported: methods name it from here)
+from explorer.models.measured import MeasuredGrounding
 from explorer.models.preprocess import Preprocess
 from explorer.models.text_tower import TextTower  # noqa: F401  (named in annotations)
 from explorer.models.tokenizer import CLIP_TOKENS, TokenBatch, TokenCounter, tokenize
@@ -58,8 +59,10 @@ class Method:
         title: How the page names it, e.g. "FineLIP".
         native_map_kinds: The method's own map kinds, beside "generic".
         preferred_native_map: Its own sentence map that "native" draws on the page and the evaluation
-            tables score as ``miou_native``; None when it has none (the page then draws the best
-            measured explainer).
+            tables score as ``miou_native``; None when it has none (the page then draws the kind of
+            ``measured_grounding`` with the best grounding).
+        measured_grounding: Its map kinds' mIoU and pointing on a held-out evaluation, with the command
+            that measured them (``explorer.models.measured.MeasuredGrounding``); None: not measured.
         explainer_kinds: The training-free explainers its image tower supports ("gradcam", "legrad",
             "clearclip", "naclip" for a CLIP ViT); () when its tower is not one.
         context_length: Tokens its text tower reads (77, 248, ...).
@@ -277,6 +280,14 @@ class Method:
     # Its own sentence map that "native" draws on the page and that the evaluation tables score as
     # ``miou_native``; None: it has none (the page then draws the best measured explainer).
     preferred_native_map: ClassVar[str | None] = None
+    # Its map kinds' grounding on a held-out evaluation and the command that measured it: a method without its
+    # own sentence map opens on the best of them (``best_measured_kind``); None: not measured (Grad-CAM then).
+    measured_grounding: ClassVar[MeasuredGrounding | None] = None
+
+    def best_measured_kind(self) -> str | None:
+        """The kind it offers that grounded best when measured (``measured_grounding``), or None."""
+        measured = self.measured_grounding
+        return measured.best(self.map_kinds) if measured is not None else None
     # Defaults for a background run (``explorer.jobs``), in the schema of ``explorer/jobs/configs/*.yaml``:
     # {"train": {key: value}, "sources": {key: where from}, "fixed": {...}, "notes": [...]}. A built-in's
     # numbers are in its YAML there (each with its source); a plugin gives them here.
