@@ -15,12 +15,12 @@ from explorer.grounding.sentence_maps import MapCache, describe_picture
 from explorer.models.map_kinds import GENERIC_MAP
 from explorer.models.methods import discover_methods, get_method, imported_method
 from explorer.ui import grounding_dataset_panel, maps_tab, pca_tab, regions_tab
-from explorer.ui.budget import HEAVY
-from explorer.ui.access import Access
+from explorer.serve.budget import HEAVY
+from explorer.serve.access import Access
 from explorer.ui.examples import PHOTO_NOTE, page_examples
 from explorer.ui.kind_notes import kind_note
-from explorer.ui.messages import explain
-from explorer.ui.request_rules import scrub_paths
+from explorer.serve.messages import explain
+from explorer.serve.request_rules import scrub_paths
 from explorer.ui.view_controls import Inputs, as_list
 from explorer.views.settings import MAX_MODELS, NATIVE
 from explorer.zoo import Zoo

@@ -9,9 +9,9 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
-from explorer.ui.budget import HEAVY
-from explorer.ui.access import Access
-from explorer.ui.messages import explain
+from explorer.serve.budget import HEAVY
+from explorer.serve.access import Access
+from explorer.serve.messages import explain
 from explorer.ui.view_controls import PREVIEW_SIDE, Inputs, base_settings, export_row, loading_first
 from explorer.views.panels import compose
 from explorer.views.pca_view import PcaView, compute_pca, render_pca

@@ -14,9 +14,9 @@ from explorer.core import paths
 from explorer.core.errors import ExplorerError
 from explorer.models.methods import discover_methods, imported_method
 from explorer.retrieval.indexing import Indexer
-from explorer.ui.budget import HEAVY
-from explorer.ui.access import Access
-from explorer.ui.messages import explain
+from explorer.serve.budget import HEAVY
+from explorer.serve.access import Access
+from explorer.serve.messages import explain
 from explorer.ui.view_controls import (Inputs, as_list, export_dir, export_root, export_view, ran_in,
                                       style_controls)
 from explorer.views import retrieval_view as view
