@@ -21,6 +21,7 @@ in one layer are peers and do not import each other.
     probe                  the swap probe: one word swapped, each model's score and map
     jobs, generation       background runs; SDXL generation
     views                  settings, rendering, paper figures
+    serve                  the server's guards: budget, access, uploads, per-address caps, launch
     ui                     one Gradio module per tab
     cli                    the command line
 """
@@ -73,6 +74,7 @@ LAYERS = (
     ("probe",),  # the swap probe: what one word changes in each model's score and map
     ("jobs", "generation"),
     ("views",),
+    ("serve",),  # the server's guards (budget, access, uploads, per-address caps): never imports a tab
     ("ui",),
     ("cli",),
 )

@@ -40,9 +40,9 @@ def zoo_copy(folder: Path) -> Path:
 
 def serve(port: int, home: Path):
     """The owner's page on a copy of the checkout's zoo; returns the app (close it when done)."""
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import build_app, page_options
-    from explorer.ui.startup import start_page
+    from explorer.serve.startup import start_page
     from explorer.zoo import Zoo
 
     zoo_root = zoo_copy(Path(home) / "zoo")

@@ -34,9 +34,9 @@ def world(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def owner(tmp_path_factory):
-    """The page's rules in owner mode with every test folder allowed (``explorer.ui.access``): handler tests
+    """The page's rules in owner mode with every test folder allowed (``explorer.serve.access``): handler tests
     type paths under pytest's temporary folders."""
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
 
     return Access(roots=(tmp_path_factory.getbasetemp().resolve(),))
 

@@ -104,6 +104,17 @@ def test_the_check_catches_an_upward_import(tmp_path):
     assert all(layer_of(t)[1] > RANK["models"] for t, _, _ in found)
 
 
+def test_the_servers_guards_never_import_a_tab():
+    """``explorer.serve`` sits below ``explorer.ui``: the tabs ask the guards for their budget, never the reverse."""
+    assert RANK["serve"] < RANK["ui"]
+    serve = [(name, path) for name, path in modules() if name.split(".")[:2] == ["explorer", "serve"]]
+    assert len(serve) >= 12, "the guards live in explorer/serve/"
+    wrong = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}" for name, path in serve
+             for target, names, line in imported(name, path)
+             if target.startswith("explorer.ui") or (target == "explorer" and "ui" in names)]
+    assert not wrong, "explorer.serve imports a tab:\n" + "\n".join(wrong)
+
+
 @pytest.mark.parametrize("name,path", modules(), ids=lambda v: str(v) if isinstance(v, str) else "")
 def test_no_module_is_too_long(name, path):
     lines = len(path.read_text().splitlines())

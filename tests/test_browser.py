@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.ui.startup import start_page
+from explorer.serve.startup import start_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -61,7 +61,7 @@ def home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def app_url(zoo_root, home):
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import build_app, page_options
     from explorer.zoo import Zoo
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from explorer.ui.startup import start_page
+from explorer.serve.startup import start_page
 from test_browser import ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo, upload  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -20,7 +20,7 @@ TYPED_PATHS = ["#retrieval-folder", "#generation-sdxl", "#generation-sdxl-config
 
 @pytest.fixture(scope="module")
 def public_url(tmp_path_factory):
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import build_app, page_options, serve
     from explorer.zoo import Zoo
 

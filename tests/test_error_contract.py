@@ -178,7 +178,7 @@ def _exhaust(result):
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     from explorer.jobs import JobManager
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import build_app
     from explorer.zoo import Zoo
 
@@ -221,9 +221,9 @@ def test_every_page_handler_answers_bad_values_with_a_message(page):
 
 
 def test_a_bug_on_the_page_is_said_as_one_with_an_id_in_the_log(caplog):
-    from explorer.ui.budget import OWNER
-    from explorer.ui.messages import explain
-    from explorer.ui.request_rules import checked
+    from explorer.serve.budget import OWNER
+    from explorer.serve.messages import explain
+    from explorer.serve.request_rules import checked
 
     with caplog.at_level(logging.ERROR, logger="explorer.ui"):
         try:
@@ -267,7 +267,7 @@ ALLOWED = {
     "explorer/data/drawing.py": (3, "the synthetic world's own vocabulary"),
     "explorer/generation/clip_text_model.py": (2, "a tower explorer loaded must fit the model it builds"),
     "explorer/jobs/run_store.py": (1, "record fields the code sets"),
-    "explorer/ui/host_guard.py": (1, "split_host's parse signal; every caller turns it into a refusal"),
+    "explorer/serve/host_guard.py": (1, "split_host's parse signal; every caller turns it into a refusal"),
     "explorer/training/ddp.py": (1, "the batch the loop slices per rank"),
     "explorer/retrieval/embedding_store.py": (1, "rank and world the launcher sets"),
     "explorer/retrieval/vector_index.py": (1, "vectors the store hands over"),

@@ -287,7 +287,7 @@ def test_csv_and_markdown_carry_the_same_numbers():
 
 def test_the_compare_board_draws_and_exports_from_the_store(jobs, tmp_path):
     from explorer.ui import compare_tab
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
 
     sweep = jobs.new_record(kind="sweep", name="s", method="retrieval", data="", status="done")
     for run_id in dict.fromkeys(row["run_id"] for row in RESULTS):  # as each child writes its own

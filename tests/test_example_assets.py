@@ -111,7 +111,7 @@ def test_a_missing_or_damaged_folder_is_a_line_on_the_page(tmp_path, monkeypatch
     assert found.problem.startswith("No examples:") and found.first is None
     with gr.Blocks() as blocks:  # the tab still builds, with no picture and the message
         from explorer.ui import grounding_tab
-        from explorer.ui.access import Access
+        from explorer.serve.access import Access
 
         zoo = Zoo(tmp_path / "zoo")
         grounding_tab.build(zoo, grounding_tab.MapCache(), Access.for_app(zoo.root))
@@ -121,7 +121,7 @@ def test_a_missing_or_damaged_folder_is_a_line_on_the_page(tmp_path, monkeypatch
 
 def test_the_photos_say_the_demo_models_maps_mean_nothing_on_them(tmp_path, monkeypatch):
     from explorer.ui import grounding_tab
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
 
     monkeypatch.setattr(page, "truth_dir", lambda: tmp_path / "truth")
     zoo = Zoo(tmp_path / "zoo")
@@ -164,7 +164,7 @@ def test_a_demo_model_is_told_by_its_manifest():
 
 def test_a_public_page_names_no_server_folder_when_the_examples_are_missing(tmp_path, monkeypatch):
     from explorer.ui import grounding_tab
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
 
     folder = tmp_path / "server" / "private" / "assets"
     monkeypatch.setenv("EXPLORER_ASSETS", str(folder))

@@ -15,7 +15,7 @@ from explorer.evaluation.real_grounding import evaluate_grounding
 from explorer.evaluation.results import write_results
 from explorer.grounding.truth import find_truth
 from explorer.ui import grounding_dataset_panel as panel
-from explorer.ui.access import Access
+from explorer.serve.access import Access
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """The mode follows where the app really listens, and the owner's page answers only loopback names and its
-own pages (``explorer.ui.host_guard``): over real HTTP against pages served on 127.0.0.1, with the Host and
+own pages (``explorer.serve.host_guard``): over real HTTP against pages served on 127.0.0.1, with the Host and
 Origin headers a DNS-rebinding or cross-site page would send."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import gradio as gr
 import httpx
 import pytest
 
-from explorer.ui import host_guard
-from explorer.ui.access import Access
-from explorer.ui.host_guard import HostGuard, is_loopback, resolve_bind
-from explorer.ui.page_guard import PageGuard
-from explorer.ui.startup import start_page
+from explorer.serve import host_guard
+from explorer.serve.access import Access
+from explorer.serve.host_guard import HostGuard, is_loopback, resolve_bind
+from explorer.serve.page_guard import PageGuard
+from explorer.serve.startup import start_page
 
 # ---- where Gradio will listen -------------------------------------------------------------------------
 

@@ -187,7 +187,7 @@ def test_any_value_sent_to_the_stale_check_is_a_change_never_a_failure(zoo, phot
 def test_the_page_wires_the_model_limit_and_the_stale_marking(zoo):
     import gradio as gr
 
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
 
     with gr.Blocks() as page:
         inputs, _ = grounding_tab.build(zoo, MapCache(), Access.for_app(zoo.root))

@@ -1,5 +1,5 @@
 """The page as a remote visitor sees it: every endpoint called over HTTP (127.0.0.1 only) with hostile
-values, in owner mode and in public mode (``explorer.ui.access``).
+values, in owner mode and in public mode (``explorer.serve.access``).
 
 A visitor uploads a pickle whose payload creates a marker file, then calls every endpoint the page's
 config lists (named or not) with, in every text field and dropdown, the uploaded pickle's server path,
@@ -26,7 +26,7 @@ import pytest
 import torch
 from PIL import Image
 
-from explorer.ui.startup import start_page
+from explorer.serve.startup import start_page
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +112,7 @@ def free_port() -> int:
 
 def serve_page(world, public: bool):
     from explorer.jobs import JobManager
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import build_app, page_options, serve
     from explorer.zoo import Zoo
 
@@ -320,7 +320,7 @@ def test_a_session_may_hold_only_a_few_requests(world):
 
     import gradio as gr
 
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import serve
 
     with gr.Blocks() as app:
@@ -375,7 +375,7 @@ def test_the_command_line_makes_shared_pages_public_unless_trusted_with_auth(mon
 
 
 def test_a_path_is_checked_after_resolving_links_and_dots(tmp_path, monkeypatch):
-    from explorer.ui.access import Access, AccessRefused
+    from explorer.serve.access import Access, AccessRefused
 
     monkeypatch.setenv("EXPLORER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("EXPLORER_ALLOWED_ROOTS", f"{tmp_path / 'env-a'}{os.pathsep}{tmp_path / 'env-b'}")

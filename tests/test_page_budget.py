@@ -1,4 +1,4 @@
-"""The page's resource budget (``explorer.ui.budget``), applied where a visitor could spend it: picture
+"""The page's resource budget (``explorer.serve.budget``), applied where a visitor could spend it: picture
 decodes, captions and sentences, heavy requests, uploads, request bodies, exports, links, server paths.
 
 Each test drives the rule the way a remote visitor would reach it (over HTTP against a served page, or
@@ -24,9 +24,9 @@ from PIL import Image
 
 from explorer.core import images
 from explorer.core.errors import ImageError
-from explorer.ui.access import Access
-from explorer.ui.budget import HEAVY, PUBLIC, Budget, BudgetExceeded
-from explorer.ui.startup import start_page
+from explorer.serve.access import Access
+from explorer.serve.budget import HEAVY, PUBLIC, Budget, BudgetExceeded
+from explorer.serve.startup import start_page
 
 
 def free_port() -> int:
@@ -329,7 +329,7 @@ def test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota(tmp_p
 def test_a_sessions_upload_bytes_and_age_are_bounded(tmp_path):
     from dataclasses import replace
 
-    from explorer.ui.page_guard import Refusal, UploadLedger
+    from explorer.serve.page_guard import Refusal, UploadLedger
 
     ledger = UploadLedger(replace(PUBLIC, upload_bytes_per_session=5 * 2**20, upload_seconds=60))
     first = tmp_path / "a" / "a.png"
@@ -363,7 +363,7 @@ def tiny_upload_page(tmp_path, monkeypatch, **quotas):
     """A public page with ``quotas`` (``Budget`` fields), its ledger and its own upload folder."""
     from dataclasses import replace
 
-    from explorer.ui.upload_ledger import UploadLedger
+    from explorer.serve.upload_ledger import UploadLedger
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
     budget = replace(PUBLIC, **quotas)
@@ -445,7 +445,7 @@ def test_parallel_uploads_of_one_session_keep_to_its_count(tmp_path, monkeypatch
 
 
 def test_a_body_nested_past_the_limit_is_refused_before_anything_parses_it(tmp_path, caplog):
-    from explorer.ui.json_body import json_depth
+    from explorer.serve.json_body import json_depth
 
     assert json_depth(b'{"a": [1, "[[[[", {"b": "\\"[["}], "c": "\\\\"}') == 3  # brackets in strings do not count
     assert json_depth(b"[" * 500 + b"]" * 500) == 500
@@ -468,8 +468,8 @@ def test_a_body_nested_past_the_limit_is_refused_before_anything_parses_it(tmp_p
 def test_gradios_cache_is_pruned_by_age_and_bytes_but_never_a_held_upload(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from explorer.ui.budget import MB
-    from explorer.ui.gradio_cache import CachePruner
+    from explorer.serve.budget import MB
+    from explorer.serve.gradio_cache import CachePruner
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # the app's cache folder: nobody else's
     names = []
@@ -618,7 +618,7 @@ def test_generate_without_sdxl_leaves_no_folder(tmp_path, monkeypatch):
 
 
 def test_public_texts_name_files_not_server_folders():
-    from explorer.ui.request_rules import scrub_paths
+    from explorer.serve.request_rules import scrub_paths
 
     assert scrub_paths("no dataset at /root/.cache/explorer/datasets/urban1k: the path does not exist") == \
         "no dataset at urban1k: the path does not exist"

@@ -1,4 +1,4 @@
-"""Fairness by client address, not by the session hash a client invents (``explorer.ui.clients``): the queue's
+"""Fairness by client address, not by the session hash a client invents (``explorer.serve.clients``): the queue's
 caps and turns, open requests, body deadlines, page sessions and ``--forwarded-allow-ips``, each over real HTTP
 against a page served on 127.0.0.1, its visitors on their own loopback addresses (127.0.0.2, 127.0.0.3...);
 and the log, which says a flood of refusals once with a count.
@@ -22,10 +22,10 @@ import gradio as gr
 import httpx
 import pytest
 
-from explorer.ui.access import Access
-from explorer.ui.budget import HEAVY, PUBLIC
-from explorer.ui.clients import Clients
-from explorer.ui.startup import start_page
+from explorer.serve.access import Access
+from explorer.serve.budget import HEAVY, PUBLIC
+from explorer.serve.clients import Clients
+from explorer.serve.startup import start_page
 
 VISITOR, ABUSER = "127.0.0.2", "127.0.0.3"
 
@@ -154,7 +154,7 @@ def test_a_slow_body_is_dropped_and_one_address_holds_only_a_few_requests_open()
 
 
 def test_a_flood_of_refusals_is_logged_once_with_a_count():
-    from explorer.ui import log_limit
+    from explorer.serve import log_limit
 
     now = [0.0]
     limit = log_limit.LogLimit(clock=lambda: now[0])

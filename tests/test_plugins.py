@@ -18,7 +18,7 @@ from explorer.cli import main
 from explorer.core.errors import CheckpointError
 from explorer.models.methods import BUILT_IN, get_method, plugins
 from plugin_fixtures import on_path, write_dist_info  # noqa: F401  (on_path: a fixture)
-from explorer.ui.startup import start_page
+from explorer.serve.startup import start_page
 
 TINY = {"size": "tiny", "batch_size": 4, "cpu_threads": 1, "evaluate": False}
 

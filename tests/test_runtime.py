@@ -43,7 +43,7 @@ def test_the_served_queue_summarises_its_events_every_hundredth_event_not_after_
     (25-36 ms a slider change); the app's queue does it every ``ANALYTICS_EVERY`` events."""
     import gradio as gr
 
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import ANALYTICS_EVERY, serve
 
     monkeypatch.delenv("GRADIO_ANALYTICS_CACHE_FREQUENCY", raising=False)

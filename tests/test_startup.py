@@ -16,8 +16,8 @@ from gradio import blocks, networking
 from starlette.middleware import Middleware
 
 from explorer.ui import grounding_tab
-from explorer.ui.access import Access
-from explorer.ui.startup import start_page
+from explorer.serve.access import Access
+from explorer.serve.startup import start_page
 from explorer.zoo import Zoo
 
 HEAVY = ("torch", "open_clip", "transformers", "diffusers", "faiss", "torchvision", "skimage.filters",

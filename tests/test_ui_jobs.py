@@ -14,7 +14,7 @@ import pytest
 from explorer.jobs.queue import claim_runs
 from explorer.jobs.worker import run_job
 from explorer.ui import jobs_tab as tab
-from explorer.ui.access import Access
+from explorer.serve.access import Access
 from explorer.views import jobs_view as view
 from explorer.zoo import Zoo
 

@@ -186,10 +186,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_app(args) -> int:
-    from explorer.ui.access import Access
+    from explorer.serve.access import Access
     from explorer.ui.app import launch
-    from explorer.ui.clients import proxy_list
-    from explorer.ui.host_guard import answered_names, is_loopback, resolve_bind
+    from explorer.serve.clients import proxy_list
+    from explorer.serve.host_guard import answered_names, is_loopback, resolve_bind
     from explorer.zoo import Zoo
 
     auth = None

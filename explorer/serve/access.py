@@ -8,7 +8,7 @@ runs in the handlers on the server; hiding a control is a courtesy, not a check.
   folder, ``$EXPLORER_HOME`` and every ``--allow-root DIR`` (also ``$EXPLORER_ALLOWED_ROOTS``, folders
   joined by ``os.pathsep``). Symlinks and ``..`` are resolved before the check.
 - Owner mode also answers only requests addressed to loopback (or an ``--allow-host`` name) and sent by
-  no other site's page (``explorer.ui.host_guard``).
+  no other site's page (``explorer.serve.host_guard``).
 - Public mode (``--public``; implied by ``--share`` or an address others can reach, unless ``--trusted``):
   a read-only demo. The zoo is fixed, datasets come from a list, there are no runs, no typed paths,
   and each visitor session may have only a few requests queued or running at once.
@@ -27,8 +27,8 @@ from typing import Iterable
 
 from explorer.core import paths
 from explorer.core.errors import ExplorerError
-from explorer.ui.budget import Budget
-from explorer.ui.host_guard import host_names
+from explorer.serve.budget import Budget
+from explorer.serve.host_guard import host_names
 
 ROOTS_ENV = "EXPLORER_ALLOWED_ROOTS"
 SESSION_CAP = 12  # requests one visitor session may have queued or running at once (public mode; a page
@@ -80,7 +80,7 @@ class Access:
                 session_cap: int = SESSION_CAP, allow_hosts: Iterable[str] = (),
                 caption_chars: int | None = None) -> "Access":
         """The zoo folder, ``$EXPLORER_HOME``, ``allow_roots`` and ``$EXPLORER_ALLOWED_ROOTS``, resolved;
-        ``allow_hosts``: see ``explorer.ui.host_guard``; ``caption_chars``: the budget's caption cap."""
+        ``allow_hosts``: see ``explorer.serve.host_guard``; ``caption_chars``: the budget's caption cap."""
         found: list[Path] = []
         for root in [zoo_root, paths.home(), *allow_roots, *env_roots()]:
             resolved = _resolved(root)

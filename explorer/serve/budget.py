@@ -1,10 +1,10 @@
 """What one visitor may spend: the page's resource budget, beside ``Access`` (what a visitor may touch).
 
 Every number a visitor's requests are bounded by lives here, one ``Budget`` per mode, and is applied on
-the server: texts and sentences in the handlers (``explorer.ui.request_rules`` wraps every handler),
+the server: texts and sentences in the handlers (``explorer.serve.request_rules`` wraps every handler),
 decodes in ``explorer.core.images``, heavy requests by the queue's shared concurrency group ``HEAVY``,
-uploads, request bodies and exports in front of Gradio's routes (``explorer.ui.page_guard``), the
-per-address caps there and in the queue (``explorer.ui.clients``). The
+uploads, request bodies and exports in front of Gradio's routes (``explorer.serve.page_guard``), the
+per-address caps there and in the queue (``explorer.serve.clients``). The
 docs/sharing.md ("The budget") lists the same numbers.
 """
 
@@ -31,7 +31,7 @@ class Budget:
     decodes_at_once: int = 2  # full-size picture decodes at once in the whole process
     heavy_at_once: int = 2  # requests of the HEAVY group running at once, all events and visitors together
     heavy_per_session: int | None = None  # HEAVY requests one visitor session may have queued or running
-    # Per address (``explorer.ui.clients``), since a client invents as many session hashes as it likes:
+    # Per address (``explorer.serve.clients``), since a client invents as many session hashes as it likes:
     heavy_per_address: int | None = None  # HEAVY requests queued or running from one address, all its sessions
     requests_per_address: int | None = None  # requests queued or running from one address (a page load sends 9)
     open_per_address: int | None = None  # HTTP requests open at once from one address (event streams too)
@@ -51,7 +51,7 @@ class Budget:
     export_bytes: int | None = None  # the exports folder; the oldest exports are removed first
     export_seconds: int | None = None
     # Gradio's temp folder beside the uploads (its copies of outputs: pictures, exported files), pruned by
-    # ``explorer.ui.gradio_cache``: oldest first past cache_bytes, anything past cache_seconds.
+    # ``explorer.serve.gradio_cache``: oldest first past cache_bytes, anything past cache_seconds.
     cache_bytes: int | None = None
     cache_seconds: int | None = None
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from explorer.core.disk_quota import remove
-from explorer.ui.budget import Budget
+from explorer.serve.budget import Budget
 
 log = logging.getLogger("explorer.access")
 EVERY = 15  # seconds between two prunings

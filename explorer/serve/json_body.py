@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 
-from explorer.ui.refusals import Refusal
+from explorer.serve.refusals import Refusal
 
 _STEP = np.zeros(256, dtype=np.int8)  # +1 for an opening bracket, -1 for a closing one
 _STEP[[ord("["), ord("{")]], _STEP[[ord("]"), ord("}")]] = 1, -1

@@ -3,16 +3,16 @@
 An ASGI middleware (``PageGuard``) that the app passes to Gradio's FastAPI app. It runs before any of
 Gradio's routes, so a request it refuses never reaches a parser, a handler or the disk:
 - a page session: the page (``GET /``) sets a session cookie; an upload without one is refused; sessions
-  are kept per address (``explorer.ui.clients``): one address minting many forgets its own, nobody else's;
+  are kept per address (``explorer.serve.clients``): one address minting many forgets its own, nobody else's;
 - per address, at most ``open_per_address`` requests open at once (429), and every body must arrive within
   its deadline (``body_seconds``...; 408);
 - uploads (``/gradio_api/upload``): pictures only, ``.safetensors`` too on the owner's page (what the
   page's inputs take, checked from the saved file's header; a file the check cannot read is refused and
-  deleted); the quotas of ``explorer.ui.upload_ledger`` (each file on disk counted once, per session and
+  deleted); the quotas of ``explorer.serve.upload_ledger`` (each file on disk counted once, per session and
   in all, in files and bytes, checked per file as the body streams in); no session's file removed for
   another's; none kept past ``upload_seconds``;
 - every other body at most ``request_bytes``; no multipart body anywhere else;
-- a body nested past ``json_depth`` is refused before anything parses it (``explorer.ui.json_body``);
+- a body nested past ``json_depth`` is refused before anything parses it (``explorer.serve.json_body``);
 - a file input given as a link (``http(s)://``) is refused before Gradio could fetch it.
 Refusals are one line of text with an HTTP status (400, 403, 408, 413, 415, 429, 503), the connection
 closed, and a warning in the log (said once a minute with a count when it repeats: ``log_limit``).
@@ -27,11 +27,11 @@ import time
 from http.cookies import SimpleCookie
 from pathlib import Path
 
-from explorer.ui.budget import Budget
-from explorer.ui.json_body import carries_link, check_depth, read_json
-from explorer.ui.refusals import Refusal
-from explorer.ui.upload_ledger import PartGate, UploadLedger, accepted_file
-from explorer.ui.clients import Clients, address_of
+from explorer.serve.budget import Budget
+from explorer.serve.json_body import carries_link, check_depth, read_json
+from explorer.serve.refusals import Refusal
+from explorer.serve.upload_ledger import PartGate, UploadLedger, accepted_file
+from explorer.serve.clients import Clients, address_of
 
 log = logging.getLogger("explorer.access")
 COOKIE = "explorer_session"

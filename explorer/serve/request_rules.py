@@ -10,7 +10,7 @@
 - Errors: Gradio's own error texts (which can name server paths) are replaced by ours on a page that does
   not show errors (public); our refusals (``gr.Error``) are shown as they are. An ``ExplorerError`` a
   handler lets escape is shown as its message; anything else as "Internal error (id ...)", its traceback
-  logged under that id (``explorer.ui.messages``).
+  logged under that id (``explorer.serve.messages``).
 - Server paths: on a public page, every text a handler sends back (messages, tables, labels) names a file
   by its own name, never by the server folder it lies in (``scrub_paths``); files to download keep theirs.
 """
@@ -26,8 +26,8 @@ from pathlib import PurePosixPath
 import gradio as gr
 
 from explorer.core.errors import ExplorerError
-from explorer.ui.budget import HEAVY, Budget, BudgetExceeded
-from explorer.ui.messages import internal_error
+from explorer.serve.budget import HEAVY, Budget, BudgetExceeded
+from explorer.serve.messages import internal_error
 
 log = logging.getLogger("explorer.access")
 OUTBOUND_REFUSAL = "this page does not fetch links: upload the file itself"

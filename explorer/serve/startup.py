@@ -16,7 +16,7 @@ import gradio as gr
 import httpx
 from gradio import networking
 
-from explorer.ui.clients import trusted_proxies
+from explorer.serve.clients import trusted_proxies
 
 READY_WAIT_S = 120.0
 ASK_TIMEOUT_S = 10.0

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from explorer.core.disk_quota import remove
-from explorer.ui.budget import Budget
-from explorer.ui.refusals import Refusal
+from explorer.serve.budget import Budget
+from explorer.serve.refusals import Refusal
 
 FOLDER_BYTES = 4096  # the folder Gradio makes for each upload: one block on disk, counted with its file
 PICTURE_FORMATS = ("PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF", "MPO")

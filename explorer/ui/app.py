@@ -15,16 +15,16 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
 from explorer.core.images import set_decode_slots
-from explorer.ui import (generation_tab, grounding_tab, host_guard, jobs_tab, memory_panel, models_tab, request_rules,
-                         retrieval_tab)
-from explorer.ui.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
-from explorer.ui.budget import HEAVY, Budget
-from explorer.ui.clients import UNKNOWN, address_of
-from explorer.ui.log_limit import install as limit_the_log
-from explorer.ui.gradio_cache import CachePruner
-from explorer.ui.page_guard import PageGuard
-from explorer.ui.startup import start_page
-from explorer.ui.upload_ledger import UploadLedger
+from explorer.serve import host_guard, request_rules
+from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
+from explorer.serve.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
+from explorer.serve.budget import HEAVY, Budget
+from explorer.serve.clients import UNKNOWN, address_of
+from explorer.serve.log_limit import install as limit_the_log
+from explorer.serve.gradio_cache import CachePruner
+from explorer.serve.page_guard import PageGuard
+from explorer.serve.startup import start_page
+from explorer.serve.upload_ledger import UploadLedger
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -153,7 +153,7 @@ def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
 def cap_sessions(app: gr.Blocks, cap: int, budget: Budget) -> None:
     """Refuse a request (HTTP 503, said in one line) that names no session, or past a cap on what is queued or
     running: ``cap`` requests and ``budget.heavy_per_session`` heavy ones (``budget.HEAVY``) per session, and
-    ``budget.requests_per_address`` and ``budget.heavy_per_address`` per client address (``explorer.ui.clients``):
+    ``budget.requests_per_address`` and ``budget.heavy_per_address`` per client address (``explorer.serve.clients``):
     a client invents as many session hashes as it likes, not addresses. A visitor who sends ten big pictures at
     once waits for two, and the others' Draws are not queued behind all ten. Gradio's queue keeps each event in
     ``event_ids_to_events`` from join to end; its ``push`` is the one door every queued request goes through.

@@ -18,8 +18,8 @@ import pandas as pd
 from explorer.core.errors import InputError
 from explorer.jobs import JobManager
 from explorer.jobs.sweeps import children
-from explorer.ui.access import Access
-from explorer.ui.messages import explain
+from explorer.serve.access import Access
+from explorer.serve.messages import explain
 from explorer.views import compare_view, results_table
 from explorer.views import jobs_view as view
 from explorer.zoo import Zoo

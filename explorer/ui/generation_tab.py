@@ -16,8 +16,8 @@ from explorer.core.errors import ExplorerError
 from explorer.generation.generate import Generator
 from explorer.generation.settings import LAYERS, GenerationSettings
 from explorer.models.methods import imported_method
-from explorer.ui.access import PUBLIC_GENERATIONS, PUBLIC_SEEDS, Access
-from explorer.ui.messages import explain
+from explorer.serve.access import PUBLIC_GENERATIONS, PUBLIC_SEEDS, Access
+from explorer.serve.messages import explain
 from explorer.ui.view_controls import as_list, export_dir
 from explorer.views import generation_view as view
 from explorer.zoo import Zoo

@@ -2,7 +2,7 @@
 Entities, IIW-400) with its units as the caption and its truth registered, by number or from a model's
 worst units in an ``explorer eval-grounding`` results JSON.
 
-Every handler checks what it is given (``explorer.ui.access``): a typed folder or results file must lie
+Every handler checks what it is given (``explorer.serve.access``): a typed folder or results file must lie
 under an allowed root (a public page takes none); a picked dataset must be one the page offers; a
 results file names its dataset's folder, which is checked the same way before it is read.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 import gradio as gr
 
 from explorer.core import paths
-from explorer.ui.budget import HEAVY
-from explorer.ui.access import Access
-from explorer.ui.messages import explain
+from explorer.serve.budget import HEAVY
+from explorer.serve.access import Access
+from explorer.serve.messages import explain
 from explorer.ui.view_controls import Inputs, export_root
 from explorer.views import grounding_dataset_view as view
 

@@ -15,8 +15,8 @@ from explorer.core.errors import InputError
 from explorer.jobs import JobManager, method_defaults
 from explorer.jobs.records import JobError
 from explorer.ui import compare_tab, grounding_tab
-from explorer.ui.access import PICKLE_ADVICE, Access
-from explorer.ui.messages import explain
+from explorer.serve.access import PICKLE_ADVICE, Access
+from explorer.serve.messages import explain
 from explorer.ui.view_controls import Inputs, as_list
 from explorer.views import jobs_view as view
 from explorer.views.settings import MAX_MODELS

@@ -17,8 +17,8 @@ import gradio as gr
 from explorer.grounding.sentence_maps import MapCache
 from explorer.ui import maps_board
 from explorer.ui.examples import truth_dir
-from explorer.ui.messages import explain
-from explorer.ui.budget import HEAVY
+from explorer.serve.messages import explain
+from explorer.serve.budget import HEAVY
 from explorer.ui.view_controls import Inputs, as_list, base_settings, export_row, export_view, loading_first
 from explorer.views.focus_view import check_sentence, focus_figure
 from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps

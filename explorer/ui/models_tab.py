@@ -8,8 +8,8 @@ from pathlib import Path
 import gradio as gr
 
 from explorer.core.errors import UnsafeCheckpointError
-from explorer.ui.access import PICKLE_ADVICE, Access
-from explorer.ui.messages import explain
+from explorer.serve.access import PICKLE_ADVICE, Access
+from explorer.serve.messages import explain
 from explorer.zoo import Zoo
 from explorer.zoo.zoo import check
 

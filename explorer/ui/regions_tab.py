@@ -5,9 +5,9 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
-from explorer.ui.budget import HEAVY
-from explorer.ui.access import Access
-from explorer.ui.messages import explain
+from explorer.serve.budget import HEAVY
+from explorer.serve.access import Access
+from explorer.serve.messages import explain
 from explorer.ui.view_controls import Inputs, base_settings, export_row, loading_first
 from explorer.views.panels import compose
 from explorer.views.regions_view import (RegionsView, compute_regions, key_entries, render_regions, similarity_matrix,

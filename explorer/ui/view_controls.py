@@ -19,8 +19,8 @@ import gradio as gr
 from explorer.core import paths
 from explorer.core.disk_quota import prune, remove
 from explorer.core.errors import ExplorerError
-from explorer.ui.budget import HEAVY, Budget
-from explorer.ui.messages import explain
+from explorer.serve.budget import HEAVY, Budget
+from explorer.serve.messages import explain
 from explorer.views.figure_style import ANNOTATIONS, DEFAULT_PRESET, FONTS, HEADERS, PRESETS
 from explorer.views.settings import MAX_MODELS, SettingsError, ViewSettings
 
