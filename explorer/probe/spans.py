@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from explorer.grounding.metrics import score_maps
-from explorer.grounding.sentence_maps import WorkingPicture, working_picture
 from explorer.models.map_kinds import GENERIC_MAP
+from explorer.probe.swaps import as_picture
 from explorer.probe.text import span_text, words
 from explorer.probe.vocabulary import word_type
 
@@ -37,10 +37,10 @@ def span_maps(models: Sequence[Model], picture, sentence: str, first: int, last:
     """Each model's map of words ``first`` .. ``last`` (0-based, inclusive) of ``sentence``; with ``truth`` (the
     sentence's bool mask at the working picture's size), its Otsu-mask IoU and pointing hit."""
     text = span_text(sentence, first, last)
-    working = picture if isinstance(picture, WorkingPicture) else working_picture(picture)
+    image = as_picture(picture)
     found = []
     for model in models:
-        values = model.sentence_maps(working.image, [text], kind=kind).maps[0]
+        values = model.sentence_maps(image, [text], kind=kind).maps[0]
         iou = hit = None
         if truth is not None:
             ious, hits = score_maps(values[None], np.asarray(truth, dtype=bool)[None])

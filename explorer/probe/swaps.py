@@ -6,9 +6,9 @@ and how far its map moves.
                          ["blue", "green"])          # None: every other word of the word's type
     record.models[0].swaps[0].margin                   # original score minus the swapped one
 
-Scores are the method's own (``Model.similarity``, the score its retrieval ranks by) of the picture as the
-method reads it for scoring (``fit="crop"``), encoded once per model and picture and kept in
-``PICTURE_FEATURES``: a swap costs text forwards only. Maps are the board's (``Model.sentence_maps`` on the
+Scores are the method's own (``Model.similarity``, the score its retrieval ranks by) of the whole picture,
+as its maps see it (``fit="squash"``; the same as the method's centre crop for a square picture), from the
+features the maps board already stored in ``PICTURE_FEATURES``: a swap costs text forwards only. Maps are the board's (``Model.sentence_maps`` on the
 working picture), which reuse the picture's features (or, for the explainers, the tower's trunk): a swapped
 sentence's map costs its text forward and the explained blocks. Two maps are compared by the IoU of their
 Otsu masks (``explorer.grounding.masks``) and the distance in pixels between their peaks.
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
+from PIL import Image
 
 from explorer.grounding.masks import otsu_mask
 from explorer.grounding.metrics import mask_iou
@@ -117,25 +118,35 @@ def swap_scores(models: Sequence[Model], picture, sentence: str, word: str,
                 replacements: Sequence[str] | None = None, *, margin: float = 0.0,
                 kind: str | Mapping[str, str] | None = GENERIC_MAP, limit: int | None = MAX_SWAPS) -> SwapScores:
     """Each model's own score of ``sentence`` and of it with ``word`` swapped for each replacement, against
-    ``picture`` (a path, a PIL image or a ``WorkingPicture``), and how far its map moves.
+    ``picture`` (a path, the working PIL picture, or a ``WorkingPicture``), and how far its map moves.
 
     ``replacements`` None: every other word of ``word``'s type. ``kind``: the map kind compared (one for all,
     or {model name: kind}); None: scores only (no maps). ``SwapError`` for a swap that cannot be made.
     """
     said, kind_of_word, swaps = plan_swaps(sentence, word, replacements, limit)
-    working = picture if isinstance(picture, WorkingPicture) else working_picture(picture)
+    image = as_picture(picture)
     texts = [text for _, text in swaps]
     results = []
     for model in models:
-        scores = score_texts(model, working.image, [sentence, *texts])
+        scores = score_texts(model, image, [sentence, *texts])
         chosen = kind.get(model.name, GENERIC_MAP) if isinstance(kind, Mapping) else kind
-        shifts = map_shifts(model, working.image, sentence, texts, chosen) if chosen is not None else [None] * len(texts)
+        shifts = map_shifts(model, image, sentence, texts, chosen) if chosen is not None else [None] * len(texts)
         results.append(ModelSwaps(
             name=model.name, original_score=scores[0], score_label=model.score_label, kind=chosen,
             swaps=tuple(_swap(replacement, text, scores[0], score, margin, shift)
                         for (replacement, text), score, shift in zip(swaps, scores[1:], shifts))))
     return SwapScores(sentence=sentence, word=said, word_type=kind_of_word, margin=float(margin),
                       models=tuple(results))
+
+
+def as_picture(picture) -> Image.Image:
+    """The working picture of a path or upload (decoded and shrunk as the board's), or the picture given (a PIL
+    image is taken as the working picture it is: the board's own)."""
+    if isinstance(picture, WorkingPicture):
+        return picture.image
+    if isinstance(picture, Image.Image):
+        return picture
+    return working_picture(picture).image
 
 
 def _swap(replacement: str, text: str, original: float, score: float, margin: float, shift: MapShift | None) -> Swap:
@@ -145,9 +156,10 @@ def _swap(replacement: str, text: str, original: float, score: float, margin: fl
                 peak_shift_px=None if shift is None else shift.peak_shift_px)
 
 
-def score_texts(model: Model, picture, texts: Sequence[str]) -> list[float]:
-    """The method's own score of each text against the picture (``Model.similarity`` on its stored features)."""
-    features = model.picture_features(picture, fit="crop")
+def score_texts(model: Model, picture, texts: Sequence[str], fit: str = "squash") -> list[float]:
+    """The method's own score of each text against the picture (``Model.similarity`` on its stored features:
+    the whole picture, as the maps see it, or ``fit="crop"``, as the method's retrieval reads it)."""
+    features = model.picture_features(picture, fit=fit)
     return [float(v) for v in model.similarity(features, list(texts))[0]]
 
 
@@ -177,5 +189,5 @@ def peak(values: np.ndarray) -> tuple[int, int]:
     return int(x), int(y)
 
 
-__all__ = ["MAX_SWAPS", "MapShift", "ModelSwaps", "Swap", "SwapScores", "compare_maps", "map_shifts", "peak",
+__all__ = ["MAX_SWAPS", "MapShift", "ModelSwaps", "Swap", "SwapScores", "as_picture", "compare_maps", "map_shifts", "peak",
            "plan_swaps", "score_texts", "sentence_maps", "swap_scores"]

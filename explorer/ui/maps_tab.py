@@ -15,7 +15,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.grounding.sentence_maps import MapCache
-from explorer.ui import maps_board
+from explorer.ui import maps_board, swap_panel
 from explorer.ui.examples import truth_dir
 from explorer.serve.messages import explain
 from explorer.serve.budget import HEAVY
@@ -294,6 +294,7 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     check_again = dict(fn=recheck, inputs=[view_state, settings_state, *inputs.components()], outputs=stale_outputs,
                        show_progress="hidden")
     drawn.then(**check_again).then(**focus_again)
+    swap_panel.build(view_state, settings_state, drawn, zoo, access)  # under the board: one word swapped
     scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
                   api_name="focus_table", **HEAVY)
     board.select(focus_from_board, inputs=[view_state, settings_state],

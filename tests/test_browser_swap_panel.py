@@ -1,0 +1,61 @@
+"""The Swap panel in a real browser at 1400 x 900, under the maps board of the default example with four models.
+
+Asserted from the panel's DOM contract (``#swap-panel``, "Swap in sentence", ``data-swap-word`` /
+``data-swap-type``, "Swap every <type>", ``data-swap-row``, ``data-swap-cell``, ``data-swap-maps``): sentence
+2's colour word is found and marked, "Swap every colour" fills a row per other colour with a signed margin
+per model, a row click shows a map pair per model, and a bad sentence number is one line next to the control.
+Skipped only when no Chromium is installed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from test_browser import ARTIFACTS, app_url, home, zoo_root  # noqa: F401
+from test_browser_maps_board import FOUR, draw_example, window
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+SIGNED = re.compile(r"^[+-]\d+\.\d{3}$")
+
+
+@pytest.fixture(scope="module")
+def page(app_url):  # noqa: F811 - the fixture imported from test_browser
+    with window(app_url) as page:
+        yield page
+
+
+def test_every_colour_swapped_for_four_models_and_a_row_shows_its_maps(page):
+    from playwright.sync_api import expect
+
+    draw_example(page)
+    panel = page.locator("#swap-panel")
+    number = panel.get_by_label("Swap in sentence")
+    number.fill("2")
+    number.press("Enter")
+    colour = panel.locator('[data-swap-type="colour"]')
+    expect(colour).to_have_count(1, timeout=30_000)
+    expect(colour).to_have_attribute("data-swap-word", "blue")
+    colour.click()
+    every = panel.get_by_role("button", name="Swap every colour")
+    expect(every).to_be_visible(timeout=30_000)
+    every.click()
+    rows = panel.locator("[data-swap-row]")
+    expect(rows).to_have_count(10, timeout=60_000)  # the other ten basic colours
+    for name in FOUR:
+        cell = panel.locator(f'[data-swap-cell="{name}|purple"]')
+        expect(cell).to_have_count(1)
+        assert SIGNED.match(cell.inner_text().strip()), cell.inner_text()
+    panel.locator('[data-swap-row="purple"]').click()
+    pair = panel.locator("[data-swap-maps]")
+    expect(pair).to_have_attribute("data-swap-maps", "purple", timeout=60_000)
+    expect(pair.locator("img")).to_have_count(2 * len(FOUR))
+    expect(pair).to_contain_text("mask IoU")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    panel.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "swap-panel.png"), full_page=False)
+    number.fill("99")  # past the caption: one line next to the control, the table stays
+    number.press("Enter")
+    expect(panel.locator("#swap-note")).to_contain_text("past the caption", timeout=30_000)
+    expect(rows).to_have_count(10)
