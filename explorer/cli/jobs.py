@@ -21,6 +21,8 @@ FOLLOW_POLL_S = 0.5
 
 
 def add_commands(commands) -> None:
+    from explorer.jobs.eval_tasks import BOTH, task_names  # the tasks a sweep runs: one registry, no list here
+
     jobs = commands.add_parser("jobs", help="background training runs: submit, list, show, logs, cancel, resume, "
                                             "delete").add_subparsers(title="jobs")
     submit = jobs.add_parser("submit", help="queue a training run (it starts when a slot is free)")
@@ -50,7 +52,8 @@ def add_commands(commands) -> None:
                        help="zoo names, manifests .json or weights files (several, or the flag repeated)")
     sweep.add_argument("--data", required=True, action="extend", nargs="+", dest="datasets", type=Path,
                        metavar="DIR", help="dataset folders, any retrieval layout (several, or the flag repeated)")
-    sweep.add_argument("--task", choices=("retrieval", "grounding", "both"), default="retrieval")
+    sweep.add_argument("--task", choices=(*task_names(), BOTH), default="retrieval",
+                       help="refcoco: every column of CAFT's Table 2 / SEPS's Table 4 the refer folder holds")
     sweep.add_argument("--split", help="default: each layout's (test; 'all' where it has no splits)")
     sweep.add_argument("--layout", help="read every dataset in this layout (default: detected)")
     sweep.add_argument("--limit", type=int, metavar="N", help="only the first N pictures of each dataset")
@@ -61,6 +64,16 @@ def add_commands(commands) -> None:
                        help="grounding: the map kinds to score (default: every kind each model offers)")
     sweep.add_argument("--units", choices=("sentence", "phrase"), help="grounding: the unit (default: the layout's)")
     sweep.add_argument("--allow-pickle", action="store_true")
+    sweep.add_argument("--dataset", choices=("refcoco", "refcoco+", "refcocog"), help="refcoco: only this dataset")
+    sweep.add_argument("--split-by", choices=("unc", "umd", "google"), help="refcoco: the refs file (default: "
+                                                                            "unc; refcocog: umd)")
+    sweep.add_argument("--images", type=Path, metavar="DIR", help="refcoco: the COCO train2014 pictures")
+    sweep.add_argument("--proposals", type=Path, metavar="FILE", help="refcoco: detections to pick boxes among")
+    sweep.add_argument("--splits", nargs="+", metavar="NAME", help="negatives: the splits (FG-OVD hard medium easy "
+                                                                   "trivial ...; default every file present)")
+    sweep.add_argument("--templates", help="zeroshot: openai (default), simple, or a file of templates with {}")
+    sweep.add_argument("--classnames", type=Path, metavar="FILE", help="zeroshot: class names (imagenet-o: "
+                                                                       "'wnid name' lines)")
     for flag in ("--name", "--gpus", "--processes", "--slurm", "--partition", "--time", "--no-start", "--json"):
         sweep._add_action(next(a for a in submit._actions if flag in a.option_strings))  # the same as submit's
     sweep.set_defaults(run=_run_submit_eval)
@@ -143,7 +156,11 @@ def _run_submit_eval(args) -> int:
 
     options = {"split": args.split, "layout": args.layout, "limit": args.limit, "ks": args.ks,
                "shortlist": args.shortlist, "queries": not args.no_queries, "allow_pickle": args.allow_pickle,
-               "kinds": args.kinds, "units": args.units}
+               "kinds": args.kinds, "units": args.units, "dataset": args.dataset, "split_by": args.split_by,
+               "images": args.images and str(args.images), "proposals": args.proposals and str(args.proposals),
+               "splits": args.splits, "classnames": args.classnames and str(args.classnames.resolve()),
+               "templates": str(Path(args.templates).resolve()) if args.templates and Path(args.templates).is_file()
+               else args.templates}
     jobs = _manager(args)
     sweep = jobs.submit_eval(args.models, args.datasets, task=args.task, name=args.name, gpus=args.gpus,
                              processes=args.processes, backend="slurm" if args.slurm else "local",

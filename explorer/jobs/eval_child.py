@@ -46,8 +46,10 @@ def run_child(job) -> int:
     stop.phase = "finish"
     path = Path(run.out_dir) / RESULTS_FILE
     write_text_atomic(path, json.dumps(outcome.document, indent=2))
-    rows = [{"sweep": run.parent, "model": model_label(eval_job.model), "dataset": eval_job.dataset_label,
-             "task": run.method, "metric": metric, "value": value} for metric, value in outcome.metrics.items()]
+    by_dataset = outcome.datasets or {eval_job.dataset_label: outcome.metrics}  # a task may name its columns
+    rows = [{"sweep": run.parent, "model": model_label(eval_job.model), "dataset": label, "task": run.method,
+             "metric": metric, "value": value}
+            for label, metrics in by_dataset.items() for metric, value in metrics.items()]
     job.store.put_results(run.id, rows)
     split = (outcome.document.get("dataset") or {}).get("split", "?")
     job.write(step=1, checkpoint=None, evaluation={

@@ -16,6 +16,11 @@ fails with that message and the sweep's other children go on.
   the dataset into the one cache (``EmbeddingStore.update_part``); after a barrier rank 0 scores.
 - ``grounding``: ``explorer eval-grounding``'s library entry point (``explorer.evaluation.real_grounding``),
   imported when the task runs; a build without it fails the child and says so.
+- ``refcoco``: the same on a refer toolkit folder, for every (dataset, split) of CAFT's Table 2 and SEPS's
+  Table 4 that the folder holds (RefCOCO val/testA/testB, RefCOCO+ val/testA/testB, G-Ref val; or the
+  ``dataset`` and ``split`` options): its rows go to the results table under "RefCOCO val" and so on
+  (``EvalOutcome.datasets``), with ``miou``, ``oiou`` and ``box_accuracy`` of the headline kind (the
+  first ``kinds`` option, else the method's native map, else generic) beside every "<kind>/<metric>".
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Callable
 
 from explorer.jobs.records import JobError
 
-RETRIEVAL, GROUNDING = "retrieval", "grounding"
+RETRIEVAL, GROUNDING, REFCOCO = "retrieval", "grounding", "refcoco"
 BOTH = "both"  # a sweep of both: one retrieval and one grounding child per (model, dataset)
 GROUNDING_MODULE = "explorer.evaluation.real_grounding"
 NOT_AVAILABLE = "grounding evaluation is not available in this build"
@@ -64,6 +69,7 @@ class EvalJob:
 class EvalOutcome:
     document: dict  # the child's results.json
     metrics: dict[str, float]  # metric -> value: the child's rows of the results table
+    datasets: dict[str, dict[str, float]] | None = None  # label -> metrics: rows under these dataset names instead
 
 
 def task(name: str):
@@ -165,12 +171,14 @@ def grounding(job: EvalJob) -> EvalOutcome | None:
         raise JobError(f"{NOT_AVAILABLE} ({GROUNDING_MODULE} cannot be imported: {error})") from error
     if job.rank != 0:  # one process scores; nothing to share
         return None
-    grounding_set = readers.read_grounding_set(job.data, **_given(job.options, "split", "layout", "units", "limit"))
+    grounding_set = readers.read_grounding_set(job.data, **_given(job.options, "split", "layout", "units", "limit"),
+                                               options=_given(job.options, *LAYOUT_OPTIONS))
     model = load_model(job)
     job.scoring()
     result = library.evaluate_grounding({job.model_label: model}, grounding_set, kinds=job.options.get("kinds"),
                                         work_file=str(Path(job.out_dir) / "grounding-work.jsonl"), progress=False)
-    return EvalOutcome(document=result, metrics=grounding_metrics(result, job.model_label))
+    metrics, label = grounding_metrics(result, job.model_label), grounding_set.extra.get("label")
+    return EvalOutcome(document=result, metrics=metrics, datasets={label: metrics} if label else None)
 
 
 def grounding_metrics(result: dict, name: str) -> dict[str, float]:
@@ -185,9 +193,65 @@ def grounding_metrics(result: dict, name: str) -> dict[str, float]:
     return metrics
 
 
+# ---- refcoco: the papers' tables, one child for every (dataset, split) -----------------------------------
+
+LAYOUT_OPTIONS = ("dataset", "split_by", "images", "proposals")  # the refcoco layout's own options
+PAPER_COLUMNS = (("refcoco", "val"), ("refcoco", "testA"), ("refcoco", "testB"), ("refcoco+", "val"),
+                 ("refcoco+", "testA"), ("refcoco+", "testB"), ("refcocog", "val"))  # CAFT Table 2, SEPS Table 4
+HEADLINE = ("miou", "oiou", "box_accuracy")
+
+
+@task(REFCOCO)
+def refcoco(job: EvalJob) -> EvalOutcome | None:
+    try:
+        library = importlib.import_module(GROUNDING_MODULE)
+        readers = importlib.import_module("explorer.data.grounding_sets")
+    except ImportError as error:
+        raise JobError(f"{NOT_AVAILABLE} ({GROUNDING_MODULE} cannot be imported: {error})") from error
+    if job.rank != 0:
+        return None
+    model, options = load_model(job), job.options
+    columns = [(d, s) for d, s in PAPER_COLUMNS
+               if options.get("dataset") in (None, d) and options.get("split") in (None, s)]
+    if options.get("dataset") and options.get("split") and not columns:
+        columns = [(options["dataset"], options["split"])]
+    documents, datasets = {}, {}
+    for dataset, split in columns:
+        if not (Path(job.data) / dataset).is_dir():
+            job.say(f"{job.data} has no {dataset}/: its columns are left out")
+            continue
+        grounding_set = readers.read_grounding_set(job.data, split=split, layout="refcoco", limit=options.get("limit"),
+                                                   options={**_given(options, *LAYOUT_OPTIONS), "dataset": dataset})
+        job.say(grounding_set.summary())
+        job.scoring()
+        work = Path(job.out_dir) / f"refcoco-{dataset}-{split}-work.jsonl"
+        result = library.evaluate_grounding({job.model_label: model}, grounding_set, kinds=options.get("kinds"),
+                                            work_file=str(work), progress=False)
+        label = grounding_set.extra["label"]
+        documents[label], datasets[label] = result, referring_metrics(result, job.model_label, model, options)
+    if not datasets:
+        raise JobError(f"{job.data} holds none of refcoco/, refcoco+/, refcocog/ with the asked splits")
+    metrics = {f"{label}/{name}": values[name] for label, values in datasets.items() for name in HEADLINE
+               if values.get(name) is not None}
+    return EvalOutcome(document={"format": "explorer-referring/1", "results": documents}, metrics=metrics,
+                       datasets=datasets)
+
+
+def referring_metrics(result: dict, name: str, model, options: dict) -> dict[str, float]:
+    """``grounding_metrics`` and, unprefixed, ``HEADLINE`` of the headline kind: the papers' one number per column."""
+    from explorer.evaluation.grounding_eval import native_kind
+
+    metrics = grounding_metrics(result, name)
+    kind = (options.get("kinds") or [None])[0] or native_kind(model) or "generic"
+    metrics.update({metric: metrics[f"{kind}/{metric}"] for metric in HEADLINE if f"{kind}/{metric}" in metrics})
+    return metrics
+
+
 def _given(options: dict, *names: str) -> dict:
     return {name: options[name] for name in names if options.get(name) is not None}
 
 
-__all__ = ["BOTH", "EvalJob", "EvalOutcome", "GROUNDING", "NOT_AVAILABLE", "RETRIEVAL", "TASKS", "expand_tasks",
-           "model_label", "numeric_metrics", "run_task", "task", "task_names"]
+__all__ = ["BOTH", "EvalJob", "EvalOutcome", "GROUNDING", "NOT_AVAILABLE", "REFCOCO", "RETRIEVAL", "TASKS",
+           "expand_tasks", "model_label", "numeric_metrics", "run_task", "task", "task_names"]
+
+from explorer.jobs import benchmark_tasks  # noqa: E402,F401 - registers negatives and zeroshot (they import task)

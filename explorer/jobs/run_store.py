@@ -16,8 +16,9 @@ restart: nothing about a run lives only in a process's memory.
 Settings shared by every process (the queue's limit, the GPU pool) are a key/value table beside
 the runs (``get_setting`` / ``set_setting``).
 
-Evaluation results are a third table, ``results``: one row per (evaluation record, metric) with the
-model, dataset, task and sweep it belongs to (``RESULT_COLUMNS``), so that a comparison of any runs is
+Evaluation results are a third table, ``results``: one row per (evaluation record, dataset, metric) with
+the model, task and sweep it belongs to (``RESULT_COLUMNS``; one evaluation may fill several datasets'
+columns, as RefCOCO's fills the papers' seven), so that a comparison of any runs is
 one query (``put_results`` / ``results``), and it goes with the records (a deleted run takes its rows).
 """
 
@@ -35,6 +36,20 @@ from explorer.jobs.records import FIELDS, JobError, Run
 
 DB_FILE = "runs.sqlite3"
 SCHEMA_VERSION = 1
+_RESULTS_TABLE = ("run_id TEXT, sweep TEXT, model TEXT, dataset TEXT, task TEXT, metric TEXT, value REAL, "
+                  "PRIMARY KEY (run_id, dataset, metric)")
+
+
+def _key_results_by_dataset(conn) -> None:
+    """A store written when a result row was keyed by (run, metric) alone gets the (run, dataset, metric) key:
+    the table is copied into one with the new key (SQLite cannot change a key in place)."""
+    (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'results'").fetchone()
+    if "PRIMARY KEY (run_id, metric)" not in sql:
+        return
+    conn.execute(f"CREATE TABLE results_keyed ({_RESULTS_TABLE})")
+    conn.execute("INSERT INTO results_keyed SELECT run_id, sweep, model, dataset, task, metric, value FROM results")
+    conn.execute("DROP TABLE results")
+    conn.execute("ALTER TABLE results_keyed RENAME TO results")
 BUSY_TIMEOUT_S = 30.0
 JSON_FIELDS = frozenset({"config", "config_sources", "devices", "command", "evaluation", "notes", "slurm"})
 NULLABLE_JSON = frozenset({"evaluation", "slurm"})
@@ -55,8 +70,8 @@ class RunStore:
                 raise JobError(f"{self.path} was written by a newer explorer (schema {version}); upgrade explorer.")
             conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({_COLUMNS})")
             conn.execute("CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT)")
-            conn.execute("CREATE TABLE IF NOT EXISTS results (run_id TEXT, sweep TEXT, model TEXT, dataset TEXT, "
-                         "task TEXT, metric TEXT, value REAL, PRIMARY KEY (run_id, metric))")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS results ({_RESULTS_TABLE})")
+            _key_results_by_dataset(conn)
             known = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
             for name in FIELDS:  # a store written before a field existed gains its column
                 if name not in known:

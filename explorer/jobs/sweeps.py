@@ -28,7 +28,9 @@ from explorer.jobs.records import (ACTIVE, CANCELLED, DONE, EVAL, FAILED, FINAL,
 
 # the options of a sweep passed to each child (EvalJob.options), with their types
 OPTIONS = {"split": str, "layout": str, "limit": int, "ks": int_list, "shortlist": int, "queries": bool,
-           "allow_pickle": bool, "kinds": name_list, "units": str}
+           "allow_pickle": bool, "kinds": name_list, "units": str,
+           "dataset": str, "split_by": str, "images": str, "proposals": str,  # the refcoco layout's
+           "splits": name_list, "templates": str, "classnames": str}  # negatives' splits, zeroshot's names
 
 
 def check_options(options: dict | None) -> dict:
@@ -60,6 +62,9 @@ def submit(jobs, models: Sequence[str], datasets: Sequence, task: str = RETRIEVA
         raise JobError("an evaluation sweep needs at least one model and one dataset")
     tasks = expand_tasks(task)
     values = check_options(options)
+    for key in ("images", "proposals"):  # files the children read from their own folders
+        if key in values:
+            values[key] = str(Path(values[key]).expanduser().resolve())
     values["zoo"] = None if jobs.zoo_root is None else str(Path(jobs.zoo_root).expanduser().resolve())  # children run elsewhere
     gpus, processes, slurm_options = jobs.resolve_devices(gpus, processes, backend, slurm)
     devices = dict(gpus=gpus, processes=processes, backend=backend, slurm=slurm_options)

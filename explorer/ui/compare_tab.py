@@ -17,6 +17,7 @@ import pandas as pd
 
 from explorer.core.errors import InputError
 from explorer.jobs import JobManager
+from explorer.jobs.eval_tasks import BOTH, task_names
 from explorer.jobs.sweeps import children
 from explorer.serve.access import Access
 from explorer.serve.messages import explain
@@ -24,7 +25,7 @@ from explorer.views import compare_view, results_table
 from explorer.views import jobs_view as view
 from explorer.zoo import Zoo
 
-TASKS = ["retrieval", "grounding", "both"]
+TASKS = [*task_names(), BOTH]  # every registered evaluation task (retrieval, grounding, refcoco...)
 EXPORT_SUFFIX = {"csv": ".csv", "latex": ".tex", "markdown": ".md"}
 
 

@@ -8,8 +8,8 @@ pandas does the pivoting, the number formatting and the CSV and LaTeX writing (`
 booktabs rules and ``highlight_max``/``highlight_min`` for the bold); Markdown is written here because
 pandas needs the optional ``tabulate`` package for it.
 
-Units as papers print them: Recall@K and grounding's mIoU, pointing and AUROC in percent (the store keeps
-fractions, as ``evaluate_retrieval`` and ``evaluate_grounding`` give them), RSUM (already a sum of
+Units as papers print them: Recall@K and grounding's mIoU, oIoU, box accuracy, pointing and AUROC in percent
+(the store keeps fractions, as ``evaluate_retrieval`` and ``evaluate_grounding`` give them), RSUM (already a sum of
 percentages) and ranks as they are. "Best" is the largest value of a column, the smallest for a rank
 (``lower_is_better``).
 """
@@ -39,10 +39,13 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
 
 
 GROUNDING_FRACTIONS = ("/miou", "/pointing", "/auroc")  # a grounding child's "<kind>/<metric>" shares
+REFERRING_METRICS = ("miou", "oiou", "box_accuracy")  # a refcoco child's headline shares (CAFT T2, SEPS T4)
 
 
 def display_value(metric: str, value: float) -> float:
-    percent = "R@" in metric or metric.endswith(GROUNDING_FRACTIONS)
+    percent = ("R@" in metric or metric.endswith(GROUNDING_FRACTIONS)
+               or metric.rsplit("/", 1)[-1] in REFERRING_METRICS
+               or metric.startswith("accuracy/") or metric in ("top1", "top5"))  # negatives' and zero-shot's shares
     return 100.0 * float(value) if percent else float(value)
 
 
@@ -69,9 +72,10 @@ def filtered(frame: pd.DataFrame, datasets: Sequence[str] | None = None,
 
 
 def default_metrics(frame: pd.DataFrame) -> list[str]:
-    """A paper's usual columns when present (R@1/5/10 both ways), else every metric."""
+    """A paper's usual columns when present (R@1/5/10 both ways; referring: mIoU, oIoU, box accuracy), else every
+    metric."""
     present = choices(frame)[1]
-    wanted = [m for m in DEFAULT_METRICS if m in present]
+    wanted = [m for m in DEFAULT_METRICS if m in present] or [m for m in REFERRING_METRICS if m in present]
     return wanted or present
 
 
