@@ -162,13 +162,18 @@ def retrieval(job: EvalJob) -> EvalOutcome | None:
 # ---- grounding (issue 22's library, when this build has it) -----------------------------------------
 
 
-@task(GROUNDING)
-def grounding(job: EvalJob) -> EvalOutcome | None:
+def grounding_library():
+    """(the evaluation library, the grounding-set readers), imported when a task runs; a build without them
+    fails the child and says so."""
     try:
-        library = importlib.import_module(GROUNDING_MODULE)
-        readers = importlib.import_module("explorer.data.grounding_sets")
+        return importlib.import_module(GROUNDING_MODULE), importlib.import_module("explorer.data.grounding_sets")
     except ImportError as error:
         raise JobError(f"{NOT_AVAILABLE} ({GROUNDING_MODULE} cannot be imported: {error})") from error
+
+
+@task(GROUNDING)
+def grounding(job: EvalJob) -> EvalOutcome | None:
+    library, readers = grounding_library()
     if job.rank != 0:  # one process scores; nothing to share
         return None
     grounding_set = readers.read_grounding_set(job.data, **_given(job.options, "split", "layout", "units", "limit"),
@@ -203,11 +208,7 @@ HEADLINE = ("miou", "oiou", "box_accuracy")
 
 @task(REFCOCO)
 def refcoco(job: EvalJob) -> EvalOutcome | None:
-    try:
-        library = importlib.import_module(GROUNDING_MODULE)
-        readers = importlib.import_module("explorer.data.grounding_sets")
-    except ImportError as error:
-        raise JobError(f"{NOT_AVAILABLE} ({GROUNDING_MODULE} cannot be imported: {error})") from error
+    library, readers = grounding_library()
     if job.rank != 0:
         return None
     model, options = load_model(job), job.options
