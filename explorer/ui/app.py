@@ -25,6 +25,7 @@ from explorer.serve.gradio_cache import CachePruner
 from explorer.serve.page_guard import PageGuard
 from explorer.serve.startup import start_page
 from explorer.serve.upload_ledger import UploadLedger
+from explorer.ui.theme import page_theme
 from explorer.ui.view_controls import export_root
 from explorer.zoo import Zoo
 
@@ -37,8 +38,7 @@ def page_options(access: Access | None = None, any_host: bool = False, uploads: 
     a public page also bounds each upload in bytes (the image rules bound its pixels). The owner's page
     answers only loopback names and its own pages (``host_guard``; ``any_host``: any name, ``--trusted``).
     ``uploads``: the upload ledger the page's guard keeps (shared with the cache's pruning)."""
-    theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
-                              font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
+    theme = page_theme()  # every text at least 4.5:1 (explorer.ui.theme)
     public = access is not None and access.public
     guard = host_guard.middleware(public, access.hosts if access else (), any_host)
     options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],

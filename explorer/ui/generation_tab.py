@@ -212,7 +212,7 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
         go_reason = gr.Markdown(ready, visible=bool(ready), elem_id="generation-go-reason")
     status = gr.Markdown("", elem_id="generation-status")
     grid = gr.Image(label="Rows: seeds · columns: stock, then each model", type="pil", elem_id="generation-grid",
-                    interactive=False)
+                    interactive=False, alt_text="Generated pictures: a row per seed, the stock model then each model")
     reads = gr.Markdown("", elem_id="generation-reads")
     # Shown once a generation has scores: an empty table would read as a result ("1 2 3").
     match = gr.Dataframe(label="How well each picture matches each sentence (higher is better; scores of one model "

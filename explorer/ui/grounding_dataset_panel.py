@@ -86,7 +86,8 @@ def build(access: Access, inputs: Inputs) -> None:
             units = gr.Dropdown(["", "sentence", "phrase"], value="", label="Units", elem_id="grounding-set-units")
             number = gr.Number(value=0, precision=0, label="Picture number", elem_id="grounding-set-number")
         open_button = gr.Button("Open picture", elem_id="grounding-set-open")
-        preview = gr.Image(label="Truth", interactive=False, height=200, elem_id="grounding-set-truth")
+        preview = gr.Image(label="Truth", interactive=False, height=200, elem_id="grounding-set-truth",
+                           alt_text="The dataset picture with its truth outlined")
         note = gr.Markdown(elem_id="grounding-set-note")
         with gr.Group(visible=not access.public):
             results = gr.Textbox(label="Results JSON of explorer eval-grounding", elem_id="grounding-set-results")

@@ -163,7 +163,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
                             file_types=access.picture_types)
             picture, picture_text = describe(first_picture)
             preview = gr.Image(value=picture, label="Image", interactive=False, elem_id="grounding-preview",
-                               height=220)
+                               height=220, alt_text="The picture the models read, as uploaded or picked")
             picture_note = gr.Markdown(picture_text, elem_id="image-note")
         with gr.Column(scale=5, min_width=380):
             caption.render()

@@ -59,7 +59,10 @@ def native_lines(zoo, names, method=get_method) -> list[str]:
         lines.append(f"- **{name}**: `{best}`, {cls.title}'s best measured ({measured.describe(best)})")
         if (measured.command, measured.results) not in sources:
             sources.append((measured.command, measured.results))
-    lines += [f"\nMeasured with `{command}` ({results})." for command, results in sources]
+    if sources:  # folded: the command is long, and most readers want the figures only
+        lines.append("\n<details><summary>How these were measured</summary>\n")
+        lines += [f"`{command}` ({results})\n" for command, results in sources]
+        lines.append("</details>")
     return lines
 
 

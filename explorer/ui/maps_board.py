@@ -63,6 +63,14 @@ CSS = """
 .mb-flat { color: #b54708; font-weight: 600; }
 .mb-outside { color: #8a3b00; font-weight: 600; }
 .mb-empty { font-size: 13px; color: var(--body-text-color-subdued); padding: 20px 0; }
+/* A phone (390 px): no sentence column beside the maps. The picture and each sentence take a row of their own
+   across the board, the maps of that sentence under it share the whole width (--mb-models columns). */
+@media (max-width: 640px) {
+  .mb-grid { grid-template-columns: repeat(var(--mb-models), minmax(0, 1fr)) !important; gap: 6px 6px; }
+  .mb-corner, .mb-sentence { grid-column: 1 / -1; }
+  .mb-corner img { max-width: 96px; }
+  .mb-sentence { padding-top: 8px; }
+}
 """
 
 # A click (or Enter) on a panel picks its sentence for the focus view: Gradio's select event with the
@@ -117,7 +125,8 @@ def _render(view: MapsView, settings: ViewSettings) -> str:
                   for m in range(len(view.models))]
     return (f'<div class="mb" id="{ELEM_ID}-view" data-stale="false" '
             f'data-models="{len(view.models)}" data-sentences="{len(indices)}">'
-            f'{_lines(view)}<div class="mb-grid" style="grid-template-columns: {columns}">'
+            f'{_lines(view)}<div class="mb-grid" '
+            f'style="--mb-models: {len(view.models)}; grid-template-columns: {columns}">'
             f'{"".join(cells)}</div></div>')
 
 

@@ -72,7 +72,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
     # The label goes above the picture, not over it: on the picture it would hide the first row's label.
     gr.Markdown("**PCA maps**: the pictures, then a row per model, a column per picture.",
                 elem_id="pca-grid-label")
-    picture = gr.Image(interactive=False, elem_id="pca-grid", format="png", show_label=False)
+    picture = gr.Image(interactive=False, elem_id="pca-grid", format="png", show_label=False,
+                       alt_text="PCA maps: the pictures, then a row per model of its top 3 components as RGB")
     view_state, settings_state = gr.State(None), gr.State(None)
     export_row("pca", view_state, settings_state, zoo, access)
     run.click(loading_first(zoo, lambda load, *values: draw(load, cache, *values, budget=access.budget), status_at=3,

@@ -88,7 +88,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
     gr.Markdown("**Regions**, a row per model: orange detector boxes, blue quadrants, green the centre box, "
                 "thick red the best pair's region. The ids are keyed in the tables below.",
                 elem_id="regions-grid-label")
-    picture = gr.Image(interactive=False, elem_id="regions-grid", format="png", show_label=False)
+    picture = gr.Image(interactive=False, elem_id="regions-grid", format="png", show_label=False,
+                       alt_text="FLISM regions: the picture's regions and each sentence's best region per model")
     key = gr.Dataframe(headers=KEY_COLUMNS, interactive=False, wrap=True, elem_id="regions-key", max_height=260,
                        label="Sentences by region (the ids on the picture)", column_widths=KEY_WIDTHS)
     table = gr.Dataframe(headers=MATCH_COLUMNS, interactive=False, wrap=True, elem_id="regions-table",
