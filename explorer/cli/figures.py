@@ -132,7 +132,8 @@ def add_figure_arguments(parser: argparse.ArgumentParser, view: str) -> None:
         parser.add_argument("--images", nargs="*", help="more pictures beside IMAGE")
         parser.add_argument("--source", dest="pca_source", choices=PCA_SOURCES)
         parser.add_argument("--fit", dest="pca_fit", choices=PCA_FITS,
-                            help="one PCA for everything on the figure (joint, default) or one per panel")
+                            help="one PCA per model (per-model, default), one for everything on the figure "
+                                 "(joint) or one per panel")
     parser.set_defaults(run=_run_figure, view=view)
 
 
