@@ -20,7 +20,7 @@ from explorer.jobs.worker import run_job
 from explorer.views import results_table as rt
 
 COLUMNS = ["RefCOCO val", "RefCOCO testA", "RefCOCO testB", "RefCOCO+ val", "RefCOCO+ testA", "RefCOCO+ testB",
-           "G-Ref val"]
+           "G-Ref val", "G-Ref test"]
 
 
 class CornerModel:

@@ -17,7 +17,7 @@ fails with that message and the sweep's other children go on.
 - ``grounding``: ``explorer eval-grounding``'s library entry point (``explorer.evaluation.real_grounding``),
   imported when the task runs; a build without it fails the child and says so.
 - ``refcoco``: the same on a refer toolkit folder, for every (dataset, split) of CAFT's Table 2 and SEPS's
-  Table 4 that the folder holds (RefCOCO val/testA/testB, RefCOCO+ val/testA/testB, G-Ref val; or the
+  Table 4 that the folder holds (RefCOCO val/testA/testB, RefCOCO+ val/testA/testB, G-Ref val/test; or the
   ``dataset`` and ``split`` options): its rows go to the results table under "RefCOCO val" and so on
   (``EvalOutcome.datasets``), with ``miou``, ``oiou`` and ``box_accuracy`` of the headline kind (the
   first ``kinds`` option, else the method's native map, else generic) beside every "<kind>/<metric>".
@@ -202,7 +202,8 @@ def grounding_metrics(result: dict, name: str) -> dict[str, float]:
 
 LAYOUT_OPTIONS = ("dataset", "split_by", "images", "proposals")  # the refcoco layout's own options
 PAPER_COLUMNS = (("refcoco", "val"), ("refcoco", "testA"), ("refcoco", "testB"), ("refcoco+", "val"),
-                 ("refcoco+", "testA"), ("refcoco+", "testB"), ("refcocog", "val"))  # CAFT Table 2, SEPS Table 4
+                 ("refcoco+", "testA"), ("refcoco+", "testB"), ("refcocog", "val"),
+                 ("refcocog", "test"))  # CAFT Table 2 (to G-Ref val), SEPS Table 4 (and RefCOCOg test)
 HEADLINE = ("miou", "oiou", "box_accuracy")
 
 
