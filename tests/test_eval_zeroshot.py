@@ -184,3 +184,16 @@ def test_resume_and_cli(tmp_path, capsys):
     assert (tmp_path / "zs.csv").read_text().startswith("model,method,top1,top5,n")
     assert "top-1" in capsys.readouterr().out
     assert main(argv[:5] + ["--layout", "imagenet-o"] + argv[7:]) == 2  # no WordNet-id folders: said, no crash
+
+
+def test_layouts_detected_from_names(tmp_path):
+    from explorer.data.class_sets import detect
+
+    assert detect(write_cifar10(tmp_path / "c10")) == "cifar10"
+    picture(tmp_path / "v2" / "imagenetv2-top-images-format-val" / "7" / "a.png")
+    assert detect(tmp_path / "v2") == "imagenet-v2"
+    picture(tmp_path / "o" / "n01443537" / "a.png")
+    assert detect(tmp_path / "o") == "imagenet-o"
+    picture(tmp_path / "f" / "red_circle" / "a.png")
+    picture(tmp_path / "f" / "blue_star" / "a.png")
+    assert detect(tmp_path / "f") == "folder"

@@ -60,7 +60,7 @@ def add_evaluation_arguments(parser, layouts, limit_help: str) -> None:
     parser.add_argument("--model", action="append", dest="models", required=True, metavar="NAME",
                         help="zoo name, manifest .json or weights file; repeat for several")
     parser.add_argument("--data", type=Path, required=True, help="the dataset folder")
-    parser.add_argument("--layout", choices=layouts, help="the dataset's layout")
+    parser.add_argument("--layout", choices=layouts, help="the dataset's layout (default: detected from its names)")
     parser.add_argument("--limit", type=int, metavar="N", help=limit_help)
     parser.add_argument("--out", type=Path, required=True, help="results JSON (per-item work: <out>.work.jsonl, "
                                                                 "read again to resume)")

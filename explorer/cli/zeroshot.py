@@ -22,12 +22,9 @@ def add_commands(commands) -> None:
 
 
 def _run(args) -> int:
-    from explorer.core.errors import ExplorerError
     from explorer.data.class_sets import read_class_set
     from explorer.evaluation.zeroshot import csv_rows, evaluate_zeroshot, table
 
-    if args.layout is None:
-        raise ExplorerError("eval-zeroshot needs --layout: cifar10, cifar100, imagenet-v2, imagenet-o or folder")
     dataset = read_class_set(args.data, args.layout, limit=args.limit, allow_pickle=args.allow_pickle,
                              classnames=args.classnames)
     print(dataset.summary())

@@ -6,7 +6,7 @@
   column per split, "accuracy/hard" and so on, under the layout's name ("FG-OVD" for fg-ovd): MulCLIP's
   and CAFT's Table 8 as a row per model.
 - ``zeroshot``: the folder read in the ``layout`` option (cifar10, cifar100, imagenet-v2, imagenet-o,
-  folder) with the ``templates`` and ``classnames`` options; "top1" and "top5" under the dataset's name as
+  folder; detected from the folder's names when not given, as the page's sweep form gives none) with the ``templates`` and ``classnames`` options; "top1" and "top5" under the dataset's name as
   the papers print it ("CIFAR-10", "ImageNet-V2", ...): MulCLIP's Table 7 columns.
 
 Both write their per-item work file in the child's folder, so a resumed child scores only what is missing.
@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.jobs.eval_tasks import EvalJob, EvalOutcome, load_model, task
-from explorer.jobs.records import JobError
 
 NEGATIVES, ZEROSHOT = "negatives", "zeroshot"
 LABELS = {"fg-ovd": "FG-OVD", "sugarcrepe": "SugarCrepe", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
@@ -52,16 +51,14 @@ def negatives(job: EvalJob) -> EvalOutcome | None:
 
 @task(ZEROSHOT)
 def zeroshot(job: EvalJob) -> EvalOutcome | None:
-    from explorer.data.class_sets import read_class_set
+    from explorer.data.class_sets import detect, read_class_set
     from explorer.evaluation.zeroshot import evaluate_zeroshot
 
     if job.rank != 0:
         return None
     options = job.options
-    if not options.get("layout"):
-        raise JobError("a zeroshot sweep needs the layout option: cifar10, cifar100, imagenet-v2, imagenet-o or "
-                       "folder")
-    dataset = read_class_set(job.data, options["layout"], limit=options.get("limit"),
+    layout = options.get("layout") or detect(job.data)  # the page's sweep form names no layout
+    dataset = read_class_set(job.data, layout, limit=options.get("limit"),
                              allow_pickle=bool(options.get("allow_pickle")), classnames=options.get("classnames"))
     job.say(dataset.summary())
     model = load_model(job)
@@ -70,7 +67,7 @@ def zeroshot(job: EvalJob) -> EvalOutcome | None:
                                work_file=str(Path(job.out_dir) / "zeroshot-work.jsonl"))
     entry = result["models"][0]
     metrics = {k: entry[k] for k in ("top1", "top5") if entry[k] is not None}
-    return EvalOutcome(document=result, metrics=metrics, datasets={_label(job, options["layout"]): metrics})
+    return EvalOutcome(document=result, metrics=metrics, datasets={_label(job, layout): metrics})
 
 
 __all__ = ["LABELS", "NEGATIVES", "ZEROSHOT", "negatives", "zeroshot"]

@@ -16,15 +16,37 @@ from explorer.data.errors import DatasetError
 LAYOUTS = ("cifar10", "cifar100", "imagenet-v2", "imagenet-o", "folder")
 
 
-def read_class_set(root: str | os.PathLike, layout: str, limit: int | None = None, allow_pickle: bool = False,
+def detect(root: str | os.PathLike) -> str:
+    """The layout of ``root`` from its names alone: CIFAR's release files, class folders named 0 .. 999
+    (ImageNet-V2) or by WordNet id (ImageNet-O), else a plain folder of classes."""
+    from explorer.data.class_sets import cifar
+    from explorer.data.class_sets.base import class_folders
+    from explorer.data.class_sets.imagenet import WNID
+
+    root = Path(root)
+    for layout in cifar.RELEASES:
+        if cifar.matches(root, layout):
+            return layout
+    folders = [f.name for f in class_folders(root)] if root.is_dir() else []
+    if len(folders) == 1 and class_folders(root / folders[0]):  # a tarball's top folder
+        folders = [f.name for f in class_folders(root / folders[0])]
+    if folders and sum(name.isdigit() for name in folders) > len(folders) / 2:
+        return "imagenet-v2"
+    if folders and sum(bool(WNID.fullmatch(name)) for name in folders) > len(folders) / 2:
+        return "imagenet-o"
+    return "folder"
+
+
+def read_class_set(root: str | os.PathLike, layout: str | None = None, limit: int | None = None, allow_pickle: bool = False,
                    classnames: str | os.PathLike | None = None) -> ClassSet:
-    """The test pictures at ``root`` in ``layout``; the first ``limit`` when given."""
+    """The test pictures at ``root`` in ``layout`` (None: ``detect``); ``limit`` of them when given."""
     from explorer.data.class_sets import cifar, folder, imagenet
 
     root = Path(root)
     if not root.exists():
         raise DatasetError(f"no dataset at {root}: the path does not exist")
     names = Path(classnames) if classnames is not None else None
+    layout = layout or detect(root)
     if layout in cifar.RELEASES:
         found = cifar.read(root, layout, allow_pickle)
     elif layout == "imagenet-v2":
@@ -42,4 +64,4 @@ def read_class_set(root: str | os.PathLike, layout: str, limit: int | None = Non
     return found
 
 
-__all__ = ["ClassPicture", "ClassSet", "LAYOUTS", "read_class_set"]
+__all__ = ["ClassPicture", "ClassSet", "LAYOUTS", "detect", "read_class_set"]
