@@ -159,6 +159,9 @@ def test_the_layout_reads_sentences_truths_targets_and_skips_with_reasons(root):
     for reason in ("zero-area box", "polygon outside the picture", "empty mask", "annotation not in instances.json",
                    "zero-area proposal box"):
         assert reasons.count(reason) == 1, reason
+    itself = read_grounding_set(root / "refcoco")  # the dataset's own folder: its parent, that dataset
+    assert dataset.root == itself.root == root / "refcoco"  # what reads this very set again
+    assert [u.text for u in itself.units] == [u.text for u in dataset.units]
     lost = read_grounding_set(root, split="testA", layout="refcoco")
     assert not lost.pictures and [s.reason for s in lost.skipped] == ["picture missing"]
 

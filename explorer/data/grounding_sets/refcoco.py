@@ -11,7 +11,8 @@ Layout (the toolkit's ``data/`` folder)::
     <root>/refcocog/...               refs(umd).p (the default) or refs(google).p
     <root>/images/mscoco/images/train2014/COCO_train2014_<id:012d>.jpg   (or ``images=DIR``)
 
-``dataset`` picks the folder (default: refcoco when present, else the first present), ``split_by`` the
+``dataset`` picks the folder (default: refcoco when present, else the first present; ``root`` may also
+be that folder itself, ``<root>/refcoco+``, which picks it), ``split_by`` the
 refs file (refcoco and refcoco+: unc; refcocog: umd; google where it is there), ``split`` one of the
 splits that the refs hold (unc: train, val, testA, testB; umd: train, val, test; default val).
 
@@ -52,7 +53,12 @@ COCO_BOXES = "the picture's COCO annotation boxes"
 
 
 def matches(root: Path) -> bool:
-    return any((Path(root) / name / "instances.json").is_file() for name in DATASETS)
+    return any((Path(root) / name / "instances.json").is_file() for name in DATASETS) or dataset_folder(root)
+
+
+def dataset_folder(root: Path) -> bool:
+    """Whether ``root`` is one dataset's own folder (``.../refcoco+``): read as its parent with that dataset."""
+    return Path(root).name in DATASETS and (Path(root) / "instances.json").is_file()
 
 
 def refs_file(folder: Path, split_by: str) -> Path:
@@ -204,6 +210,10 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
     root = Path(root)
     if not matches(root):
         raise DatasetError(f"{root} is not a refer toolkit folder: expected {EXPECTS}")
+    if dataset_folder(root):
+        if dataset not in (None, root.name):
+            raise DatasetError(f"{root} is the {root.name} folder, not {dataset}'s")
+        root, dataset = root.parent, root.name
     dataset = choose_dataset(root, dataset)
     split_by = choose_split_by(dataset, split_by)
     folder = root / dataset
@@ -230,7 +240,8 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
     extra = {"dataset": dataset, "split_by": split_by, "label": table_label(dataset, split, split_by),
              "proposals": "coco" if proposals is None else str(Path(proposals).resolve()),
              "images": str(picture_dir.resolve())}
-    return builder.build(NAME, root, split, units, notes=notes, extra=extra)
+    # the set's root is the dataset's own folder: what reads this very set again (a results file names it)
+    return builder.build(NAME, folder, split, units, notes=notes, extra=extra)
 
 
 def _read_picture(builder: SetBuilder, image_id: str, refs: list, image_info: dict, annotations: dict,
