@@ -21,7 +21,8 @@ def add_commands(commands) -> None:
     table.add_argument("--runs", nargs="+", required=True, metavar="ID", help="sweep or evaluation ids")
     table.add_argument("--format", choices=("csv", "latex", "markdown"), default="markdown")
     table.add_argument("--metrics", nargs="+", help="the metric columns, in this order (default: R@1/5/10 both "
-                                                    "ways; 'all' for every metric)")
+                                                    "ways; refcoco: miou, oiou, box_accuracy; 'all' for every "
+                                                    "metric)")
     table.add_argument("--datasets", nargs="+", help="only these datasets, in this order")
     table.add_argument("--decimals", type=int, default=1)
     table.add_argument("--caption", help="the LaTeX table's caption (a line above the Markdown one)")

@@ -177,8 +177,8 @@ def _ref_units(builder: SetBuilder, ref, annotations: dict, size: tuple[int, int
         return [], {}
     try:
         decode(annotation.get("segmentation"), size[1], size[0])
-    except SegmentationIssue as issue:
-        builder.skip(where, str(issue).split(" (")[0])
+    except SegmentationIssue as issue:  # counted by its kind ("malformed RLE"), the details kept with the item
+        builder.skip(f"{where}: {issue}", str(issue).split(":")[0].split(" (")[0])
         return [], {}
     key = canonical_id(annotation["id"])
     units = [{"text": text, "truth": MASK, "segments": (key,), "target": box} for text in sentence_texts(ref)]
