@@ -68,6 +68,11 @@ PAGE_CSS = """
 #jobs-table th, #jobs-table th *, #jobs-table td, #jobs-table td *, #jobs-table .body-cell,
 #jobs-table .body-cell * { font-size: 13px !important; }
 #jobs-table .cell-wrap { padding-left: 5px !important; padding-right: 5px !important; }
+/* A gallery label is the picture's caption start ("#0 · A large red cube..."): two lines of it over the
+   thumbnail, not the one line Gradio cuts at "#0 · An ...". */
+#retrieval-query-gallery .caption-label, [id^="retrieval-gallery-"] .caption-label { white-space: normal !important;
+  max-width: 94% !important; font-size: 12px; line-height: 1.25; display: -webkit-box; -webkit-line-clamp: 2;
+  -webkit-box-orient: vertical; overflow: hidden; padding-bottom: 0 !important; max-height: 3.1em; }
 """
 
 

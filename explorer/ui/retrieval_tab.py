@@ -335,7 +335,7 @@ def build(zoo: Zoo, indexer: Indexer, access: Access, grounding: Inputs | None =
                 caption_button = gr.Button("Its caption as the text query", elem_id="retrieval-use-caption")
             # The search's message sits under the buttons that caused it and above the pictures, in view.
             status = gr.Markdown(elem_id="retrieval-status")
-            query_gallery = gr.Gallery(label="Dataset pictures: click one to search with it", columns=10, height=200,
+            query_gallery = gr.Gallery(label="Dataset pictures: click one to search with it", columns=6, height=260,
                                        allow_preview=False, elem_id="retrieval-query-gallery")
     columns = []
     with gr.Row(equal_height=False):
