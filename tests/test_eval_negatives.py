@@ -144,6 +144,9 @@ def test_sugarcrepe_layout(tmp_path):
                                                                        ("a big dog", ("a dog big",), None)]
     assert {s.item: s.reason.split(":")[0] for s in found.skipped} == {"replace_obj/1": "negatives missing",
                                                                        "replace_obj/2": "picture missing"}
+    (tmp_path / "sc" / "swap_ent.json").write_text(json.dumps([{"filename": "000000000005.jpg", "caption": "a",
+                                                                "negative_caption": "b"}]))  # an early name
+    assert read_negatives_set(tmp_path / "sc", layout="sugarcrepe", splits=["swap_obj"]).items[0].id == "swap_obj/0"
     result = evaluate_negatives({"fake": Fake({"a dog": 1.0, "a cat": 0.0, "a big dog": 0.0, "a dog big": 0.5})},
                                 found, progress=False)
     assert result["models"][0]["accuracy"] == {"replace_obj": 1.0, "swap_att": 0.0}

@@ -1,7 +1,8 @@
 """SugarCrepe (Hsieh et al., NeurIPS 2023) as its repository releases it: one JSON file per kind of change.
 
 ``replace_obj.json``, ``replace_att.json``, ``replace_rel.json`` (a word replaced), ``swap_obj.json``,
-``swap_att.json`` (two words swapped), ``add_obj.json``, ``add_att.json`` (a word added); each maps an
+``swap_att.json`` (two words swapped), ``add_obj.json``, ``add_att.json`` (a word added; an early release
+named the object files ``*_ent.json``, read as the same splits); each maps an
 id to ``{"filename": "000000391895.jpg", "caption": ..., "negative_caption": ...}`` (a list of such
 entries is read too). The pictures are COCO val2017's, by ``filename``, under ``--images`` (default:
 the folder's ``val2017/``, else the folder itself). The whole picture is scored against its one
@@ -19,16 +20,24 @@ from explorer.data.retrieval_sets.manifest import read_json
 
 NAME = "sugarcrepe"
 SPLITS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
+OLD_NAMES = {"replace_obj": "replace_ent", "swap_obj": "swap_ent", "add_obj": "add_ent"}  # an early release's files
 EXPECTS = "SugarCrepe files (" + ", ".join(f"{s}.json" for s in SPLITS) + ")"
 
 
+def split_file(root: Path, split: str) -> Path:
+    """``<split>.json``, or the early release's name for it (``replace_ent.json`` for ``replace_obj``)."""
+    file = root / f"{split}.json"
+    old = root / f"{OLD_NAMES.get(split, split)}.json"
+    return old if not file.is_file() and old.is_file() else file
+
+
 def matches(root: Path) -> bool:
-    return any((Path(root) / f"{split}.json").is_file() for split in SPLITS)
+    return any(split_file(Path(root), split).is_file() for split in SPLITS)
 
 
 def read(root: Path, splits=None, images: Path | None = None) -> NegativesSet:
     root = Path(root)
-    chosen = splits_asked({split: root / f"{split}.json" for split in SPLITS}, splits, NAME, EXPECTS)
+    chosen = splits_asked({split: split_file(root, split) for split in SPLITS}, splits, NAME, EXPECTS)
     images = Path(images) if images is not None else (root / "val2017" if (root / "val2017").is_dir() else root)
     if not images.is_dir():
         raise DatasetError(f"--images {images} is not a folder (it should hold COCO val2017's pictures)")
