@@ -3,7 +3,8 @@
 Asserted from the panel's DOM contract (``#swap-panel``, "Swap in sentence", ``data-swap-word`` /
 ``data-swap-type``, "Swap every <type>", ``data-swap-row``, ``data-swap-cell``, ``data-swap-maps``): sentence
 2's colour word is found and marked, "Swap every colour" fills a row per other colour with a signed margin
-per model, a row click shows a map pair per model, and a bad sentence number is one line next to the control.
+per model, a row click shows a map pair per model, a span of the sentence joins the board as a seventh row
+scored against the sentence's truth, and a bad sentence number is one line next to the control.
 Skipped only when no Chromium is installed.
 """
 
@@ -31,6 +32,8 @@ def test_every_colour_swapped_for_four_models_and_a_row_shows_its_maps(page):
 
     draw_example(page)
     panel = page.locator("#swap-panel")
+    # the Draw shows sentence 1's words first (its chained refresh): wait for it, so it cannot land after ours
+    expect(panel.locator('[data-swap-word="three"]')).to_have_attribute("data-swap-type", "count", timeout=60_000)
     number = panel.get_by_label("Swap in sentence")
     number.fill("2")
     number.press("Enter")
@@ -53,8 +56,12 @@ def test_every_colour_swapped_for_four_models_and_a_row_shows_its_maps(page):
     expect(pair.locator("img")).to_have_count(2 * len(FOUR))
     expect(pair).to_contain_text("mask IoU")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    panel.scroll_into_view_if_needed()
+    page.locator("#swap-note").evaluate("e => e.scrollIntoView({block: 'start'})")
     page.screenshot(path=str(ARTIFACTS / "swap-panel.png"), full_page=False)
+    panel.locator("#swap-span textarea, #swap-span input").first.fill("medium dotted blue cross")
+    panel.get_by_role("button", name="Add the span to the board").click()  # a span of sentence 2: a 7th row
+    expect(page.locator('[data-sentence="7"]')).to_contain_text("medium dotted blue cross", timeout=60_000)
+    expect(page.locator('[data-map-panel="demo-caft|7"] figcaption')).to_contain_text("IoU")  # its truth
     number.fill("99")  # past the caption: one line next to the control, the table stays
     number.press("Enter")
     expect(panel.locator("#swap-note")).to_contain_text("past the caption", timeout=30_000)

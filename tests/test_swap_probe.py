@@ -214,3 +214,28 @@ def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models):
     assert 'data-swap-maps="purple"' in maps and "mask IoU" in maps
     _, note, *_ = swap_panel.table_event(load, view, None, state, SimpleNamespace(index=0, value="<b>"))
     assert "click a row" in note
+
+
+def test_a_span_joins_the_board_as_a_row_scored_against_its_sentences_truth(models, tmp_path):
+    from explorer.grounding.metrics import score_maps
+    from explorer.grounding.truth import Truth
+    from explorer.views.maps_view import compute_maps
+    from explorer.views.settings import ViewSettings
+    from explorer.views.span_view import with_span_row
+
+    names = {m.name: m for m in models[:1]}
+    settings = ViewSettings(image=str(EXAMPLE.with_suffix(".png")), caption=EXAMPLE.with_suffix(".txt").read_text(),
+                            models=list(names), kind="generic")
+    view = compute_maps(names.__getitem__, settings, truth_dir=tmp_path)
+    masks = [np.zeros(view.picture.size[::-1], dtype=bool) for _ in view.sentences]
+    masks[1][10:70, 10:70] = True
+    view.truth = Truth(masks=masks, source="test")
+    wider = with_span_row(view, names.__getitem__, 2, "Medium Dotted Blue cross")
+    assert wider.sentences[-1] == "medium dotted blue cross" and len(wider.sentences) == len(view.sentences) + 1
+    alone = models[0].sentence_maps(view.picture, ["medium dotted blue cross"]).maps[0]
+    np.testing.assert_allclose(wider.models[0].maps[-1], alone, atol=1e-6)
+    np.testing.assert_allclose(wider.models[0].maps[:-1], view.models[0].maps)
+    row = wider.scores(None)[-1]
+    assert row["IoU"] == pytest.approx(score_maps(alone[None], masks[1][None])[0][0])
+    with pytest.raises(SwapError, match="not a word of the sentence"):
+        with_span_row(view, names.__getitem__, 2, "blue dotted")  # not consecutive in the sentence

@@ -294,7 +294,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     check_again = dict(fn=recheck, inputs=[view_state, settings_state, *inputs.components()], outputs=stale_outputs,
                        show_progress="hidden")
     drawn.then(**check_again).then(**focus_again)
-    swap_panel.build(view_state, settings_state, drawn, zoo, access)  # under the board: one word swapped
+    swap_panel.build(view_state, settings_state, drawn, zoo, access, board=board, scores=scores,  # one word
+                     render=lambda view, settings: (maps_board.board_html(view, settings), score_rows(view, settings)))
     scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
                   api_name="focus_table", **HEAVY)
     board.select(focus_from_board, inputs=[view_state, settings_state],

@@ -51,7 +51,7 @@ CSS = """
 .swap-word small { font-size: 12px; margin-left: 4px; opacity: 0.8; }
 .swap-word[aria-pressed=true] { outline: 2px solid var(--color-accent); }
 .swap-table { border-collapse: collapse; font-size: 14px; margin: 6px 0; }
-.swap-table th, .swap-table td { border: 1px solid var(--border-color-primary); padding: 4px 10px; text-align: right; }
+.swap-table th, .swap-table td { border: 1px solid var(--border-color-primary); padding: 3px 10px; text-align: right; }
 .swap-table th button { font-weight: 600; background: none; border: none; cursor: pointer; font-size: 14px;
   color: var(--body-text-color); }
 .swap-table tbody tr { cursor: pointer; }
@@ -230,8 +230,30 @@ def export(view, board_settings, state: SwapState | None, fmt, budget=None, publ
                                                f"`explorer figure replay {settings_file.name}` writes it again.")
 
 
-def build(view_state, settings_state, drawn, zoo, access=None) -> None:
-    """The panel, wired to the board's stored result; refreshed after every Draw (``drawn``)."""
+def add_span(load, view, board_settings, state: SwapState | None, span, render):
+    """**Add the span to the board**: the words ``span`` of the panel's sentence as an extra row of the board
+    (every model's map of them, scored against the sentence's truth). (view, board, scores, note)."""
+    from explorer.views.span_view import with_span_row
+
+    try:
+        _check_view(view)
+        if state is None:
+            raise SwapError("pick a sentence first (Swap in sentence)")
+        if not isinstance(span, str) or not span.strip():
+            raise SwapError("the span is empty: type some consecutive words of the sentence")
+        dense = getattr(board_settings, "dense_caption", "")
+        extended = with_span_row(view, load, state.number, span, dense)
+        board, scores = render(extended, board_settings)
+    except Exception as error:  # noqa: BLE001
+        return gr.update(), gr.update(), gr.update(), explain(error)
+    return (extended, board, scores, f"Row {len(extended.sentences)} of the board: **{extended.sentences[-1]}** "
+                                     f"(a span of sentence {state.number}, scored against its truth where known).")
+
+
+def build(view_state, settings_state, drawn, zoo, access=None, board=None, scores=None, render=None) -> None:
+    """The panel, wired to the board's stored result; refreshed after every Draw (``drawn``). With ``board``,
+    ``scores`` and ``render`` (view, settings -> board HTML, score rows), a span of a sentence can join the
+    board as an extra row."""
     budget, public = (access.budget, access.public) if access is not None else (None, False)
     with gr.Column(elem_id="swap-panel"):
         gr.Markdown("### Swap: what one word changes\nEach model's own score of a sentence against the picture, "
@@ -245,6 +267,10 @@ def build(view_state, settings_state, drawn, zoo, access=None) -> None:
             run = gr.Button("Swap", elem_id="swap-run", scale=0, min_width=90)
             every = gr.Button("Swap every word of its type", visible=False, elem_id="swap-every", scale=0,
                               min_width=180)
+        with gr.Row(equal_height=True, visible=board is not None):
+            span = gr.Textbox(label="Span to map: consecutive words of the sentence (e.g. medium dotted blue cross)",
+                              scale=3, elem_id="swap-span")
+            add = gr.Button("Add the span to the board", elem_id="swap-span-add", scale=1)
         note = gr.Markdown(HINT, elem_id="swap-note")
         words = gr.HTML("", elem_id="swap-words", css_template=CSS, js_on_load=WORD_JS, apply_default_css=False)
         table = gr.HTML("", elem_id="swap-table", css_template=CSS, js_on_load=TABLE_JS, apply_default_css=False)
@@ -270,9 +296,13 @@ def build(view_state, settings_state, drawn, zoo, access=None) -> None:
         return table_event(zoo.load, view, board_settings, current, event)
 
     table.select(on_table, inputs=[view_state, settings_state, state], outputs=results, api_name="swap_table", **HEAVY)
+    if board is not None:
+        add.click(lambda view, s, st, text: add_span(zoo.load, view, s, st, text, render),
+                  inputs=[view_state, settings_state, state, span], outputs=[view_state, board, scores, note],
+                  api_name="swap_span", **HEAVY)
     export_button.click(lambda view, s, st, f: export(view, s, st, f, budget=budget, public=public),
                         inputs=[view_state, settings_state, state, fmt], outputs=[files, note],
                         api_name="swap_export", **HEAVY)
 
 
-__all__ = ["HINT", "SwapState", "build", "choose_sentence", "export", "pick_word", "run_swaps", "table_event"]
+__all__ = ["HINT", "SwapState", "add_span", "build", "choose_sentence", "export", "pick_word", "run_swaps", "table_event"]
