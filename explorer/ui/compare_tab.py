@@ -129,7 +129,7 @@ def build(jobs: JobManager, zoo: Zoo, access: Access):
                                  elem_id="sweep-models")
             typed = gr.Textbox(label="More models: weights files or manifests, one a line", lines=2,
                                elem_id="sweep-model-files")
-            datasets = gr.Textbox(label="Datasets: folders, one a line (any retrieval layout)", lines=2,
+            datasets = gr.Textbox(label="Datasets: folders, one a line (any layout of the task)", lines=2,
                                   elem_id="sweep-datasets")
         with gr.Row():
             task = gr.Radio(TASKS, value="retrieval", label="Task", elem_id="sweep-task")
