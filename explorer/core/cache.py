@@ -23,6 +23,7 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 
 import numpy as np
 
+from explorer.core.deadline import check as check_deadline
 from explorer.core.tensors import torch_if_imported
 
 V = TypeVar("V")
@@ -96,6 +97,8 @@ class BoundedCache(Generic[V]):
             self._purge()
             if key in self._items:
                 return self._hit(key)
+        check_deadline()  # a request past its time computes nothing more (``explorer.core.deadline``)
+        with self._lock:
             slot = self._computing.get(key)
             if slot is None:
                 slot = self._computing[key] = _Slot()

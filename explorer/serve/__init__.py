@@ -12,6 +12,9 @@ sentences per Draw                          64 (owner 512)       test_page_budge
 full-size decodes at once                   2                    test_page_budget::test_at_most_the_slots_decode_at_once_whatever_the_requests
 heavy requests at once / per session        2 / 2                test_page_budget::test_heavy_requests_share_the_budgets_slots_across_events_and_two_per_session
 heavy / all requests per address            4 / 24               test_page_clients::test_one_address_flooding_the_queue_does_not_hold_another_behind_it
+caption counts (token summary) per address 2 (2 at once)        test_request_deadline::test_caption_counts_are_capped_per_address_not_per_session
+a handler's time                            120 s                test_request_deadline::test_a_generator_past_the_deadline_is_stopped_and_says_so
+splitting a caption                         linear, <0.1 s/200k  test_sentences_linear::test_the_splitter_is_linear_on_adversarial_captions
 requests per session (``access``)           12                   test_page_access::test_a_session_may_hold_only_a_few_requests
 HTTP requests open per address              64                   test_page_clients::test_a_slow_body_is_dropped_and_one_address_holds_only_a_few_requests_open
 sessions per address                        32                   test_page_clients::test_minting_sessions_from_one_address_never_forgets_anothers

@@ -18,6 +18,9 @@ MB = 1024 * 1024
 # Events that decode pictures, run models or render figures share one concurrency group: at most
 # ``Budget.heavy_at_once`` of them run at once across every event and visitor.
 HEAVY = {"concurrency_id": "explorer-heavy"}
+# Events that read a caption without drawing (the token summary, the budget line) share another: cheap each, but
+# a visitor's text reaches them on every keystroke, so they too are counted per address (``Budget.text_*``).
+TEXT = {"concurrency_id": "explorer-text"}
 
 
 class BudgetExceeded(ExplorerError):
@@ -28,6 +31,7 @@ class BudgetExceeded(ExplorerError):
 class Budget:
     caption_chars: int  # the longest text any input takes, checked before any tokenizing
     sentences_per_draw: int  # sentences one Draw (maps, regions, PCA) may have
+    swaps_per_request: int = 32  # swaps one request of the Swap panel may score (explorer.probe)
     decodes_at_once: int = 2  # full-size picture decodes at once in the whole process
     heavy_at_once: int = 2  # requests of the HEAVY group running at once, all events and visitors together
     heavy_per_session: int | None = None  # HEAVY requests one visitor session may have queued or running
@@ -35,6 +39,9 @@ class Budget:
     heavy_per_address: int | None = None  # HEAVY requests queued or running from one address, all its sessions
     requests_per_address: int | None = None  # requests queued or running from one address (a page load sends 9)
     open_per_address: int | None = None  # HTTP requests open at once from one address (event streams too)
+    text_at_once: int = 2  # requests of the TEXT group running at once, all visitors together
+    text_per_address: int | None = None  # TEXT requests queued or running from one address
+    request_seconds: float | None = None  # a handler still running past this is stopped (``core.deadline``)
     sessions_per_address: int = 10_000  # page sessions one address keeps (minting more forgets its own oldest)
     # A request body must arrive within body_seconds plus a second per body_bytes_per_second it declares, at
     # most body_seconds_max (None: no ceiling); past that it is dropped (HTTP 408).
@@ -81,7 +88,8 @@ class Budget:
 
 OWNER = Budget(caption_chars=200_000, sentences_per_draw=512, request_bytes=32 * MB)
 PUBLIC = Budget(caption_chars=20_000, sentences_per_draw=64, request_bytes=1 * MB, heavy_per_session=2,
-                heavy_per_address=4, requests_per_address=24, open_per_address=64, sessions_per_address=32,
+                heavy_per_address=4, requests_per_address=24, text_per_address=2, request_seconds=120.0,
+                open_per_address=64, sessions_per_address=32,
                 body_seconds=20.0, body_seconds_max=300.0,
                 uploads_per_session=20,
                 upload_bytes_per_session=200 * MB, upload_bytes_total=1024 * MB, upload_files_total=2000,

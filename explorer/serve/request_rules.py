@@ -4,7 +4,10 @@
   line, ``BudgetExceeded``) before the handler reads it: no tokenizer, splitter or renderer ever sees a
   10 MB caption, whichever endpoint it is sent to.
 - Heavy requests: the events tagged ``budget.HEAVY`` share one concurrency group of
-  ``Budget.heavy_at_once`` (Gradio's own limit is per event: two of each, not two in all).
+  ``Budget.heavy_at_once`` (Gradio's own limit is per event: two of each, not two in all); those tagged
+  ``budget.TEXT`` (a caption read for its token summary or budget line) one of ``Budget.text_at_once``.
+- Time: a handler runs under ``Budget.request_seconds`` (``explorer.core.deadline``): past it, its next model run
+  or its next step is not taken and the page says that the request was stopped.
 - No outbound connection: Gradio fetches a file input given as a URL; its fetch functions are replaced
   by a refusal (the request is also refused earlier, by ``page_guard``; this is the last line).
 - Errors: Gradio's own error texts (which can name server paths) are replaced by ours on a page that does
@@ -21,12 +24,15 @@ import functools
 import inspect
 import logging
 import re
+import time
 from pathlib import PurePosixPath
 
 import gradio as gr
 
+from explorer.core.deadline import check as check_deadline
+from explorer.core.deadline import deadline
 from explorer.core.errors import ExplorerError
-from explorer.serve.budget import HEAVY, Budget, BudgetExceeded
+from explorer.serve.budget import HEAVY, TEXT, Budget, BudgetExceeded
 from explorer.serve.messages import internal_error
 
 log = logging.getLogger("explorer.access")
@@ -53,6 +59,8 @@ def install(app: gr.Blocks, budget: Budget, public: bool = False) -> None:
             block_fn.fn = checked(block_fn.fn, budget, texts, len(block_fn.outputs), sent)
         if block_fn.concurrency_id == HEAVY["concurrency_id"]:
             block_fn.concurrency_limit = budget.heavy_at_once
+        elif block_fn.concurrency_id == TEXT["concurrency_id"]:
+            block_fn.concurrency_limit = budget.text_at_once
 
 
 def first_long_text(values, limit: int) -> str | None:
@@ -119,19 +127,37 @@ def checked(fn, budget: Budget, texts: set[int] = frozenset(), n_outputs: int = 
     def shown(result):
         return scrub_outputs(result, texts, n_outputs)
 
+    seconds = budget.request_seconds
+
     if inspect.isasyncgenfunction(fn):
         async def wrapper(*args, **kwargs):
             check(args, kwargs)
+            started = time.monotonic()
             try:
-                async for item in fn(*args, **kwargs):
+                steps = fn(*args, **kwargs)
+                while True:
+                    with deadline(seconds, started):  # each step: Gradio may run them in different contexts
+                        check_deadline()
+                        try:
+                            item = await steps.__anext__()
+                        except StopAsyncIteration:
+                            return
                     yield shown(item)
             except Exception as error:  # noqa: BLE001 - said as the contract says (``as_page_error``)
                 raise as_page_error(error) from None
     elif inspect.isgeneratorfunction(fn):
         def wrapper(*args, **kwargs):
             check(args, kwargs)
+            started = time.monotonic()
             try:
-                for item in fn(*args, **kwargs):
+                steps = fn(*args, **kwargs)
+                while True:
+                    with deadline(seconds, started):
+                        check_deadline()
+                        try:
+                            item = next(steps)
+                        except StopIteration:
+                            return
                     yield shown(item)
             except Exception as error:  # noqa: BLE001
                 raise as_page_error(error) from None
@@ -139,14 +165,16 @@ def checked(fn, budget: Budget, texts: set[int] = frozenset(), n_outputs: int = 
         async def wrapper(*args, **kwargs):
             check(args, kwargs)
             try:
-                return shown(await fn(*args, **kwargs))
+                with deadline(seconds):
+                    return shown(await fn(*args, **kwargs))
             except Exception as error:  # noqa: BLE001
                 raise as_page_error(error) from None
     else:
         def wrapper(*args, **kwargs):
             check(args, kwargs)
             try:
-                return shown(fn(*args, **kwargs))
+                with deadline(seconds):
+                    return shown(fn(*args, **kwargs))
             except Exception as error:  # noqa: BLE001
                 raise as_page_error(error) from None
     wrapper = functools.wraps(fn)(wrapper)

@@ -18,7 +18,7 @@ from explorer.core.images import set_decode_slots
 from explorer.serve import host_guard, request_rules
 from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
 from explorer.serve.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
-from explorer.serve.budget import HEAVY, Budget
+from explorer.serve.budget import HEAVY, TEXT, Budget
 from explorer.serve.clients import UNKNOWN, address_of
 from explorer.serve.log_limit import install as limit_the_log
 from explorer.serve.gradio_cache import CachePruner
@@ -197,6 +197,8 @@ def over_cap(queue, session: str | None, address: str, fn, cap: int, budget: Bud
     if heavy:
         checks += [(_heavy(mine), budget.heavy_per_session, "this page", work),
                    (_heavy(ours), budget.heavy_per_address, "your address", work)]
+    if fn is not None and fn.concurrency_id == TEXT["concurrency_id"]:  # a caption read for its token counts
+        checks.append((_in_group(ours, TEXT), budget.text_per_address, "your address", "caption counts"))
     for held, limit, who, what in checks:
         if limit is not None and held >= limit:
             return f"{who} already has {held} {what} waiting or running (at most {limit}): wait for them"
@@ -204,7 +206,11 @@ def over_cap(queue, session: str | None, address: str, fn, cap: int, budget: Bud
 
 
 def _heavy(events: list) -> int:
-    return sum(event.concurrency_id == HEAVY["concurrency_id"] for event in events)
+    return _in_group(events, HEAVY)
+
+
+def _in_group(events: list, group: dict) -> int:
+    return sum(event.concurrency_id == group["concurrency_id"] for event in events)
 
 
 def client_of(event) -> str:

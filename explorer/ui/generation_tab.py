@@ -16,6 +16,7 @@ from explorer.core.errors import ExplorerError
 from explorer.generation.generate import Generator
 from explorer.generation.settings import LAYERS, GenerationSettings
 from explorer.models.methods import imported_method
+from explorer.serve.budget import TEXT
 from explorer.serve.access import PUBLIC_GENERATIONS, PUBLIC_SEEDS, Access
 from explorer.serve.messages import explain
 from explorer.ui.view_controls import as_list, export_dir
@@ -223,7 +224,7 @@ def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, gene
     key = gr.State(None)
     timer = gr.Timer(POLL_SECONDS, active=False)
 
-    prompt.change(on_prompt, inputs=prompt, outputs=[budget_note, budget], show_progress="hidden")
+    prompt.change(on_prompt, inputs=prompt, outputs=[budget_note, budget], show_progress="hidden", **TEXT)
     for box, api in ((sdxl, "sdxl_status"), (sdxl_config, "sdxl_config_status")):
         box.change(lambda *values: sdxl_status(access, *values), inputs=[sdxl, sdxl_config], outputs=sdxl_note,
                    show_progress="hidden", api_name=api)

@@ -15,7 +15,7 @@ from explorer.grounding.sentence_maps import MapCache, describe_picture
 from explorer.models.map_kinds import GENERIC_MAP
 from explorer.models.methods import discover_methods, get_method, imported_method
 from explorer.ui import grounding_dataset_panel, maps_tab, pca_tab, regions_tab
-from explorer.serve.budget import HEAVY
+from explorer.serve.budget import HEAVY, TEXT
 from explorer.serve.access import Access
 from explorer.ui.examples import PHOTO_NOTE, page_examples
 from explorer.ui.kind_notes import kind_note
@@ -228,7 +228,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     # The summary and the kind note are marked in the browser at once, before the server's answer: they never
     # show the previous caption's or models' text as if it were this one's.
     caption.input(None, None, budget_note, js=f"() => {RECOUNTING!r}", show_progress="hidden")
-    caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table])
+    caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table], **TEXT)
     models.input(None, None, kind_line, js=f"() => {UPDATING!r}", show_progress="hidden")
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note, kind_line])
     models.input(limit_models, inputs=models, outputs=[models, model_limit], show_progress="hidden")
@@ -243,7 +243,7 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     # On every page load: the caption's budget, and the zoo as it is now with what each model offers. The
     # page was built without the tokenizer and the method modules: the first load imports them (unless the
     # app's warm-up has), the budget in its own event so that it does not wait for every method module.
-    loads = [dict(fn=safe_budget, inputs=caption, outputs=[budget_view, budget_note, table]),
+    loads = [dict(fn=safe_budget, inputs=caption, outputs=[budget_view, budget_note, table], **TEXT),
              dict(fn=models_load, inputs=[models, kind], outputs=[models, kind, model_note, kind_line])]
     return inputs, loads
 

@@ -137,8 +137,9 @@ def pick_word(state: SwapState | None, event: gr.SelectData = None):
             f"**{word.text}** ({word.type}): type replacements and **Swap**, or **Swap every {word.type}**.")
 
 
-def run_swaps(load, view, state: SwapState | None, replacements, margin, every: bool):
-    """**Swap** / **Swap every <type>**: (state, note, table, maps). Scores only: the map pair waits for a row."""
+def run_swaps(load, view, state: SwapState | None, replacements, margin, every: bool, limit: int = MAX_SWAPS):
+    """**Swap** / **Swap every <type>**: (state, note, table, maps), at most ``limit`` swaps (the budget's).
+    Scores only: the map pair waits for a row."""
     try:
         _check_view(view)
         if state is None or not state.word:
@@ -150,7 +151,7 @@ def run_swaps(load, view, state: SwapState | None, replacements, margin, every: 
             wanted = [w.strip() for w in replacements.split(",")]
         models = [load(m.name) for m in view.models]
         record = swap_scores(models, view.picture, state.sentence, state.word, wanted, margin=_margin(margin),
-                             kind=None, limit=MAX_SWAPS)
+                             kind=None, limit=limit)
     except Exception as error:  # noqa: BLE001
         return gr.update(), explain(error), gr.update(), gr.update()
     state = replace(state, record=record, shown=None, pairs=None, margin=record.margin, order="swap")
@@ -255,6 +256,7 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
     ``scores`` and ``render`` (view, settings -> board HTML, score rows), a span of a sentence can join the
     board as an extra row."""
     budget, public = (access.budget, access.public) if access is not None else (None, False)
+    limit = budget.swaps_per_request if budget is not None else MAX_SWAPS  # each request is HEAVY: counted too
     with gr.Column(elem_id="swap-panel"):
         gr.Markdown("### Swap: what one word changes\nEach model's own score of a sentence against the picture, "
                     "with one word swapped; the margin is original minus swapped.", elem_id="swap-title")
@@ -288,9 +290,9 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
     number.input(**chosen, trigger_mode="always_last")
     words.select(pick_word, inputs=[state], outputs=[state, words, every, note], api_name="swap_word")
     results = [state, note, table, maps]
-    run.click(lambda view, st, text, m: run_swaps(zoo.load, view, st, text, m, False),
+    run.click(lambda view, st, text, m: run_swaps(zoo.load, view, st, text, m, False, limit),
               inputs=[view_state, state, replacements, margin], outputs=results, api_name="swap_run", **HEAVY)
-    every.click(lambda view, st, m: run_swaps(zoo.load, view, st, "", m, True),
+    every.click(lambda view, st, m: run_swaps(zoo.load, view, st, "", m, True, limit),
                 inputs=[view_state, state, margin], outputs=results, api_name="swap_every", **HEAVY)
     def on_table(view, board_settings, current, event: gr.SelectData = None):
         return table_event(zoo.load, view, board_settings, current, event)
