@@ -23,6 +23,8 @@ request body bytes (not an upload)          1 MB (owner 32 MB)   test_page_budge
 JSON nesting                                64                   test_page_budget::test_a_body_nested_past_the_limit_is_refused_before_anything_parses_it
 uploads per session / bytes per session     20 / 200 MB          test_page_budget::test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota
 uploads on the page: files / bytes          2,000 / 1 GB         test_page_budget::test_a_sessions_upload_bytes_and_age_are_bounded
+uploads one address holds: files / bytes    500 / 256 MB (1/4)  test_upload_share::test_over_http_address_a_fills_its_share_and_b_still_uploads
+a forgotten session's uploads               deleted at once      test_upload_share::test_a_forgotten_session_gives_its_files_back_at_once
 upload age                                  1 h                  test_page_budget::test_a_sessions_upload_bytes_and_age_are_bounded
 upload file (``access``)                    25 MB                test_page_budget::test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota
 exports: bytes / age                        200 MB / 1 h         test_page_budget::test_public_exports_are_capped_and_no_call_leaves_an_empty_folder

@@ -54,6 +54,10 @@ class Budget:
     upload_bytes_per_session: int | None = None
     upload_bytes_total: int | None = None  # every session's uploads together (on disk, each file once)
     upload_files_total: int | None = None  # every session's uploads together, in files (each in its folder)
+    # One address's share of those totals, all its sessions together (``upload_ledger``): a quarter on the public
+    # page, so one address minting sessions cannot hold every visitor's room.
+    upload_files_per_address: int | None = None
+    upload_bytes_per_address: int | None = None
     upload_seconds: int | None = None  # an upload is removed this long after it arrived
     export_bytes: int | None = None  # the exports folder; the oldest exports are removed first
     export_seconds: int | None = None
@@ -93,5 +97,6 @@ PUBLIC = Budget(caption_chars=20_000, sentences_per_draw=64, request_bytes=1 * M
                 body_seconds=20.0, body_seconds_max=300.0,
                 uploads_per_session=20,
                 upload_bytes_per_session=200 * MB, upload_bytes_total=1024 * MB, upload_files_total=2000,
+                upload_files_per_address=2000 // 4, upload_bytes_per_address=1024 * MB // 4,
                 upload_seconds=3600, export_bytes=200 * MB, export_seconds=3600, cache_bytes=512 * MB,
                 cache_seconds=3600)

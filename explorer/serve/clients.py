@@ -69,8 +69,10 @@ class Clients:
     """Page sessions and open requests, per address (thread-safe; every operation is O(1) but forgetting an
     address, which walks the addresses from the least recently seen)."""
 
-    def __init__(self, sessions_per_address: int, open_per_address: int | None, addresses_kept: int | None = None):
+    def __init__(self, sessions_per_address: int, open_per_address: int | None, addresses_kept: int | None = None,
+                 on_forget=None):
         self.sessions_per_address, self.open_per_address = sessions_per_address, open_per_address
+        self.on_forget = on_forget  # called with the sessions forgotten (outside the lock): their uploads go
         self.addresses_kept = addresses_kept or ADDRESSES_KEPT
         self.addresses: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()  # least recently seen first
         self.owner: dict[str, str] = {}  # session token -> the address that minted it
@@ -80,21 +82,32 @@ class Clients:
     # ---- sessions ---------------------------------------------------------------------------------------
 
     def mint(self, address: str) -> str | None:
-        """A new session for ``address``, or None when every remembered address is busy (nothing to forget)."""
+        """A new session for ``address``, or None when every remembered address is busy (nothing to forget).
+        Sessions forgotten to make room are handed to ``on_forget`` (their uploads are deleted at once)."""
+        forgotten: list[str] = []
+        try:
+            with self.lock:
+                sessions = self.addresses.get(address)
+                if sessions is None:
+                    if len(self.addresses) >= self.addresses_kept and not self._forget_an_idle_address(forgotten):
+                        return None
+                    sessions = self.addresses[address] = OrderedDict()
+                self.addresses.move_to_end(address)
+                while len(sessions) >= self.sessions_per_address:  # this address's own oldest, nobody else's
+                    token, _ = sessions.popitem(last=False)
+                    del self.owner[token]
+                    forgotten.append(token)
+                token = secrets.token_urlsafe(24)
+                sessions[token] = None
+                self.owner[token] = address
+                return token
+        finally:
+            if forgotten and self.on_forget is not None:
+                self.on_forget(forgotten)
+
+    def address_of_session(self, token: str) -> str | None:
         with self.lock:
-            sessions = self.addresses.get(address)
-            if sessions is None:
-                if len(self.addresses) >= self.addresses_kept and not self._forget_an_idle_address():
-                    return None
-                sessions = self.addresses[address] = OrderedDict()
-            self.addresses.move_to_end(address)
-            while len(sessions) >= self.sessions_per_address:  # this address's own oldest, nobody else's
-                forgotten, _ = sessions.popitem(last=False)
-                del self.owner[forgotten]
-            token = secrets.token_urlsafe(24)
-            sessions[token] = None
-            self.owner[token] = address
-            return token
+            return self.owner.get(token)
 
     def knows(self, token: str | None) -> bool:
         """Whether ``token`` is a live session (and, if so, it and its address are now the most recently seen)."""
@@ -110,11 +123,12 @@ class Clients:
         with self.lock:
             return len(self.addresses.get(address, ()))
 
-    def _forget_an_idle_address(self) -> bool:
+    def _forget_an_idle_address(self, forgotten: list[str]) -> bool:
         for address in self.addresses:  # least recently seen first
             if not self.open.get(address):
                 for token in self.addresses.pop(address):
                     del self.owner[token]
+                    forgotten.append(token)
                 return True
         return False
 

@@ -45,8 +45,9 @@ class PageGuard:
 
     def __init__(self, app, budget: Budget, public: bool, uploads: UploadLedger | None = None):
         self.app, self.budget, self.public = app, budget, public
-        self.clients = Clients(budget.sessions_per_address, budget.open_per_address)  # sessions per address
         self.uploads = uploads or UploadLedger(budget)  # shared with the cache's pruning (``gradio_cache``)
+        # Sessions per address; a session forgotten past the cap gives its uploads back at once.
+        self.clients = Clients(budget.sessions_per_address, budget.open_per_address, on_forget=self.uploads.forget)
         self.lock = threading.Lock()
 
     async def __call__(self, scope, receive, send):
@@ -119,7 +120,7 @@ class PageGuard:
         length = _header(scope, b"content-length")
         if not length.isdigit():
             raise Refusal(411, "an upload must say its length")
-        ticket = self.uploads.reserve(session, int(length))  # bytes now, each file as it streams in
+        ticket = self.uploads.reserve(session, int(length), address_of(scope))  # bytes now, each file as it streams in
         try:
             gate = PartGate(receive, self.uploads, ticket, _header(scope, b"content-type"))
             status, headers, body = await _captured(self.app, scope, gate.receive)

@@ -5,7 +5,13 @@ session or by many, is one file: the ledger counts files by resolved path, at wh
 blocks and their folder's), and keeps the sessions that hold each one (a refcount). A request reserves its
 length before Gradio saves anything and one file per part as its body streams in, then settles on what was
 saved; every check and its record happen under one lock, so parallel requests cannot all pass one check.
-A file leaves when its last holder's time is over, never to make room for another session.
+A file leaves when its last holder's time is over, never to make room for another session, or at once when
+its last holder is a session the page forgot (``forget``: an address minting past its session cap).
+
+Every page-wide total has a per-address share too (``Budget.upload_files_per_address``,
+``upload_bytes_per_address``: a quarter of each total on the public page), so one address, however many
+sessions it mints, leaves three quarters of the room to everyone else. A file held from two addresses counts
+in both shares and once in the total.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class Ticket:
     session: str
     bytes: int
     files: int = 0
+    address: str = ""  # the client's address (``clients.address_of``): its share of the totals
 
 
 class UploadLedger:
@@ -46,15 +53,17 @@ class UploadLedger:
         self.budget = budget
         self.files: dict[Path, Held] = {}
         self.pending: list[Ticket] = []
+        self.addresses: dict[str, str] = {}  # session -> the address it uploaded from
         self.lock = threading.Lock()
 
     # ---- a request: reserve, count its parts, settle ----------------------------------------------------
 
-    def reserve(self, session: str, length: int) -> Ticket:
-        """Room for a request of ``length`` bytes, or ``Refusal``; give it back with ``settle``."""
-        ticket = Ticket(session, length)
+    def reserve(self, session: str, length: int, address: str = "") -> Ticket:
+        """Room for a request of ``length`` bytes from ``address``, or ``Refusal``; give it back with ``settle``."""
+        ticket = Ticket(session, length, address=address)
         with self.lock:
             self._expire()
+            self.addresses[session] = address
             self._check(replace(ticket, files=1), extra_bytes=length)  # room for its first file too
             self.pending.append(ticket)
         return ticket
@@ -84,7 +93,7 @@ class UploadLedger:
                 added.append((path, held.holders.get(ticket.session)))
                 held.holders[ticket.session] = now
             try:
-                self._check(Ticket(ticket.session, 0))
+                self._check(Ticket(ticket.session, 0, address=ticket.address))
             except Refusal:
                 for path, before in added:
                     self._release(path, ticket.session, before)
@@ -94,6 +103,20 @@ class UploadLedger:
         with self.lock:
             if ticket in self.pending:
                 self.pending.remove(ticket)
+
+    def forget(self, sessions: list[str]) -> None:
+        """``sessions`` are gone (the page forgot them): their holds end now, and a file nobody else holds is
+        deleted at once, so an address that mints sessions past its cap gives their uploads back."""
+        gone = set(sessions)
+        with self.lock:
+            for session in gone:
+                self.addresses.pop(session, None)
+            for path, held in list(self.files.items()):
+                if gone.intersection(held.holders):
+                    held.holders = {s: t for s, t in held.holders.items() if s not in gone}
+                    if not held.holders:
+                        del self.files[path]
+                        delete_upload(path)
 
     def discard(self, paths: list[Path]) -> None:
         """Delete ``paths`` (a refused request's files) unless a session holds them."""
@@ -135,10 +158,27 @@ class UploadLedger:
         everyone = [t for t in self.pending if t is not ticket] + [ticket]
         total_files = len(self.files) + sum(t.files for t in everyone)
         total = sum(held.bytes for held in self.files.values()) + sum(t.bytes for t in everyone if t is not ticket)
+        self._check_share(ticket, extra_bytes)
         if ((budget.upload_files_total is not None and total_files > budget.upload_files_total)
                 or (budget.upload_bytes_total is not None and total + extra_bytes > budget.upload_bytes_total)):
             raise Refusal(429, "this page holds all the uploads it can for now (every visitor's together); "
                                "try again later")
+
+    def _check_share(self, ticket: Ticket, extra_bytes: int) -> None:
+        """``Refusal`` when the files and bytes held and pending from the ticket's address, all its sessions
+        together, pass the address's share of the totals."""
+        budget, address = self.budget, ticket.address
+        if budget.upload_files_per_address is None and budget.upload_bytes_per_address is None:
+            return
+        sessions = {session for session, at in self.addresses.items() if at == address}
+        ours = [held for held in self.files.values() if sessions.intersection(held.holders)]
+        waiting = [t for t in self.pending if t.address == address and t is not ticket] + [ticket]
+        files = len(ours) + sum(t.files for t in waiting)
+        used = sum(held.bytes for held in ours) + sum(t.bytes for t in waiting if t is not ticket) + extra_bytes
+        if ((budget.upload_files_per_address is not None and files > budget.upload_files_per_address)
+                or (budget.upload_bytes_per_address is not None and used > budget.upload_bytes_per_address)):
+            raise Refusal(429, "your address holds its share of this page's uploads (a quarter of them, every "
+                               "session together); try again later")
 
     def _expire(self) -> None:
         """Holders past ``upload_seconds`` let go; a file nobody holds (or that left the disk) goes."""
@@ -150,6 +190,9 @@ class UploadLedger:
             if not held.holders or not path.exists():
                 del self.files[path]
                 delete_upload(path)
+        holding = {session for held in self.files.values() for session in held.holders}
+        holding.update(t.session for t in self.pending)
+        self.addresses = {s: a for s, a in self.addresses.items() if s in holding}
 
     def _release(self, path: Path, session: str, before: float | None) -> None:
         """Undo one hold of ``session`` on ``path`` (``before``: its earlier hold, kept)."""
