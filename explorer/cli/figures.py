@@ -248,7 +248,7 @@ def _write_figure(args, settings, out: Path) -> int:
 def synthetic_warning(view, settings, load) -> str | None:
     """The line for demo models drawn on a picture without truth (their maps mean nothing there), for the
     views that draw their maps: sentence maps, map kinds, regions."""
-    from explorer.views.maps_view import MapsView, ModelMaps, find_view_truth
+    from explorer.views.maps_view import MapsView, ModelMaps, find_view_truth, picture_in_world
 
     if isinstance(view, MapsView):
         return view.synthetic_warning()
@@ -262,4 +262,5 @@ def synthetic_warning(view, settings, load) -> str | None:
         truth = find_view_truth(settings, view.picture, view.sentences, None)[0]
     # the maps view's own line, for these models and this truth
     maps = [ModelMaps(name=name, result=None, synthetic_only=True) for name in demo]
-    return MapsView(picture=view.picture, sentences=view.sentences, models=maps, truth=truth).synthetic_warning()
+    return MapsView(picture=view.picture, sentences=view.sentences, models=maps, truth=truth,
+                    in_world=picture_in_world(settings, view.picture)).synthetic_warning()

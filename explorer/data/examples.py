@@ -97,8 +97,9 @@ def write_examples(out: str | os.PathLike) -> list[Path]:
         raise ExamplesError(f"cannot write the examples into {out}: {error}") from error
     before = set(_listed_files(out)) if (out / MANIFEST).is_file() else set()
     entries, written = [], []
-    scenes = generate_scenes(SYNTHETIC["count"], seed=SYNTHETIC["seed"], image_size=SYNTHETIC["image_size"],
-                             split=SYNTHETIC["split"])
+    scenes = list(generate_scenes(SYNTHETIC["count"], seed=SYNTHETIC["seed"], image_size=SYNTHETIC["image_size"],
+                                  split=SYNTHETIC["split"]))
+    _refresh_digests(scenes)
     for index, scene in enumerate(scenes):
         entry, files = _write_scene(out, scene, index)
         entries.append(entry)
@@ -114,6 +115,16 @@ def write_examples(out: str | os.PathLike) -> list[Path]:
     for stale in before - {p.relative_to(out).as_posix() for p in written}:
         (out / stale).unlink(missing_ok=True)
     return written
+
+
+def _refresh_digests(scenes) -> None:
+    """The package's table of the scenes' digests (``example_scenes``): how a picture is known without files."""
+    from explorer.data.example_scenes import write_scene_digests
+
+    try:
+        write_scene_digests(scenes)
+    except OSError:  # an installed, read-only package keeps the table it shipped with
+        pass
 
 
 def _write_scene(out: Path, scene, index: int) -> tuple[dict, list[Path]]:

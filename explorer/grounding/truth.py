@@ -256,15 +256,24 @@ def save_scene_truth(scene, directory: Path) -> Path:
 
 
 def find_truth(picture: Image.Image, sentences: Sequence[str], directory: Path,
-               size: tuple[int, int] | None = None) -> Truth | None:
+               size: tuple[int, int] | None = None, source: str | Path | None = None) -> Truth | None:
     """The stored truth of a picture with exactly these pixels, matched to ``sentences``; None if unknown.
 
     ``size`` (width, height) defaults to the picture's own; give it when the maps are drawn on a
-    shrunk copy of the picture looked up. A damaged entry is logged and treated as unknown.
+    shrunk copy of the picture looked up. A damaged entry is logged and treated as unknown. A shipped example
+    scene (``explorer.data.example_scenes``: listed beside ``source``, the picture's file, or known by its
+    digest) is found on a fresh home folder too, and stored in ``directory`` for the next look-up.
     """
     path = truth_path(picture, directory)
     if not path.is_file():
-        return None
+        scene = known_example(picture, source)
+        if scene is None:
+            return None
+        try:
+            save_scene_truth(scene, directory)
+        except OSError as error:  # a read-only home: the truth still comes from the example itself
+            log.warning("could not store the truth of %s in %s: %s", scene.id, directory, error)
+            return truth_from_scene(scene, sentences, size or picture.size)
     try:
         with np.load(path, allow_pickle=False) as data:
             shape = tuple(int(v) for v in data["shape"])
@@ -280,6 +289,19 @@ def find_truth(picture: Image.Image, sentences: Sequence[str], directory: Path,
         log.warning("ignoring unreadable ground truth %s: %s", path, error)
         return None
     return _truth_by_text(texts, masks, sentences, size or picture.size, f"synthetic scene {scene_id}")
+
+
+def known_example(picture: Image.Image, source: str | Path | None = None):
+    """The shipped example scene with these pixels (``explorer.data.example_scenes``), or None."""
+    from explorer.data.example_scenes import example_scene
+
+    return example_scene(picture, source)
+
+
+def is_known_scene(picture: Image.Image, directory: Path, source: str | Path | None = None) -> bool:
+    """Whether truth is stored for this picture or it is a shipped example scene: a picture of the synthetic
+    world, even when none of its caption's sentences has truth (an edited caption)."""
+    return truth_path(picture, directory).is_file() or known_example(picture, source) is not None
 
 
 # ---- helpers ---------------------------------------------------------------------------------------

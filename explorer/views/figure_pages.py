@@ -1,5 +1,7 @@
-"""A view written as a figure that fits its venue: the sentence maps split across pages when a page would be
-taller than the preset allows (a column: 4.5 in), with a line for each page saying which sentences it holds.
+"""A view written as a figure that fits its venue: split across pages when a page would be taller than the
+preset allows (a column: 4.5 in; a page: 9 in; a slide: 7.5 in), with a line for each page saying what it holds.
+The sentence maps split by sentences ("sentences 4-6 went to page 2 of maps.pdf"); every other view (regions,
+kinds, PCA, retrieval) by its rows ("rows 3-4 (demo-caft, demo-flair) went to page 2 of regions.pdf").
 
 A PDF gets more pages; a PNG or SVG more files (maps.png, maps-2.png, ...). One settings file beside the
 first (maps.png.json) writes them all again: the split is computed from the settings, never stored.
@@ -36,18 +38,23 @@ def write_figure_pages(view, settings: ViewSettings, out: str | Path) -> Written
     stay whole in the file instead of being thinned out by resampling.
     """
     from explorer.views.figures import check_format, figure_height, save_pages
+    from explorer.views.maps_view import MapsView
 
     out = check_format(out)
     style = settings.style()
-    pages = _sentence_pages(view, settings, style)
-    grids = [_page_grid(view, settings, style, page) for page in pages]
+    if isinstance(view, MapsView):
+        pages = _sentence_pages(view, settings, style)
+        grids = [_page_grid(view, settings, style, page) for page in pages]
+        said = [_sentences(page) for page in pages[1:]]
+    else:
+        grids, said = _row_page_grids(view, settings, style)
     files = save_pages(grids, out, dpi=settings.dpi, style=style)
     settings_file = files[0].with_name(files[0].name + ".json")
     settings_file.write_text(settings.to_json())
     written = WrittenFigure(files[0], settings_file, files)
-    for number, page in enumerate(pages[1:], start=2):
+    for number, what in enumerate(said, start=2):
         where = f"page {number} of {out.name}" if len(files) == 1 else files[number - 1].name
-        written.pages.append(f"{_sentences(page)} went to {where}")
+        written.pages.append(f"{what} went to {where}")
     limit = style.max_height
     for number, grid in enumerate(grids, start=1):
         height = figure_height(grid, style)
@@ -61,9 +68,9 @@ def write_figure_pages(view, settings: ViewSettings, out: str | Path) -> Written
 def _sentence_pages(view, settings: ViewSettings, style) -> list[list[int] | None]:
     """The sentences of each page (0-based; None: the view as its settings show it, on one page)."""
     from explorer.views.figures import split_pages
-    from explorer.views.maps_view import MapsView, render_maps_figure
+    from explorer.views.maps_view import render_maps_figure
 
-    if not isinstance(view, MapsView) or style.max_height is None:
+    if style.page_height is None:
         return [None]
     shown = list(view.page_indices(settings.page, settings.per_page))
     pages = split_pages(len(shown), lambda page: render_maps_figure(view, settings, PLAN_SIDE,
@@ -84,9 +91,36 @@ def _page_grid(view, settings: ViewSettings, style, sentences: list[int] | None)
 
     grid = render()
     side = panel_pixels(grid, style, settings.dpi)
-    if side < max(max(p.pixels.shape[:2]) for row in grid.rows for p in row if p.pixels is not None):
+    if side < _largest_side(grid):
         grid = render(side)
     return grid
+
+
+def _row_page_grids(view, settings: ViewSettings, style) -> tuple[list, list[str]]:
+    """The pages of a figure that splits by rows (every view but the sentence maps), each drawn at the size
+    its panels print at, and what each page after the first holds."""
+    from explorer.views import pipeline
+    from explorer.views.figures import ROW_PAGE_PANEL, grid_rows, panel_pixels, split_pages
+
+    whole = pipeline.render_view(view, settings)
+    pages = split_pages(len(whole.rows), lambda rows: grid_rows(whole, rows), style, ROW_PAGE_PANEL)
+    side = max(panel_pixels(grid_rows(whole, page), style, settings.dpi) for page in pages)
+    if side < _largest_side(whole):
+        whole = pipeline.render_view(view, settings, side)
+    grids = [whole] if len(pages) == 1 else [grid_rows(whole, page) for page in pages]
+    return grids, [_rows(whole, page) for page in pages[1:]]
+
+
+def _largest_side(grid) -> int:
+    return max((max(p.pixels.shape[:2]) for row in grid.rows for p in row if p.pixels is not None), default=0)
+
+
+def _rows(grid, page: list[int]) -> str:
+    """ "row 3 (demo-caft)" or "rows 3-4 (demo-caft, demo-flair)": numbers from 1, named by their labels."""
+    first, last = page[0] + 1, page[-1] + 1
+    names = [grid.row_labels[r].split("\n")[0] for r in page if r < len(grid.row_labels)]
+    named = f" ({', '.join(name for name in names if name)})" if any(names) else ""
+    return (f"row {first}" if first == last else f"rows {first}-{last}") + named
 
 
 def _sentences(page: list[int]) -> str:

@@ -23,6 +23,8 @@ FONTS = ("sans", "serif", "cm")
 HEADERS = ("sentence", "number")  # a map's column header: its sentence, or S1.. with a legend under the grid
 ANNOTATIONS = ("none", "scores", "all")  # under each map: nothing; IoU and hit when truth is known; + threshold
 SLACK = 0.5 / 72  # inches kept free at the end of a line: rounding in the renderers
+GAP = 0.04  # inches between panels
+PAD = 0.03  # inches between a text and the panel it belongs to
 HEADER_LINES = 4  # a sentence header is cut with an ellipsis past this many lines
 
 
@@ -35,8 +37,9 @@ class Preset:
 
 
 # A single column (3.3 in: IEEE, CVPR, ACM; at most 4.5 in tall a page, so it sits in a column beside its
-# text), a full page width (6.9 in), a 16:9 slide (13.3 x 7.5 in).
-PRESETS = {"column": Preset(3.3, None, 8.0, 4.5), "page": Preset(6.9, None, 8.0),
+# text), a full page width (6.9 in; at most 9 in tall, a two-column paper's text block on letter or A4 paper),
+# a 16:9 slide (13.3 x 7.5 in). A figure taller than its venue's page goes on more pages (more slides).
+PRESETS = {"column": Preset(3.3, None, 8.0, 4.5), "page": Preset(6.9, None, 8.0, 9.0),
            "slide": Preset(13.3, 7.5, 14.0)}
 DEFAULT_PRESET = "page"
 
@@ -62,6 +65,11 @@ class FigureStyle:
     annotate: str = "scores"
     header_lines: int = HEADER_LINES
     max_height: float | None = None  # a page's most inches: the maps go on more pages, panels shrink a little
+
+    @property
+    def page_height(self) -> float | None:
+        """The most inches a page (a slide) may take: a slide's height, else the venue's most height a page."""
+        return self.height or self.max_height
 
     @property
     def small(self) -> float:

@@ -9,6 +9,7 @@ too long for its column is wrapped, then cut with an ellipsis; a figure too narr
 wraps them into bands, the picture repeated in each. A venue with a most height a page (a column) gets
 its panels shrunk a little, and a view split across pages (``split_pages``, ``save_pages``: pages of one
 PDF, or numbered PNG/SVG files). Files are byte-for-byte reproducible (no dates in PDF/SVG, fixed SVG ids).
+A PDF holds each panel's own pixels, its heat maps stored as JPEG (``pdf_images``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from explorer.core.errors import ExplorerError
-from explorer.views.figure_style import SLACK, FigureStyle, figure_style
+from explorer.views.figure_matrix import bar_ticks, draw_matrix
+from explorer.views.figure_style import GAP, PAD, SLACK, FigureStyle, figure_style
 from explorer.views.panels import Panel, PanelGrid
+from explorer.views.pdf_images import compress_pdf_images
 
 
 class FigureError(ExplorerError, ValueError):
@@ -36,11 +39,10 @@ class FigureError(ExplorerError, ValueError):
 FORMATS = (".png", ".pdf", ".svg")
 MIN_PANEL = 0.25  # inches: below this a panel is a smudge
 MIN_PAGE_PANEL = 0.55  # inches: panels shrink to fit a page's most height no further (more pages, not smaller maps)
+ROW_PAGE_PANEL = 1.0  # inches: the same for a figure split by rows (regions, kinds, PCA, retrieval)
 NARROW = 4.0  # inches: a figure this narrow (a column) puts its row labels above the rows
 MIN_MATRIX = 1.2  # inches for a similarity matrix with its labels and colour bar
 HEADER_EMS = 5.5  # a column headed by a sentence is at least this many ems wide, else the columns wrap into bands
-GAP = 0.04  # inches between panels
-PAD = 0.03  # inches between a text and the panel it belongs to
 NOTE_LINES = 3  # the note under a panel is cut past this many lines
 BODY_LINES = 9  # a text cell (a retrieved caption) is cut past this many lines
 TITLE_LINES = 3  # a line across the figure (a query, a sentence) is cut past this many lines
@@ -75,6 +77,8 @@ def save_figure(grid: PanelGrid, out: str | Path, width: float | None = None, dp
         fig = build_figure(grid, style)
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=dpi, metadata=METADATA[out.suffix.lower()])
+    if out.suffix.lower() == ".pdf":
+        compress_pdf_images(out)
     return out
 
 
@@ -138,23 +142,35 @@ def build_figure(grid: PanelGrid, style: FigureStyle | float | None = None) -> F
     return fig
 
 
-def fitted_plan(grid: PanelGrid, style: FigureStyle) -> Plan:
+def fitted_plan(grid: PanelGrid, style: FigureStyle, least: float | None = None) -> Plan:
     """The plan at the style's width; on a slide (a fixed height) the panels shrink until it fits; under a
     venue's most height a page they shrink down to ``MIN_PAGE_PANEL`` (``split_pages`` puts fewer sentences on a
-    page), and a page that does not fit even so is as tall as it takes."""
+    page), and a page that does not fit even so is as tall as it takes. ``least``: the narrowest panels may go
+    (default: ``MIN_PANEL`` on a slide, ``MIN_PAGE_PANEL`` under a most height; ``split_pages`` asks for its own
+    before it takes another page)."""
     layout = plan(grid, style)
     full = make_plan(grid, layout)
-    limit = style.height or style.max_height
+    limit = style.page_height
     if limit is None or full.height <= limit:
         return full
-    least = MIN_PANEL if style.height else min(layout.panel, MIN_PAGE_PANEL)
+    if least is None:
+        least = MIN_PANEL if style.height else MIN_PAGE_PANEL
+    least = min(layout.panel, least)
     shrunk = _shrunk_plan(grid, layout, limit, least, keep_width=style.height is None)
     if shrunk is not None:
         return shrunk
     if style.height is None:
         return make_plan(grid, _with_panel(layout, least, keep_width=True))
-    raise FigureError(f"the figure does not fit on a {style.width:g} x {style.height:g} in slide: show fewer "
-                      "sentences or models, or give --width to let it grow taller")
+    raise FigureError(f"the figure does not fit on a {style.width:g} x {style.height:g} in slide even with one "
+                      "row a slide: show fewer models, or give --width to let it grow taller")
+
+
+def page_plan_height(grid: PanelGrid, style: FigureStyle, least: float | None = None) -> float:
+    """Inches ``fitted_plan`` takes (infinite for a slide it cannot fit): what ``split_pages`` compares."""
+    try:
+        return fitted_plan(grid, style, least).height
+    except FigureError:
+        return math.inf
 
 
 def _shrunk_plan(grid: PanelGrid, layout: Layout, limit: float, least: float, keep_width: bool) -> Plan | None:
@@ -176,21 +192,43 @@ def figure_height(grid: PanelGrid, style: FigureStyle) -> float:
     return style.height or fitted_plan(grid, style).height
 
 
-def split_pages(count: int, grid_of: Callable[[list[int]], PanelGrid], style: FigureStyle) -> list[list[int]]:
-    """Items ``0..count-1`` (a view's sentences) in the fewest pages that each fit the style's most height
-    (``fitted_plan``), as evenly as their number allows; ``grid_of`` draws a page of them. When none fits, the
-    split with the lowest pages (the caller says they are too tall). One page when the style has no such height."""
-    if style.max_height is None or count < 2:
+def split_pages(count: int, grid_of: Callable[[list[int]], PanelGrid], style: FigureStyle,
+                least: float = MIN_PAGE_PANEL) -> list[list[int]]:
+    """Items ``0..count-1`` (a view's sentences, or a figure's rows) in the fewest pages that each fit the
+    style's page (``fitted_plan``: a column's or a page's most height, a slide's height), as evenly as their
+    number allows; ``grid_of`` draws a page of them. Panels shrink to ``least`` inches (``ROW_PAGE_PANEL`` for a
+    figure split by rows: a region's boxes stay readable) before another page is taken, and further only when
+    one item a page is still too tall. When none fits, the split
+    with the lowest pages (the caller says they are too tall). One page when the style has no such height."""
+    limit = style.page_height
+    if limit is None or count < 2:
         return [list(range(count))]
     lowest, least_height = even_pages(count, count), math.inf
     for number in range(1, count + 1):
         pages = even_pages(count, number)
-        height = max(fitted_plan(grid_of(page), style).height for page in pages)
-        if height <= style.max_height:
+        smallest = least if number < count else None  # one item a page: as small as a panel may be
+        height = max(page_plan_height(grid_of(page), style, smallest) for page in pages)
+        if height <= limit + 1e-9:
             return pages
         if height < least_height:
             lowest, least_height = pages, height
     return lowest
+
+
+def grid_rows(grid: PanelGrid, rows: list[int]) -> PanelGrid:
+    """The figure's rows ``rows`` (0-based, in order) with everything that belongs to them (labels, titles,
+    matrices), and the headers, colour bar and caption every page repeats: a page of a figure split by rows."""
+
+    def pick(values: list) -> list:
+        return [values[r] for r in rows if r < len(values)] if values else []
+
+    titles = pick(grid.row_titles)
+    if titles and not titles[0]:  # a page that starts inside a group of rows (a sentence's) repeats its title
+        earlier = [title for title in grid.row_titles[:rows[0]] if title]
+        titles[0] = f"{earlier[-1]} (continued)" if earlier else ""
+    return PanelGrid(rows=[grid.rows[r] for r in rows], row_labels=pick(grid.row_labels), caption=grid.caption,
+                     colorbar=grid.colorbar, extras=pick(grid.extras), headers=grid.headers,
+                     row_titles=titles, repeat=grid.repeat)
 
 
 def even_pages(count: int, pages: int) -> list[list[int]]:
@@ -223,6 +261,7 @@ def save_pages(grids: list[PanelGrid], out: str | Path, dpi: int = 300, style: F
     with figure_style(style), PdfPages(out, metadata=METADATA[".pdf"]) as pdf:
         for grid in grids:
             pdf.savefig(build_figure(grid, style), dpi=dpi)
+    compress_pdf_images(out)
     return [out]
 
 
@@ -237,7 +276,11 @@ def _with_panel(layout: Layout, panel: float, keep_width: bool = False) -> Layou
 def panel_pixels(grid: PanelGrid, style: FigureStyle | float | None, dpi: int) -> int:
     """How many pixels a panel's longer side takes in the saved figure (at least 16)."""
     style = as_style(style)
-    return max(16, math.ceil(fitted_plan(grid, style).layout.panel * dpi))
+    try:
+        panel = fitted_plan(grid, style).layout.panel
+    except FigureError:  # a slide it cannot fit: its widest panels (build_figure says why it cannot be drawn)
+        panel = plan(grid, style).panel
+    return max(16, math.ceil(panel * dpi))
 
 
 def plan(grid: PanelGrid, style: FigureStyle | float) -> Layout:
@@ -453,7 +496,7 @@ def _row_block(cells: list[Panel | None], layout: Layout, label: str, matrix, ti
                 fig.text(x / width, (panels_top - cell_height - PAD) / height, "\n".join(note), ha="left",
                          va="top", fontsize=style.small)
         if matrix is not None:
-            _draw_matrix(fig, layout, matrix, top, row_height, height, left)
+            draw_matrix(fig, layout, matrix, top, row_height, height, left)
 
     return Block(row_height, draw)
 
@@ -471,7 +514,9 @@ def _draw_cell(fig, cell: Panel, layout: Layout, x: float, top: float, cell_heig
     if cell.pixels is None:
         return
     axis = fig.add_axes(box)
-    axis.imshow(cell.pixels, interpolation="nearest", aspect="auto")
+    # "none": a PDF or SVG holds the panel's own pixels (drawn at most at the size it prints at), not a copy
+    # resampled to the figure's dpi; a PNG (Agg) draws it as "nearest" does
+    axis.imshow(cell.pixels, interpolation="none", aspect="auto")
     axis.set_axis_off()
     if cell.frame:  # inside the panel's edge, so it never reaches the next panel
         fig.add_artist(Rectangle(box[:2], box[2], box[3], transform=fig.transFigure, fill=False,
@@ -516,7 +561,7 @@ def _colorbar_block(colorbar, layout: Layout) -> Block:
         scale = fig.colorbar(ScalarMappable(Normalize(colorbar.low, colorbar.high), colorbar.cmap), cax=axis,
                              orientation="horizontal")
         scale.ax.tick_params(labelsize=style.small, length=2, pad=1)
-        scale.ax.xaxis.set_major_locator(_ticks())
+        scale.ax.xaxis.set_major_locator(bar_ticks())
         # the label as a figure text (not the axis label), measured and fitted to the bar's width
         fig.text(bar_left / width, (top - 2 * GAP - bar - ticks) / height, "\n".join(lines), ha="left", va="top",
                  fontsize=style.font_size)
@@ -524,55 +569,5 @@ def _colorbar_block(colorbar, layout: Layout) -> Block:
     return Block(block, draw)
 
 
-def _ticks():
-    """At most five ticks on a colour bar: their labels never crowd."""
-    from matplotlib.ticker import MaxNLocator
-
-    return MaxNLocator(nbins=4, min_n_ticks=2)
-
-
-def _draw_matrix(fig, layout: Layout, matrix, top: float, row_height: float, height: float, left: float) -> None:
-    """A sentence x region heat map: best region per sentence boxed in white, the best pair in red."""
-    style = layout.style
-    small = style.small
-    width = style.width
-    margin_left = 0.15 + style.measure(small).width("S00")
-    margin_bottom = 0.1 + style.measure(small).height(1)
-    margin_top = style.measure().height(1) + 2 * PAD
-    # the colour bar (0.04 in away, 0.07 in wide), its ticks and their labels, inside the figure
-    bar_space = 0.04 + 0.07 + 3 / 72 + style.measure(small).width("−0.00") + GAP
-    x = left + layout.width - layout.matrix + margin_left
-    box_height = max(0.5, row_height - margin_bottom - margin_top)
-    bottom = (top - margin_top - box_height) / height
-    box_width = layout.matrix - margin_left - bar_space
-    axis = fig.add_axes([x / width, bottom, box_width / width, box_height / height])
-    bar_axis = fig.add_axes([(x + box_width + 0.04) / width, bottom, 0.07 / width, box_height / height])
-    values = matrix.values
-    image = axis.imshow(values, cmap="viridis", aspect="auto", interpolation="nearest")
-    rows, cols = values.shape
-    # every n-th tick label, so that neighbours never touch on a narrow figure
-    across = math.ceil(cols * (style.measure(small).width(f"R{cols}") + 2 / 72) / box_width)
-    down = math.ceil(rows * (style.measure(small).height(1) + 1 / 72) / box_height)
-    axis.set_xticks(range(0, cols, across), [f"R{j + 1}" for j in range(0, cols, across)], fontsize=small)
-    axis.set_yticks(range(0, rows, down), [f"S{i + 1}" for i in range(0, rows, down)], fontsize=small)
-    axis.tick_params(length=0, pad=1)
-    for i, j in enumerate(matrix.best_region):
-        axis.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="white", linewidth=0.8))
-    i, j = matrix.best_pair
-    axis.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.4))
-    cell = min(box_width / cols, box_height / rows) * 72  # points
-    if rows * cols <= 120 and cell >= 2.2 * (small - 1):  # the values only where they fit their cells
-        middle = (values.max() + values.min()) / 2
-        for (i, j), value in np.ndenumerate(values):
-            axis.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=max(4.0, small - 1),
-                      color="black" if value > middle else "white")
-    fig.text(x / width, top / height, style.measure().fit(f"{matrix.title}: cosine, sentence x region",
-                                                         layout.matrix - margin_left),
-             ha="left", va="top", fontsize=style.font_size)
-    bar = fig.colorbar(image, cax=bar_axis)
-    bar.ax.tick_params(labelsize=small, length=1, pad=1)
-    bar.ax.yaxis.set_major_locator(_ticks())
-
-
-__all__ = ["FigureError", "as_style", "build_figure", "check_format", "figure_height", "page_file", "panel_pixels",
-           "plan", "save_figure", "save_pages", "split_pages"]
+__all__ = ["FigureError", "as_style", "build_figure", "check_format", "figure_height", "grid_rows", "page_file",
+           "panel_pixels", "plan", "save_figure", "save_pages", "split_pages"]

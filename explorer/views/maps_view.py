@@ -151,13 +151,14 @@ class MapsView:
     truth: object | None = None  # explorer.grounding.truth.Truth when a ground-truth mask is known
     truth_file: Path | None = None  # where that truth was read from (a label mask, or a scene's .npz)
     notes: list[str] = field(default_factory=list)
+    in_world: bool = False  # a known scene of the synthetic world, even when no sentence of the caption has truth
     _memo: BoundedCache = field(default_factory=display_memo, repr=False)
 
     def synthetic_warning(self) -> str | None:
         """A line for demo models drawn on a picture without truth (a photo, most likely): they were trained
         on synthetic shapes only, so what they light up there says nothing about the picture."""
         demo = [m.name for m in self.models if m.synthetic_only]
-        if not demo or self.truth is not None:
+        if not demo or self.truth is not None or self.in_world:
             return None
         return (f"{', '.join(demo)} {'was' if len(demo) == 1 else 'were'} trained on synthetic shapes only: on a "
                 "picture outside that world (no truth is known for this one) their maps mean nothing; add a real "
@@ -247,7 +248,7 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
     if truth is not None:
         notes.extend(truth.notes)
     return MapsView(picture=picture, sentences=sentences, models=models, truth=truth, truth_file=truth_file,
-                    notes=notes)
+                    notes=notes, in_world=truth is not None or picture_in_world(settings, picture, truth_dir))
 
 
 def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth_dir: Path | None,
@@ -267,14 +268,27 @@ def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth
             original_size = load_image(settings.image).original_size
         found = truth.truth_from_mask_file(settings.truth, sentences, picture.size, original_size=original_size)
         return found, Path(settings.truth)
-    if truth_dir is None and settings.truth_dir:
-        truth_dir = Path(settings.truth_dir)
-    if truth_dir is None:
-        truth_dir = paths.example_truth_dir()
-    found = truth.find_truth(picture, sentences, truth_dir)
+    truth_dir = _scene_truth_dir(settings, truth_dir)
+    found = truth.find_truth(picture, sentences, truth_dir, source=settings.image or None)
     if found is None or not found.available:
         return None, None
-    return found, truth.truth_path(picture, truth_dir)
+    path = truth.truth_path(picture, truth_dir)
+    return found, path if path.is_file() else None
+
+
+def picture_in_world(settings: ViewSettings, picture, truth_dir: Path | None = None) -> bool:
+    """Whether the picture is a known scene of the synthetic world (its truth stored, or a shipped example),
+    whatever its caption says: the demo models' "outside that world" line is for the other pictures."""
+    from explorer.grounding import truth
+
+    return truth.is_known_scene(picture, _scene_truth_dir(settings, truth_dir), settings.image or None)
+
+
+def _scene_truth_dir(settings: ViewSettings, truth_dir: Path | None) -> Path:
+    """Where scene truth is looked up: ``truth_dir``, else ``settings.truth_dir``, else the examples' registry."""
+    if truth_dir is None and settings.truth_dir:
+        truth_dir = Path(settings.truth_dir)
+    return paths.example_truth_dir() if truth_dir is None else truth_dir
 
 
 def render_maps(view: MapsView, settings: ViewSettings, side: int | None = None,
