@@ -1,10 +1,14 @@
 """`explorer export`: a model written as a transformers or an open_clip folder.
 
-    explorer export --model NAME --format transformers|open_clip --out DIR [--backbone-only]
+    explorer export --model NAME --format transformers|open_clip --out DIR [--backbone-only] [--accept-disagreement]
 
 It prints the files written. A model that cannot go out whole (its pooling or score is its own)
 is refused with what would be left out; with ``--backbone-only`` its CLIP backbone is written and
-the command says what was left out (``explorer.models.export``).
+the command says what was left out (``explorer.models.export``). Then the folder is read back with its
+library and its ranking compared with explorer's own score on a probe set made in code
+(``explorer.evaluation.export_agreement``): the agreement goes into the folder's README.md and
+explorer_export.json, and below 90 % of caption pairs in the same order the command warns and exits 3
+unless ``--accept-disagreement``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ def add_commands(commands) -> None:
     export.add_argument("--backbone-only", action="store_true",
                         help="export the CLIP backbone of a method whose pooling or score neither library expresses "
                              "(says what is left out)")
+    export.add_argument("--accept-disagreement", action="store_true",
+                        help="exit 0 even when the exported scores rank captions unlike the method (below 90 %% of "
+                             "pairs in the same order on the probe set; a backbone whose method pools its own way)")
     export.add_argument("--device", default="cpu")
     export.add_argument("--allow-pickle", action="store_true", help="trust a file that needs unpickling")
     export.set_defaults(run=_run_export)
@@ -47,4 +54,22 @@ def _run_export(args) -> int:
     what = "whole" if result.whole else "its CLIP backbone"
     print(f"exported {model.name} ({model.title}, context {model.context_length}) as {args.format}: {what} "
           f"(loaded in {loaded - started:.1f} s, written in {time.perf_counter() - loaded:.1f} s)", file=sys.stderr)
-    return 0
+    return _check_agreement(args, model, result)
+
+
+def _check_agreement(args, model, result) -> int:
+    """Measure, record and judge how far the folder keeps the method's ranking; the exit code."""
+    from explorer.evaluation.export_agreement import AGREEMENT_FLOOR, measure_agreement
+    from explorer.models.export import record_agreement
+
+    agreement = measure_agreement(model, result.out, args.format)
+    for path in record_agreement(result, agreement.to_dict(), agreement.line()):
+        print(path)
+    print(agreement.line(), file=sys.stderr)
+    if agreement.keeps_ranking:
+        return 0
+    print(f"warning: {model.name}'s export does not keep its ranking (under {100 * AGREEMENT_FLOOR:.0f} % of caption "
+          f"pairs in the same order): the folder's scores are not the method's; its README says so. "
+          + ("Accepted (--accept-disagreement)." if args.accept_disagreement else
+             "Exit 3; add --accept-disagreement to keep it as a backbone anyway."), file=sys.stderr)
+    return 0 if args.accept_disagreement else 3

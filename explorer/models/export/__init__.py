@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the CLI's parser reads FORMATS from here: importing this mo
 
 FORMATS = ("transformers", "open_clip")
 ABOUT = "explorer_export.json"
+README = "README.md"
 
 
 @dataclass
@@ -116,6 +117,31 @@ def export_model(method: Method, fmt: str, out: Path, backbone_only: bool = Fals
     return result
 
 
+def record_agreement(result: Exported, agreement: dict, summary: str) -> list[Path]:
+    """Write how far the folder keeps the method's ranking (``explorer.evaluation.export_agreement``) into its
+    ``explorer_export.json`` (``agreement``) and a ``README.md`` beside it; the files written."""
+    about = result.out / ABOUT
+    record = json.loads(about.read_text(encoding="utf-8"))
+    record["agreement"] = agreement
+    about.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    loader = ('transformers.CLIPModel.from_pretrained(DIR)' if result.format == "transformers"
+              else 'open_clip.create_model_and_transforms("local-dir:DIR")')
+    kept = "the whole model" if result.whole else f"its CLIP backbone only: left out {result.left_out}"
+    verdict = ("The exported scores rank captions as the method does." if agreement.get("keeps_ranking") else
+               "WARNING: the exported scores do not rank captions as the method does (below "
+               f"{100 * agreement.get('floor', 0.9):.0f} % of pairs): use this folder as a CLIP backbone to "
+               "fine-tune or probe, not as the method.")
+    text = "\n".join([
+        f"# {record['source']} as a {result.format} folder", "",
+        f"Written by `explorer export`: {kept}. Load it with `{loader}`; the score is the cosine of the global "
+        "image and text embeddings.", "",
+        "## What it keeps", "", f"{summary[0].upper()}{summary[1:]}.", "", f"Probe set: {agreement.get('probe', '')}.",
+        "", verdict, "", "The same numbers are in explorer_export.json (`agreement`).", ""])
+    readme = result.out / README
+    readme.write_text(text, encoding="utf-8")
+    return [about, readme]
+
+
 def backbone_tensors(method: Method) -> dict[str, torch.Tensor]:
     """The method's CLIP backbone in the OpenAI / open_clip layout, float32 on the CPU, ready to save."""
     import torch
@@ -145,4 +171,5 @@ def _write_about(result: Exported, method: Method, name: str) -> Path:
     return path
 
 
-__all__ = ["ABOUT", "FORMATS", "Exported", "backbone_tensors", "export_model", "export_scope", "save_weights"]
+__all__ = ["ABOUT", "FORMATS", "README", "Exported", "backbone_tensors", "export_model", "export_scope",
+           "record_agreement", "save_weights"]
