@@ -6,8 +6,10 @@ picture past ``MAX_DECODE_PIXELS`` pixels or ``MAX_DECODE_BYTES`` as decoded
 (16- and 32-bit pictures take two and four bytes a pixel) is refused with a
 message that says how to downscale it. A picture is decoded straight to the
 size asked for: JPEG through its reduced decode (``draft``), any other format
-shrunk in its own mode before it is converted to 8-bit RGB, so a read holds at
-most one full-size copy; and at most ``DECODE_SLOTS`` reads decode at once in
+box-reduced in its own mode before it is converted to 8-bit RGB (palette, 1-bit
+and alpha pictures a strip at a time, flattened onto white), so a read holds its
+one full-size decode and pictures of the reduced size only (``read_peak_bytes``:
+an 8000 x 8000 palette PNG with transparency took ~700 MB, now under 300 MB); and at most ``DECODE_SLOTS`` reads decode at once in
 the whole process (``decode_slot``), whatever the number of requests. Every
 conversion made on the way is reported in ``notes`` so the UI can say what
 happened to the picture.
@@ -137,15 +139,62 @@ def _upright_size(image: Image.Image) -> tuple[int, int]:
 
 
 def _shrink(image: Image.Image, max_side: int, notes: list[str]) -> Image.Image:
-    """At most ``max_side`` on the long side, shrunk in the picture's own mode where Pillow can (16- and
-    32-bit pictures are then converted small, not full size)."""
+    """At most ``max_side`` on the long side: box-averaged over whole blocks (``factor`` x ``factor`` pixels, the
+    smallest factor that fits) in the picture's own mode, so the only other picture in memory is the reduced one
+    (a two-pass resample held a full-height intermediate); palette and 1-bit pictures are reduced a strip at a
+    time while they are converted; 16- and 32-bit ones are converted after, small."""
     if max(image.size) <= max_side:
         return image
-    scale = max_side / max(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    if image.mode in ("1", "P", "PA"):  # Pillow resamples these by nearest neighbour only: through RGB first
-        image = _to_rgb(image, notes)
-    return image.resize(size, Image.LANCZOS, reducing_gap=3.0)
+    factor = math.ceil(max(image.size) / max_side)
+    # Pillow cannot average palette indices, and averages alpha through a full-size premultiplied copy: these
+    # are flattened onto white and reduced a strip at a time (flat, then averaged: as the premultiplied average).
+    if image.mode in ("1", "P", "PA", "LA", "RGBA", "La", "RGBa"):
+        return _flat_rgb(image, notes, factor=factor)
+    try:
+        return image.reduce(factor)
+    except ValueError:  # a mode Pillow does not reduce (I;16): resampled to the same size instead
+        size = (math.ceil(image.width / factor), math.ceil(image.height / factor))
+        return image.resize(size, Image.LANCZOS, reducing_gap=3.0)
+
+
+STRIP_PIXELS = 2**21  # pixels a strip converts at once (8 MB as RGBA): the only full-width intermediate
+WORKING_BYTES_PER_PIXEL = 12  # the reduced picture at its widest (16-bit: itself, float32, 8-bit, RGB)
+READ_SLACK_BYTES = 16 * 2**20  # the decoder's buffers and the allocator's rounding
+
+
+def read_peak_bytes(size: tuple[int, int], mode: str, max_side: int = MAX_SIDE) -> int:
+    """The most a read of a picture with this header holds at once, every mode Pillow opens: its decode
+    (``MAX_DECODE_BYTES`` at most, refused from the header past that), the reduced picture through its
+    conversion to RGB, and one strip's conversions (tests/test_decode_memory.py measures it per mode)."""
+    width, height = size
+    factor = max(1, math.ceil(max(size) / max_side))
+    reduced = math.ceil(width / factor) * math.ceil(height / factor)
+    return (width * height * _bytes_per_pixel(mode) + reduced * WORKING_BYTES_PER_PIXEL + 3 * 4 * STRIP_PIXELS
+            + READ_SLACK_BYTES)
+
+
+def _flat_rgb(image: Image.Image, notes: list[str], factor: int = 1) -> Image.Image:
+    """``image`` (palette, 1-bit, or with alpha) as RGB, transparent areas flattened onto white, box-reduced by
+    ``factor``: converted a strip of rows at a time, so that no full-size RGBA, background or composite exists
+    (an 8000 x 8000 palette PNG with transparency took ~700 MB that way; now its 64 MB decode and the result)."""
+    width, height = image.size
+    transparent = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in image.info
+    if transparent:
+        notes.append("transparent areas flattened onto white")
+    elif image.mode == "1":
+        notes.append("grayscale image repeated on three channels")
+    flat = Image.new("RGB", (math.ceil(width / factor), math.ceil(height / factor)), (255, 255, 255))
+    rows = factor * max(1, STRIP_PIXELS // (width * factor))  # a multiple of factor: strips reduce whole blocks
+    for top in range(0, height, rows):
+        strip = image.crop((0, top, width, min(height, top + rows)))
+        if transparent:
+            rgba = strip.convert("RGBA")
+            strip = Image.new("RGB", rgba.size, (255, 255, 255))
+            strip.paste(rgba, (0, 0), rgba)  # over white, as alpha compositing onto an opaque background
+        else:
+            strip = strip.convert("RGB")
+        flat.paste(strip.reduce(factor) if factor > 1 else strip, (0, top // factor))
+    return flat
 
 
 def downscale_note(before: tuple[int, int], after: tuple[int, int]) -> str:
@@ -207,7 +256,9 @@ def decode_image(image: Image.Image, label: str, notes: list[str], max_side: int
     except (OSError, SyntaxError, ValueError) as error:
         raise ImageError(f"{_subject(label)} is damaged or truncated and cannot be decoded ({error}).") from error
     try:
-        return ImageOps.exif_transpose(image)
+        # In place: without it Pillow returns a full-size copy even when there is nothing to turn.
+        ImageOps.exif_transpose(image, in_place=True)
+        return image
     except (OSError, ValueError, TypeError):
         notes.append("EXIF orientation could not be read; shown as stored")
         return image
@@ -234,22 +285,21 @@ def _to_rgb(image: Image.Image, notes: list[str]) -> Image.Image:
     if mode == "RGB":
         return image
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
-        array = np.asarray(image, dtype=np.float64)
+        array = np.array(image, dtype=np.float32)  # one copy, scaled in place (float64 took two, twice as big)
         if mode == "F":
             low, high = float(array.min()), float(array.max())
-            array = (array - low) / (high - low or 1.0) * 255
+            array -= low
+            array *= 255 / (high - low or 1.0)
             notes.append("floating-point image scaled to 8 bits (min-max)")
         else:
-            array = array / 257.0  # 65535 -> 255
+            array /= 257.0  # 65535 -> 255
             notes.append(f"{'16' if mode.startswith('I;16') else '32'}-bit image converted to 8 bits")
-        gray = Image.fromarray(np.clip(array, 0, 255).astype(np.uint8), mode="L")
+        np.clip(array, 0, 255, out=array)
+        gray = Image.fromarray(array.astype(np.uint8), mode="L")
         return gray.convert("RGB")
-    if mode in ("RGBA", "LA", "PA") or (mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        notes.append("transparent areas flattened onto white")
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    if mode in ("L", "1"):
+    if mode in ("RGBA", "LA", "PA", "1") or (mode == "P" and "transparency" in image.info):
+        return _flat_rgb(image, notes)
+    if mode == "L":
         notes.append("grayscale image repeated on three channels")
     return image.convert("RGB")
 

@@ -26,6 +26,7 @@ uploads on the page: files / bytes          2,000 / 1 GB         test_page_budge
 uploads one address holds: files / bytes    500 / 256 MB (1/4)  test_upload_share::test_over_http_address_a_fills_its_share_and_b_still_uploads
 a forgotten session's uploads               deleted at once      test_upload_share::test_a_forgotten_session_gives_its_files_back_at_once
 upload age                                  1 h                  test_page_budget::test_a_sessions_upload_bytes_and_age_are_bounded
+memory of one picture read                  decode + reduced     test_decode_memory::test_every_mode_reads_within_the_documented_bound
 upload file (``access``)                    25 MB                test_page_budget::test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota
 exports: bytes / age                        200 MB / 1 h         test_page_budget::test_public_exports_are_capped_and_no_call_leaves_an_empty_folder
 Gradio's temp folder: bytes / age           512 MB / 1 h         test_page_budget::test_gradios_cache_is_pruned_by_age_and_bytes_but_never_a_held_upload
