@@ -24,4 +24,6 @@ python -m pip install -q -c constraints.txt -e examples/plugins/explorer-dreamli
 
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
 # One pytest-xdist worker per core (each computes on one thread: tests/conftest.py); `-n 0` runs serially.
-python -m pytest -n auto "$@"
+# worksteal: a worker that runs out of tests takes the other's queued ones, so the minutes-long jobs and
+# browser tests near the end do not leave one core idle.
+python -m pytest -n auto --dist worksteal "$@"
