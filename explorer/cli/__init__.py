@@ -160,8 +160,12 @@ def _parser() -> argparse.ArgumentParser:
                                                     "regenerated if absent)")
     evaluate.add_argument("--split", default="test", choices=("train", "val", "test"))
     evaluate.add_argument("--limit", type=int, help="scenes for retrieval and hard negatives (default 300)")
-    evaluate.add_argument("--grounding-limit", type=int, default=80,
+    evaluate.add_argument("--grounding-limit", type=int,
                           help="the first scenes used for grounding and FLISM (default 80)")
+    evaluate.add_argument("--quick", action="store_true",
+                          help="a first look: the first 60 scenes for retrieval and hard negatives and the first 6 "
+                               "for grounding (unless --limit / --grounding-limit say otherwise); under 2 minutes "
+                               "for two demo-size models on 2 CPU cores")
     evaluate.add_argument("--model", action="append", dest="models", metavar="NAME",
                           help="evaluate only this zoo model (repeat for several; default: all)")
     evaluate.add_argument("--seed", type=int, default=0)
@@ -322,19 +326,34 @@ def _run_assets_write(args) -> int:
     return 0
 
 
+def _eval_limits(args) -> tuple[int, int]:
+    """(retrieval scenes, grounding scenes): as given, else --quick's share, else the full benchmark's."""
+    from explorer.evaluation.estimate import QUICK_GROUNDING_LIMIT, QUICK_LIMIT
+    from explorer.evaluation.results import DEFAULT_LIMIT
+
+    limit = args.limit if args.limit is not None else (QUICK_LIMIT if args.quick else DEFAULT_LIMIT)
+    grounding = args.grounding_limit if args.grounding_limit is not None else (
+        QUICK_GROUNDING_LIMIT if args.quick else 80)
+    return limit, grounding
+
+
 def _run_eval(args) -> int:
     from explorer.core import paths
     from explorer.evaluation.report import (hard_negatives_table, results_markdown, results_table,
                                             shared_context_table, update_readme)
+    from explorer.evaluation.estimate import plan_eval
     from explorer.evaluation.results import write_results
     from explorer.evaluation.runner import evaluate_zoo
     from explorer.training.demo_world import write_eval_world
 
     zoo = paths.demo_zoo_root() if args.zoo == "demo" else (args.zoo or args.checkpoints)
     data = args.data or write_eval_world(paths.demo_build_dir(), print)
-    results = evaluate_zoo(zoo, data, split=args.split, limit=args.limit,
+    limit, grounding_limit = _eval_limits(args)
+    print(plan_eval(zoo, data, args.split, limit, grounding_limit, args.models,
+                    args.quick).line(), flush=True)
+    results = evaluate_zoo(zoo, data, split=args.split, limit=limit,
                            seed=args.seed, progress=not args.no_progress, models=args.models,
-                           grounding_limit=args.grounding_limit, device=args.device, precision=args.precision)
+                           grounding_limit=grounding_limit, device=args.device, precision=args.precision)
     write_results(results, args.out)
     for name, message in results["errors"].items():
         print(f"warning: {name}: {message}", file=sys.stderr)

@@ -21,7 +21,9 @@ class TrainingBatch:
     Attributes:
         pixels: (B, 3, S, S) float, the pictures already preprocessed for the method (S its input size).
         captions: B long captions, one per picture.
-        short_captions: B summaries (the first sentence), or None.
+        short_captions: B short summaries, or None. In the synthetic world a generated one-line summary that
+            names each object by colour and shape and the background, not a sentence of the long caption;
+            from a samples folder, its ``short_caption``.
         sentences: Each caption's sentences (sub-captions) in order: B lists of strings, or None.
         dense_captions: A dense caption per picture (SEPS), or None.
         negative_captions: For each picture, its caption rewritten to be false of it (one attribute or
@@ -36,7 +38,7 @@ class TrainingBatch:
 
     pixels: torch.Tensor  # [B, 3, S, S], already preprocessed for the method
     captions: list[str]  # long captions, one per image
-    short_captions: list[str] | None = None  # summaries (e.g. the first sentence)
+    short_captions: list[str] | None = None  # short summaries (the synthetic world's: generated, one line)
     sentences: list[list[str]] | None = None  # each caption's sub-captions, in order
     dense_captions: list[str] | None = None  # SEPS: a dense caption per image
     # NegCLIP: each caption rewritten so it is false of its image (one attribute or relation changed)

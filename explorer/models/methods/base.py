@@ -326,6 +326,8 @@ class Method:
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[n_a, n_b] cosines of the rows of ``a`` [n_a, D] and ``b`` [n_b, D], computed in float32: CLIP's score
+    of global embeddings (``ImageFeatures.cls`` against ``TextFeatures.eot``)."""
     return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
 
 

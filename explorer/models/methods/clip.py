@@ -57,7 +57,21 @@ def is_clip_layout(tensors: Mapping[str, torch.Tensor]) -> bool:
 
 
 class ClipFamily(ClipBackbone, Method):
-    """A method whose weights are a CLIP backbone (plus, in subclasses, modules of its own)."""
+    """A method whose weights are a CLIP backbone (plus, in subclasses, modules of its own): the base class of a
+    CLIP-family plugin (``explorer new-method`` writes a subclass).
+
+    A subclass overrides ``similarity`` (its score), ``sentence_maps`` (its own map kinds) and ``losses`` (its
+    training terms); everything else (loading, the zoo format, the explainers, exports) comes from here.
+
+    Attributes:
+        logit_scale: The learned temperature, a scalar ``nn.Parameter`` holding log(1 / 0.07) at
+            initialisation, as CLIP's: a loss multiplies cosines by ``logit_scale.exp()``.
+        arch: The ``ClipArchitecture`` (widths, layers, patch size, context, pooling) the towers were built with.
+        preprocess: The method's image pipeline (``Preprocess``): ``TrainingBatch.pixels`` went through it.
+        extra_config: The sizes of the method's own modules, saved in ``config()`` and given back to ``build``.
+        visual: The image tower (open_clip's ``VisionTransformer`` under OpenAI's names).
+        positional_embedding: The text tower's position table, [context, width]; its rows are the context.
+    """
 
     default_quick_gelu: bool = True
     default_context: int = LONG_CONTEXT  # for ``example``; CLIP and FLAIR say 77
