@@ -191,7 +191,9 @@ def compute_pair(load, view, state: SwapState, replacement: str) -> SwapView:
     models = [load(m.name) for m in view.models]
     kinds = {m.name: m.kind for m in view.models}
     settings = SwapSettings(models=[m.name for m in view.models], kinds=kinds)
-    pairs = map_pairs(models, view.picture, record, replacement, settings)
+    drawn = {m.name: m.maps[state.number - 1] for m in view.models  # the board's own map of the sentence
+             if state.number - 1 < len(m.maps) and view.sentences[state.number - 1] == record.sentence}
+    pairs = map_pairs(models, view.picture, record, replacement, settings, originals=drawn)
     target = None
     truth = getattr(view, "truth", None)
     if truth is not None:

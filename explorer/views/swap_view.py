@@ -140,15 +140,20 @@ def new_word_object(picture: Image.Image, settings: SwapSettings, replacement: s
     return None if index is None else truth.masks[index]
 
 
-def map_pairs(models, picture: Image.Image, record: SwapScores, shown: str, settings: SwapSettings) -> list[MapPair]:
-    """The original sentence's map and the shown swap's, per model (its kind from ``settings``)."""
+def map_pairs(models, picture: Image.Image, record: SwapScores, shown: str, settings: SwapSettings,
+              originals: dict | None = None) -> list[MapPair]:
+    """The original sentence's map and the shown swap's, per model (its kind from ``settings``). ``originals``:
+    {model name: the original sentence's map as the board drew it}, so only the swapped sentence is computed."""
     text = record.models[0].swaps[record.replacements.index(shown)].text
     pairs = []
     for model in models:
         kind = settings.kinds.get(model.name, settings.kind)
         if kind not in model.map_kinds:
             raise SwapSettingsError(f"{model.name} offers the maps {', '.join(model.map_kinds)}, not {kind!r}")
-        original, swapped = sentence_maps(model, picture, [record.sentence, text], kind)
+        if originals is not None and model.name in originals:
+            original, swapped = originals[model.name], sentence_maps(model, picture, [text], kind)[0]
+        else:
+            original, swapped = sentence_maps(model, picture, [record.sentence, text], kind)
         pairs.append(MapPair(model.name, kind, original, swapped, compare_maps(original, swapped)))
     return pairs
 
