@@ -32,6 +32,7 @@ exports: bytes / age                        200 MB / 1 h         test_page_budge
 Gradio's temp folder: bytes / age           512 MB / 1 h         test_page_budget::test_gradios_cache_is_pruned_by_age_and_bytes_but_never_a_held_upload
 queue size (``access``)                     64                   test_page_clients::test_one_address_flooding_the_queue_does_not_hold_another_behind_it
 refusal log lines                           one per kind, counted test_page_clients::test_a_flood_of_refusals_is_logged_once_with_a_count
+temp files of two servers on one machine    a folder each       test_two_servers::test_stopping_one_server_leaves_the_others_files
 Host / Origin (owner mode)                  loopback + --allow-host  test_host_guard::test_the_owner_page_refuses_a_foreign_host_in_one_line
 ==========================================  ===================  ==================================================
 
@@ -39,5 +40,5 @@ One module per guard: ``budget`` (the numbers), ``access`` (what a visitor may t
 asking: the address, not the session hash), ``page_guard`` (uploads, bodies and per-address caps in front of
 Gradio's routes), ``upload_ledger`` (what uploads are held), ``json_body``, ``request_rules`` (what wraps every
 handler), ``host_guard``, ``log_limit``, ``gradio_cache``, ``refusals``, ``messages`` (failures as page text),
-``startup`` (launching the page).
+``startup`` (launching the page), ``temp_folder`` (each server's files in a folder of its own).
 """

@@ -24,6 +24,7 @@ from explorer.serve.log_limit import install as limit_the_log
 from explorer.serve.gradio_cache import CachePruner
 from explorer.serve.page_guard import PageGuard
 from explorer.serve.startup import start_page
+from explorer.serve.temp_folder import own_temp_folder, remove_own_temp_folder
 from explorer.serve.upload_ledger import UploadLedger
 from explorer.ui.theme import page_theme
 from explorer.ui.view_controls import export_root
@@ -249,6 +250,7 @@ def launch(host: str | None = None, port: int = 7860, share: bool = False, auth:
     ``precision``: what the models compute in ("auto": bf16 where the hardware has it; the page says which).
     ``announce(url)`` is called once the page serves."""
     prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
+    own_temp_folder()  # before the app is built: its files in a folder no other server on the machine deletes
     keep_releasing_freed_memory()
     zoo = Zoo(zoo_root, device=device, precision=precision)
     bind = host_guard.resolve_bind(host)
@@ -272,6 +274,7 @@ def launch(host: str | None = None, port: int = 7860, share: bool = False, auth:
             app.block_thread()
         finally:
             cache.clear()  # what the app wrote in Gradio's temp folder goes with it
+            remove_own_temp_folder()  # and the folder of its own, nobody else's
     return app
 
 
