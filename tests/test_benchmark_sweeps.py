@@ -46,11 +46,12 @@ def test_negatives_child_equals_the_command(twins, tmp_path):
 
 
 def test_zeroshot_child(twins, tmp_path):
-    options = {"layout": "folder", "templates": "simple", "zoo": str(DEMO)}
+    (tmp_path / "one.txt").write_text("a photo of a {}.\n")
+    options = {"templates": str(tmp_path / "one.txt"), "limit": 12, "zoo": str(DEMO)}  # the layout: detected
     outcome = run_task("zeroshot", EvalJob("demo-clip-base", str(twins / "classes"), options, out_dir=str(tmp_path)))
     assert list(outcome.datasets) == ["classes"] and set(outcome.metrics) == {"top1", "top5"}
     folders = [f for f in (twins / "classes").iterdir() if f.is_dir()]
     assert 70 <= len(folders) <= 80  # a class per (colour, shape) pair, a rare pair maybe missing
-    assert outcome.document["models"][0]["n"] == len(folders) == outcome.document["dataset"]["classes"]
-    assert 0 <= outcome.metrics["top1"] <= outcome.metrics["top5"]
+    assert outcome.document["dataset"]["classes"] == len(folders) and outcome.document["models"][0]["n"] == 12
+    assert 0 <= outcome.metrics["top1"] <= outcome.metrics["top5"] and outcome.document["dataset"]["templates"] == 1
     assert rt.display_value("top1", 0.25) == 25.0 and rt.display_value("accuracy/hard", 0.5) == 50.0
