@@ -72,3 +72,18 @@ def test_the_retrieval_line_names_the_query_once():
 
     assert query_words("a red cube") == "the text" and query_words(3) == "picture #3"
     assert query_words(Image.new("RGB", (4, 4))) == "your picture"  # not "the your picture"
+
+
+def test_a_refresh_queued_behind_others_keeps_the_visitors_picks(tmp_path):
+    """A zoo refresh (page load, a timer) carries the choice as it was sent: it must not set it back after the
+    visitor picked other models; it sets a value only where a chosen model left the zoo."""
+    from explorer.ui import generation_tab, grounding_tab, retrieval_tab
+    from explorer.zoo import Manifest, Zoo
+
+    zoo = Zoo(tmp_path)
+    for name in ("a", "b"):
+        Manifest(name=name, method="clip", weights="builtin:tiny-clip").write(tmp_path / f"{name}.json")
+    for tab in (grounding_tab, retrieval_tab):
+        assert "value" not in tab.refresh_models(zoo, ["a"])  # the page keeps whatever it holds now
+        assert tab.refresh_models(zoo, ["a", "gone"])["value"] == ["a"]
+    assert "value" not in generation_tab.refresh_models(Zoo("checkpoints"), ["demo-longclip"])

@@ -19,7 +19,7 @@ from explorer.models.methods import imported_method
 from explorer.serve.budget import TEXT
 from explorer.serve.access import PUBLIC_GENERATIONS, PUBLIC_SEEDS, Access
 from explorer.serve.messages import explain
-from explorer.ui.view_controls import as_list, export_dir
+from explorer.ui.view_controls import as_list, export_dir, keep_value
 from explorer.views import generation_view as view
 from explorer.zoo import Zoo
 
@@ -153,7 +153,7 @@ def refresh_models(zoo: Zoo, current):
     choices = view.long_text_models(zoo.manifests())
     names = {name for _, name in choices}
     kept = [name for name in as_list(current) if name in names]
-    return gr.update(choices=choices, value=kept or [name for _, name in choices[:1]])
+    return keep_value(gr.update(choices=choices, value=kept or [name for _, name in choices[:1]]), current)
 
 
 def build(zoo: Zoo, access: Access, worker: BackgroundWorker | None = None, generator: Generator | None = None):

@@ -21,7 +21,7 @@ from explorer.ui.examples import PHOTO_NOTE, page_examples
 from explorer.ui.kind_notes import kind_note
 from explorer.serve.messages import explain
 from explorer.serve.request_rules import scrub_paths
-from explorer.ui.view_controls import Inputs, as_list
+from explorer.ui.view_controls import Inputs, as_list, keep_value
 from explorer.views.settings import MAX_MODELS, NATIVE
 from explorer.zoo import Zoo
 
@@ -109,7 +109,7 @@ def refresh_models(zoo: Zoo, current):
     discover_methods()
     choices = model_choices(zoo)
     names = {name for _, name in choices}
-    return gr.update(choices=choices, value=[name for name in as_list(current) if name in names])
+    return keep_value(gr.update(choices=choices, value=[name for name in as_list(current) if name in names]), current)
 
 
 def kind_choices(zoo: Zoo, names, method=get_method) -> list[str]:
@@ -237,8 +237,11 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     image.change(describe, inputs=image, outputs=[preview, picture_note], **HEAVY)
 
     def models_load(chosen, current_kind):
-        models_update = refresh_models(zoo, chosen)
-        return models_update, *on_models(models_update["value"], current_kind)
+        # The first load imports the method modules (seconds on a busy machine): the values it was sent may be
+        # older than what the visitor picked since, so it sets only the lists, and a value only where the zoo
+        # no longer has a chosen model (or a kind).
+        kind_update, *notes = on_models(chosen, current_kind)
+        return refresh_models(zoo, chosen), keep_value(kind_update, current_kind), *notes
 
     # On every page load: the caption's budget, and the zoo as it is now with what each model offers. The
     # page was built without the tokenizer and the method modules: the first load imports them (unless the

@@ -17,7 +17,7 @@ from explorer.retrieval.indexing import Indexer
 from explorer.serve.budget import HEAVY
 from explorer.serve.access import Access
 from explorer.serve.messages import explain
-from explorer.ui.view_controls import (Inputs, as_list, export_dir, export_root, export_view, ran_in,
+from explorer.ui.view_controls import (Inputs, as_list, export_dir, keep_value, export_root, export_view, ran_in,
                                       style_controls)
 from explorer.views import retrieval_view as view
 from explorer.views.settings import MAX_MODELS
@@ -55,7 +55,7 @@ def refresh_models(zoo: Zoo, current):
     discover_methods()
     choices = model_choices(zoo)
     names = {name for _, name in choices}
-    return gr.update(choices=choices, value=[name for name in as_list(current) if name in names])
+    return keep_value(gr.update(choices=choices, value=[name for name in as_list(current) if name in names]), current)
 
 
 # ---- dataset and indexing ---------------------------------------------------------------------------

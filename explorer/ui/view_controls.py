@@ -47,6 +47,16 @@ def as_list(models) -> list[str]:
     return [models] if isinstance(models, str) else list(models)
 
 
+def keep_value(update: dict, sent) -> dict:
+    """``update`` without its value when the value is what the page sent: a refresh queued behind other events
+    (a timer's, the page load's) carries the choice as it was when it was sent, and would undo what the visitor
+    picked since. A value that differs (a chosen model left the zoo) is kept."""
+    value = update.get("value")
+    if value == (as_list(sent) if isinstance(value, list) else sent):
+        return {k: v for k, v in update.items() if k != "value"}
+    return update
+
+
 def base_settings(view: str, image, caption, models, kind, dense_caption, truth, budget: Budget | None = None) -> dict:
     """The shared part of a view's settings, checked: a clear message for what is missing, and (``budget``)
     a caption within the page's caps on characters and sentences, counted before any model runs."""
