@@ -192,9 +192,10 @@ def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models):
 
     from explorer.ui import swap_panel
 
-    board = SimpleNamespace(name=models[0].name, kind="generic", precision="fp32")
-    view = SimpleNamespace(models=[board], sentences=[SENTENCE], picture=Image.open(EXAMPLE.with_suffix(".png"))
-                           .convert("RGB"), truth=None)
+    picture = Image.open(EXAMPLE.with_suffix(".png")).convert("RGB")
+    drawn = models[0].sentence_maps(picture, [SENTENCE]).maps  # the board's map of the sentence
+    board = SimpleNamespace(name=models[0].name, kind="generic", precision="fp32", maps=drawn)
+    view = SimpleNamespace(models=[board], sentences=[SENTENCE], picture=picture, truth=None)
     state, words, *_ = swap_panel.choose_sentence(view, None, 1)
     assert 'data-swap-word="blue"' in words and 'data-swap-type="colour"' in words
     out = swap_panel.choose_sentence(view, None, 2)
@@ -210,8 +211,11 @@ def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models):
     state, note, table, _ = swap_panel.run_swaps(load, view, state, "", 0.0, True)
     assert table.count("data-swap-row=") == 10 and f'data-swap-cell="{models[0].name}|purple"' in table
     row = SimpleNamespace(index=0, value="purple")
-    _, _, table, maps = swap_panel.table_event(load, view, None, state, row)
+    shown, _, table, maps = swap_panel.table_event(load, view, None, state, row)
     assert 'data-swap-maps="purple"' in maps and "mask IoU" in maps
+    assert np.shares_memory(shown.pairs.pairs[0].original, drawn)  # the board's own map: only the swapped one is computed
+    alone = models[0].sentence_maps(picture, [SENTENCE.replace("blue", "purple")]).maps[0]
+    np.testing.assert_allclose(shown.pairs.pairs[0].swapped, alone)
     _, note, *_ = swap_panel.table_event(load, view, None, state, SimpleNamespace(index=0, value="<b>"))
     assert "click a row" in note
 
