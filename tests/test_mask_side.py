@@ -27,7 +27,8 @@ def two_maps() -> np.ndarray:
 @pytest.fixture()
 def view() -> MapsView:
     picture = Image.fromarray(np.full((SIDE, SIDE, 3), 90, np.uint8))
-    maps = SentenceMaps(maps=two_maps(), grid=two_maps(), kind="generic", sentences=["The background.", "A square."], n_cut=[0, 0])
+    maps = SentenceMaps(maps=two_maps(), grid=two_maps(), kind="generic", sentences=["The background.", "A square."],
+                        n_cut=[0, 0])
     result = GroundingResult(image=picture, analysis=None, maps=maps, model_name="m")
     return MapsView(picture=picture, sentences=list(maps.sentences), models=[ModelMaps(name="m", result=result)])
 

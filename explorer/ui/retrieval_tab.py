@@ -169,7 +169,8 @@ def run_search(access: Access, load, indexer: Indexer, choice, folder, split, na
         found = view.search(load, as_list(names), dataset, query, k, indexer)
     except Exception as error:  # noqa: BLE001
         return [explain(error), *[gr.update() for _ in range(4 * MAX_MODELS)]]
-    status = f"Top {int(k)} for {query_words(query)} on {dataset.layout} ({dataset.split}), {len(dataset.images)} pictures."
+    status = (f"Top {int(k)} for {query_words(query)} on {dataset.layout} ({dataset.split}), "
+              f"{len(dataset.images)} pictures.")
     # Why a model has no result is said here, under the search buttons, not only in its column far below.
     status += "".join(f"\n- {view.header_line(one)}" for one in found if one.result is None)
     return [status, *column_updates(found)]
