@@ -33,6 +33,8 @@ Gradio's temp folder: bytes / age           512 MB / 1 h         test_page_budge
 queue size (``access``)                     64                   test_page_clients::test_one_address_flooding_the_queue_does_not_hold_another_behind_it
 refusal log lines                           one per kind, counted test_page_clients::test_a_flood_of_refusals_is_logged_once_with_a_count
 temp files of two servers on one machine    a folder each       test_two_servers::test_stopping_one_server_leaves_the_others_files
+a request head's time (the app)            10 s                 test_head_deadline::test_a_slow_or_silent_head_is_closed_and_a_whole_one_is_answered
+slow heads, connections, rate (nginx)       10 s, 32, 20/s      test_proxy_edge::test_slow_header_connections_from_one_address_do_not_starve_another
 Host / Origin (owner mode)                  loopback + --allow-host  test_host_guard::test_the_owner_page_refuses_a_foreign_host_in_one_line
 ==========================================  ===================  ==================================================
 
