@@ -16,7 +16,7 @@ import numpy as np
 import pikepdf
 import pytest
 from PIL import Image
-from test_figure_venue import DEMO, SENTENCES, explorer, maps, moved, pdf_pages, zoo  # noqa: F401 - fixtures
+from test_figure_venue import DEMO, REPO, explorer, moved, pdf_pages, zoo  # noqa: F401 - fixtures
 
 from explorer.views.figure_pages import write_figure_pages
 from explorer.views.figure_style import PRESETS, resolve_style
@@ -68,15 +68,16 @@ def test_the_regions_figure_at_the_page_preset_goes_on_pages_that_fit_and_says_w
 
 
 def test_maps_that_one_slide_cannot_hold_go_to_more_slides_and_exit_0(zoo, tmp_path, capsys):
-    """`explorer figure maps --preset slide` with two models and seven long sentences: slides, not exit 2."""
-    photo = square(tmp_path / "photo.png")
+    """`explorer figure maps` of the default example with two models at `--preset slide`: slides, not exit 2."""
+    example = REPO / "assets" / "synthetic-test-000000"
     out = tmp_path / "maps.pdf"
-    assert maps(zoo, photo, out, "--preset", "slide", models=["tiny-a", DEMO]) == 0
+    assert explorer(zoo, "figure", "maps", f"{example}.png", "--caption-file", f"{example}.txt", "--model", "tiny-a",
+                    "--model", DEMO, "--preset", "slide", "--out", out) == 0
     pages = pdf_pages(out)
     assert len(pages) > 1 and all(page == pytest.approx(SLIDE) for page in pages), pages
     lines = moved(capsys.readouterr().err)
     assert [where for *_, where in lines] == [f"page {n} of maps.pdf" for n in range(2, len(pages) + 1)]
-    assert lines[-1][1] == len(SENTENCES)
+    assert lines[-1][1] == 6  # the example's six sentences, the last on the last slide
 
 
 def grid(rows: int, titled: bool = False) -> PanelGrid:
