@@ -94,3 +94,19 @@ def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(
         assert sentence["width"] >= 0.95 * board["width"], row  # across the board, not a 180-px column
         covered = sum(p["width"] for p in panels)
         assert covered >= 0.9 * board["width"], (covered, board["width"])  # the maps share the whole width
+
+
+def test_the_token_summary_is_marked_while_it_recounts(app_url):
+    """Typing replaces the summary at once (in the browser), so it never shows the previous caption's count."""
+    from playwright.sync_api import expect
+
+    summary = "#token-summary [data-testid=markdown], #token-summary .prose"
+    with window(app_url) as page:
+        expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=120_000)
+        before = page.locator(summary).first.inner_text()
+        page.locator("#grounding-caption textarea").press_sequentially(" One more sentence.", delay=5)
+        marked = page.locator(summary).first.inner_text()
+        expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=60_000)
+        after = page.locator(summary).first.inner_text()
+    assert marked.startswith("Counting the tokens of the caption as typed"), marked
+    assert after != before and "sentence(s)" in after, (before, after)
