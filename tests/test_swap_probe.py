@@ -185,7 +185,7 @@ def test_the_swap_figure_fits_a_column_and_replays(tmp_path):
     assert np.array_equal(np.asarray(Image.open(again)), np.asarray(Image.open(figure)))
 
 
-def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models):
+def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from PIL import Image
@@ -218,6 +218,16 @@ def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models):
     np.testing.assert_allclose(shown.pairs.pairs[0].swapped, alone)
     _, note, *_ = swap_panel.table_event(load, view, None, state, SimpleNamespace(index=0, value="<b>"))
     assert "click a row" in note
+    from explorer.ui import view_controls
+    from explorer.views.swap_view import SwapSettings
+
+    monkeypatch.setattr(view_controls, "EXPORT_ROOT", tmp_path)
+    files, note = swap_panel.export(view, SimpleNamespace(image=str(EXAMPLE.with_suffix(".png"))), shown, "png")
+    assert files and files[0].endswith("swaps.png") and "explorer figure replay" in note
+    saved = SwapSettings.from_dict(json.loads(Path(files[1]).read_text()), Path(files[1]).parent)
+    assert (saved.sentence, saved.word, saved.pair, saved.models) == (1, "blue", "purple", [models[0].name])
+    assert Path(saved.image).is_file()  # the picture travels with the figure
+    assert swap_panel.export(view, None, shown, "exe")[0] is None
 
 
 def test_a_span_joins_the_board_as_a_row_scored_against_its_sentences_truth(models, tmp_path):
