@@ -210,6 +210,11 @@ def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models, tm
         assert said in note and kept == table == maps == {"__type__": "update"}
     state, note, table, _ = swap_panel.run_swaps(load, view, state, "", 0.0, True)
     assert table.count("data-swap-row=") == 10 and f'data-swap-cell="{models[0].name}|purple"' in table
+    stricter, _, table_at = swap_panel.judge_again(state, 0.3)  # no model runs: the same scores, judged again
+    assert [s.noticed for s in stricter.record.models[0].swaps] == [s.margin > 0.3
+                                                                     for s in state.record.models[0].swaps]
+    assert table_at.count("swap-missed") == sum(not s.noticed for s in stricter.record.models[0].swaps)
+    assert "between -10 and 10" in swap_panel.judge_again(state, "x")[1]
     row = SimpleNamespace(index=0, value="purple")
     shown, _, table, maps = swap_panel.table_event(load, view, None, state, row)
     assert 'data-swap-maps="purple"' in maps and "mask IoU" in maps

@@ -18,7 +18,7 @@ A swap is "noticed" when the original sentence wins by more than ``margin`` (def
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
@@ -92,6 +92,13 @@ class SwapScores:
                 "models": [{"name": m.name, "original_score": m.original_score, "score_label": m.score_label,
                             "kind": m.kind, "noticed_share": m.noticed_share,
                             "swaps": [asdict(s) for s in m.swaps]} for m in self.models]}
+
+
+def with_margin(record: SwapScores, margin: float) -> SwapScores:
+    """The same scores judged against another margin (no model runs): "noticed" is margin > ``margin``."""
+    models = tuple(replace(m, swaps=tuple(replace(s, noticed=bool(s.margin > margin)) for s in m.swaps))
+                   for m in record.models)
+    return replace(record, margin=float(margin), models=models)
 
 
 def plan_swaps(sentence: str, word: str, replacements: Sequence[str] | None = None,
@@ -190,4 +197,4 @@ def peak(values: np.ndarray) -> tuple[int, int]:
 
 
 __all__ = ["MAX_SWAPS", "MapShift", "ModelSwaps", "Swap", "SwapScores", "as_picture", "compare_maps", "map_shifts", "peak",
-           "plan_swaps", "score_texts", "sentence_maps", "swap_scores"]
+           "plan_swaps", "score_texts", "sentence_maps", "swap_scores", "with_margin"]

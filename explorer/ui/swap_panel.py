@@ -23,6 +23,7 @@ import gradio as gr
 
 from explorer.core.errors import ExplorerError
 from explorer.probe import MAX_SWAPS, SwapError, named_object, swap_scores, swappable
+from explorer.probe.swaps import with_margin
 from explorer.serve.budget import HEAVY
 from explorer.serve.messages import explain
 from explorer.ui.view_controls import export_folder
@@ -131,9 +132,7 @@ def pick_word(state: SwapState | None, event: gr.SelectData = None):
         return gr.update(), gr.update(), gr.update(), "**Cannot do that:** click one of the sentence's marked words."
     word = found[value]
     state = replace(state, word=word.text, word_type=word.type, record=None, shown=None, pairs=None)
-    marked = words_html(state.sentence, found.values()).replace(
-        f'data-swap-word="{word.text}" ', f'data-swap-word="{word.text}" aria-pressed="true" ', 1)
-    return (state, marked, gr.update(value=f"Swap every {word.type}", visible=True),
+    return (state, words_html(state.sentence, found.values(), word.text), gr.update(value=f"Swap every {word.type}", visible=True),
             f"**{word.text}** ({word.type}): type replacements and **Swap**, or **Swap every {word.type}**.")
 
 
@@ -159,6 +158,18 @@ def run_swaps(load, view, state: SwapState | None, replacements, margin, every: 
     note = (f"{len(record.replacements)} swap(s) of **{record.word}** ({record.word_type or 'word'}): noticed "
             f"{shares}. Click a row for its maps.")
     return state, note, table_html(record, state.order), ""
+
+
+def judge_again(state: SwapState | None, margin):
+    """The margin setting changed: the stored scores judged again, no model runs. (state, note, table)."""
+    if state is None or state.record is None:
+        return gr.update(), gr.update(), gr.update()
+    try:
+        record = with_margin(state.record, _margin(margin))
+    except Exception as error:  # noqa: BLE001
+        return gr.update(), explain(error), gr.update()
+    state = replace(state, record=record, margin=record.margin)
+    return state, f"Noticed now means a margin over {record.margin:g}.", table_html(record, state.order, state.shown)
 
 
 def table_event(load, view, board_settings, state: SwapState | None, event: gr.SelectData = None):
@@ -290,6 +301,8 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
     drawn.then(**chosen)
     number.submit(**chosen, api_name="swap_sentence")
     number.input(**chosen, trigger_mode="always_last")
+    margin.input(judge_again, inputs=[state, margin], outputs=[state, note, table], trigger_mode="always_last",
+                 show_progress="hidden")
     words.select(pick_word, inputs=[state], outputs=[state, words, every, note], api_name="swap_word")
     results = [state, note, table, maps]
     run.click(lambda view, st, text, m: run_swaps(zoo.load, view, st, text, m, False, limit),
@@ -309,4 +322,4 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
                         api_name="swap_export", **HEAVY)
 
 
-__all__ = ["HINT", "SwapState", "add_span", "build", "choose_sentence", "export", "pick_word", "run_swaps", "table_event"]
+__all__ = ["HINT", "SwapState", "add_span", "build", "choose_sentence", "export", "judge_again", "pick_word", "run_swaps", "table_event"]

@@ -270,14 +270,16 @@ def _draw_pairs(fig, view: SwapView, settings: SwapSettings, style, top: float, 
 # ---- the page -----------------------------------------------------------------------------------------
 
 
-def words_html(sentence: str, swappable) -> str:
-    """The sentence with each swappable word a button: ``data-swap-word`` and ``data-swap-type``."""
+def words_html(sentence: str, swappable, picked: str = "") -> str:
+    """The sentence with each swappable word a button: ``data-swap-word`` and ``data-swap-type``; the picked
+    one pressed."""
     parts, last = [], 0
     for word in swappable:
         parts.append(html.escape(sentence[last:word.start]))
+        pressed = "true" if word.text == picked else "false"
         parts.append(f'<button type="button" class="swap-word" data-swap-word="{html.escape(word.text, quote=True)}" '
-                     f'data-swap-type="{html.escape(word.type, quote=True)}" title="{word.type}">'
-                     f'{html.escape(word.text)}<small>{word.type}</small></button>')
+                     f'data-swap-type="{html.escape(word.type, quote=True)}" title="{word.type}" '
+                     f'aria-pressed="{pressed}">{html.escape(word.text)}<small>{word.type}</small></button>')
         last = word.end
     parts.append(html.escape(sentence[last:]))
     return f'<p class="swap-sentence">{"".join(parts)}</p>'
