@@ -19,7 +19,7 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.grounding.truth import Truth
 from explorer.views import figures
 from explorer.views.figure_style import PRESETS, figure_style, resolve_style
-from explorer.views.figures import build_figure, save_figure
+from explorer.views.figures import build_figure, grid_rows, save_figure, split_pages
 from explorer.views.kinds_view import compute_kinds, render_kinds
 from explorer.views.maps_view import compute_maps, render_maps
 from explorer.views.panels import Header, Panel, PanelGrid
@@ -115,16 +115,22 @@ def drawn(grid: PanelGrid, style):
         return build_figure(grid, style)
 
 
+def drawn_pages(grid: PanelGrid, style) -> list:
+    """The pages an export draws: the grid's rows split over as many pages as the preset's page needs."""
+    pages = split_pages(len(grid.rows), lambda rows: grid_rows(grid, rows), style)
+    return [drawn(grid_rows(grid, rows), style) for rows in pages]
+
+
 @pytest.mark.parametrize("preset", list(PRESETS))
 @pytest.mark.parametrize("kind", ["maps", "kinds", "regions", "pca", "retrieval-i2t"])
 def test_no_text_overlaps_or_leaves_the_figure_at_any_preset(grids, kind, preset):
     for header in ("sentence", "number"):
         style = resolve_style(preset, header=header, annotate="all")
-        figure = drawn(grids[kind], style)
-        assert figure.get_figwidth() == pytest.approx(PRESETS[preset].width)
-        if PRESETS[preset].height:
-            assert figure.get_figheight() == pytest.approx(PRESETS[preset].height)
-        assert text_problems(figure, style) == [], (kind, preset, header)
+        for page, figure in enumerate(drawn_pages(grids[kind], style)):
+            assert figure.get_figwidth() == pytest.approx(PRESETS[preset].width)
+            if PRESETS[preset].height:
+                assert figure.get_figheight() == pytest.approx(PRESETS[preset].height)
+            assert text_problems(figure, style) == [], (kind, preset, header, page)
 
 
 @pytest.mark.parametrize("font", ["sans", "serif", "cm"])
