@@ -1,6 +1,6 @@
 """The demo zoo on the synthetic twins of the papers' tables: one table per task, items per second per model.
 
-    python bench/seed_tables.py                      # every demo model, the default sizes (~15 min on 2 cores)
+    python bench/seed_tables.py                      # every demo model, the default sizes (~25 min on 2 busy cores)
     python bench/seed_tables.py --limit 10 --models demo-clip-base demo-finelip
 
 Writes the twins once under --work (``explorer data negatives-twin``, ``classes-twin`` and, where this build
@@ -116,7 +116,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "explorer" / "seed-tables")
     parser.add_argument("--models", nargs="+", help="demo zoo names (default: all)")
-    parser.add_argument("--limit", type=int, default=40, help="regions per FG-OVD split, refer pictures (default 40)")
+    parser.add_argument("--limit", type=int, default=50, help="regions per FG-OVD split, refer pictures (default 50)")
     parser.add_argument("--pictures", type=int, help="class-folder pictures (default: all, 80 classes x 3)")
     parser.add_argument("--scenes", type=int, default=120, help="scenes of the FG-OVD twin (the refer twin: a quarter)")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))

@@ -6,7 +6,8 @@
   column per split, "accuracy/hard" and so on, under the layout's name ("FG-OVD" for fg-ovd): MulCLIP's
   and CAFT's Table 8 as a row per model.
 - ``zeroshot``: the folder read in the ``layout`` option (cifar10, cifar100, imagenet-v2, imagenet-o,
-  folder; detected from the folder's names when not given, as the page's sweep form gives none) with the ``templates`` and ``classnames`` options; "top1" and "top5" under the dataset's name as
+  folder; detected from the folder's names when not given, as the page's sweep form gives none) with
+  the ``templates`` and ``classnames`` options; "top1" and "top5" under the dataset's name as
   the papers print it ("CIFAR-10", "ImageNet-V2", ...): MulCLIP's Table 7 columns.
 
 Both write their per-item work file in the child's folder, so a resumed child scores only what is missing.

@@ -37,7 +37,8 @@ def detect(root: str | os.PathLike) -> str:
     return "folder"
 
 
-def read_class_set(root: str | os.PathLike, layout: str | None = None, limit: int | None = None, allow_pickle: bool = False,
+def read_class_set(root: str | os.PathLike, layout: str | None = None, limit: int | None = None,
+                   allow_pickle: bool = False,
                    classnames: str | os.PathLike | None = None) -> ClassSet:
     """The test pictures at ``root`` in ``layout`` (None: ``detect``); ``limit`` of them when given."""
     from explorer.data.class_sets import cifar, folder, imagenet
