@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -151,7 +152,7 @@ def write_twin(out, n_scenes: int = 200, seed: int = 1, image_size: int = 224, o
     for scene in generate_scenes(n_scenes, seed, image_size, split="test"):
         path = pictures / f"{scene.id}.png"
         scene.image.save(path, compress_level=1)
-        scenes.append(_with_path(scene, path))
+        scenes.append(replace(scene, image_path=path))  # the items name the picture written
     items, _ = items_of(scenes, SPLITS, seed)
     sizes = {s.image_path: (s.image_size, s.image_size) for s in scenes}
     counts = {}
@@ -160,12 +161,6 @@ def write_twin(out, n_scenes: int = 200, seed: int = 1, image_size: int = 224, o
         (folder / FILES[split]).write_text(json.dumps(fg_ovd_document(mine, sizes)), encoding="utf-8")
         counts[split] = len(mine)
     return counts
-
-
-def _with_path(scene, path: Path):
-    from dataclasses import replace
-
-    return replace(scene, image_path=path)
 
 
 __all__ = ["EXPECTS", "NAME", "SPLITS", "candidates", "fg_ovd_document", "items_of", "matches", "negatives",
