@@ -90,6 +90,7 @@ def write_gallery(load: Callable, folder: Path = GALLERY, kinds=KINDS) -> list[P
     for kind in kinds:
         settings = chosen[kind]
         view = compute_view(load, settings, cache)
+        settings.precision = load(settings.models[0]).precision  # the format that ran: a replay runs it again
         figure, settings_file = write_figure(view, settings, folder / f"{kind}.png")
         settings_file.write_text(json.dumps(relative(settings, folder), indent=2) + "\n")
         written.append(figure)
