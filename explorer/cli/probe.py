@@ -94,7 +94,7 @@ def _run_probe(args) -> int:
 
     missing = [flag for flag, value in (("--image", args.image), ("--caption or --caption-file",
                                         args.caption or args.caption_file), ("--sentence", args.sentence),
-                                        ("--word", args.word)) if not value]
+                                        ("--word", args.word)) if value is None or value == ""]
     if missing:
         raise ExplorerError(f"give {', '.join(missing)} (or --data WORLD for a synthetic world)")
     if args.every and args.replacements:

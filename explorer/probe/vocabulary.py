@@ -1,4 +1,4 @@
-"""The words a swap exchanges, by type: colour, shape, size, material, texture, pattern, position, count.
+"""The words a swap exchanges, by type: colour, shape, size, material, texture (patterns too), position, count.
 
 Where the lists come from (hand-written for this module, nothing downloaded):
 

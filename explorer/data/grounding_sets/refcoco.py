@@ -251,7 +251,7 @@ def _read_picture(builder: SetBuilder, image_id: str, refs: list, image_info: di
     if size is None:
         builder.skip(image_id, "image not in instances.json" if info is None else "image without a size")
         return
-    path = picture_dir / str(info.get("file_name") or f"COCO_train2014_{int(image_id):012d}.jpg")
+    path = picture_dir / str(info.get("file_name") or f"COCO_train2014_{image_id:0>12}.jpg")
     if not path.is_file():
         builder.skip(path, "picture missing")
         return
