@@ -45,7 +45,7 @@ def check_sentence(view: MapsView, sentence) -> int:
 FOCUS_QUALITY = 90
 
 
-def _data_uri(pixels: np.ndarray) -> str:
+def encoded(pixels: np.ndarray) -> str:
     from PIL import Image
 
     # JPEG: a focus panel (a photo under a map; outlines are drawn as lines over it) encodes in ~10 ms and
@@ -100,7 +100,7 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
             if model.mask_sides(settings.threshold)[i].outside:  # the mask is the background: hatched
                 pixels = hatch(pixels, mask)
             pixels = draw_contour(pixels, outline(mask))
-        figure.add_trace(go.Image(source=_data_uri(pixels), hoverinfo="skip"), row=1, col=column)
+        figure.add_trace(go.Image(source=encoded(pixels), hoverinfo="skip"), row=1, col=column)
         # The values, invisible, on the same pixels: the hover reads them (a shrunk copy for a large picture).
         shown = values if hover == (width, height) else resize_maps(values[None], hover)[0]
         figure.add_trace(go.Heatmap(z=shown.astype(np.float32), x0=(scale_x - 1) / 2, dx=scale_x,
