@@ -295,7 +295,8 @@ def stop_on_signals(cleanup) -> None:
 
 def warm_up() -> threading.Thread:
     """Import, in the background once the page serves, what the first page load and the first Draw need
-    (the method modules with open_clip and torchvision, the tokenizer's tables, scikit-image's Otsu): the
+    (the method modules with open_clip and torchvision, the tokenizer's tables, scikit-image's Otsu, the focus
+    view's Plotly): the
     page was built without them. A request that needs one meanwhile waits for its import, nothing more."""
 
     def work():
@@ -306,6 +307,9 @@ def warm_up() -> threading.Thread:
         discover_methods()
         CLIP_TOKENS.count("warm up")
         otsu_mask([[0.0, 1.0]])
+        # The focus view's first open imported Plotly's subplots and scikit-image's contours: 0.7 s of its time.
+        import plotly.subplots  # noqa: F401
+        import skimage.measure  # noqa: F401
 
     thread = threading.Thread(target=work, name="explorer-warm-up", daemon=True)
     thread.start()
