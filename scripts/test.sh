@@ -4,12 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Chromium for the real-browser test (Debian's package; Playwright never downloads a browser here).
-if ! command -v chromium >/dev/null 2>&1; then
+# Debian's packages the suite drives: Chromium for the real-browser tests (Playwright never downloads a browser
+# here) and nginx for the public edge's proxy test (deploy/nginx-explorer.conf).
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium chromium-driver)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
-    echo "note: chromium is not installed and this is not root; the browser test will be skipped" >&2
+    echo "note: ${missing[*]} not installed and this is not root; the tests that need them will be skipped" >&2
   fi
 fi
 
