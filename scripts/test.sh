@@ -11,7 +11,7 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium chromium-driver)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
   else
     echo "note: ${missing[*]} not installed and this is not root; the tests that need them will be skipped" >&2
   fi
