@@ -50,13 +50,14 @@ def test_the_page_load_fills_in_what_the_page_was_built_without(tmp_path):
     assert budget_load["inputs"] == inputs.caption and models_load["outputs"][:2] == [inputs.models, inputs.kind]
     names = zoo.default_names(2)
     caption = "A red square. A blue circle on the left."
-    models, kinds, note = models_load["fn"](names, "gradcam")
+    models, kinds, note, kind_line = models_load["fn"](names, "gradcam")
     spans, summary, rows = budget_load["fn"](caption)
-    assert models["value"] == names
+    assert "value" not in models  # the load keeps what the visitor chose (it may have changed since it was sent)
     labels = dict((name, label) for label, name in models["choices"])
     assert all(" · maps: generic" in labels[name] for name in names)  # the method's title and its maps
-    assert "gradcam" in kinds["choices"] and kinds["value"] == "gradcam"
+    assert "gradcam" in kinds["choices"] and kinds.get("value", "gradcam") == "gradcam"
     assert all(f"**{name}**" in note for name in names)
+    assert "Grad-CAM" in kind_line  # the kind note says what the chosen kind draws
     assert [row[1] for row in rows] == ["A red square.", "A blue circle on the left."]
     assert "tokens" in summary and spans
 

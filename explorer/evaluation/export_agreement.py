@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.core.errors import ExportError
+
 AGREEMENT_FLOOR = 0.9
 PROBE_SCENES = 8
 PROBE_SEED = 7
@@ -116,7 +118,8 @@ def compare_rankings(ours: np.ndarray, theirs: np.ndarray) -> Agreement:
 
     ours, theirs = np.asarray(ours, dtype=np.float64), np.asarray(theirs, dtype=np.float64)
     if ours.shape != theirs.shape or ours.ndim != 2:
-        raise ValueError(f"score tables of shapes {ours.shape} and {theirs.shape}")
+        raise ExportError(f"cannot compare score tables of shapes {ours.shape} and {theirs.shape}: both must be "
+                          "[pictures, captions] over the same probe set")
     shares, rhos = [], []
     upper = np.triu_indices(ours.shape[1], k=1)
     for a, b in zip(ours, theirs):
