@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli import export, figures, generation, grounding, jobs, methods, results, retrieval
+from explorer.cli import export, figures, generation, grounding, jobs, methods, probe, results, retrieval
 from explorer.cli import refer_data  # `explorer data refer-twin`
 from explorer.cli import negatives, zeroshot  # `explorer eval-negatives | eval-zeroshot`, their data twins
 from explorer.cli.common import add_precision_argument, zoo_from_args
@@ -184,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     generation.add_commands(commands)
     export.add_commands(commands)
     methods.add_commands(commands)
+    probe.add_commands(commands)
     negatives.add_commands(commands)
     zeroshot.add_commands(commands)
     return parser
