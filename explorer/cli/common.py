@@ -86,9 +86,10 @@ def evaluation_work_path(out: Path) -> Path:
     return out.with_name(out.name + ".work.jsonl")
 
 
-def write_outputs(result: dict, models: dict, args, rows: list[list], table: str, skipped: dict, unit: str) -> None:
+def write_outputs(result: dict, models: dict, args, rows: list[list], table: str, skipped: dict, unit: str,
+                  notes: list[str] = ()) -> None:
     """The results JSON (with what each model computed in), with ``--csv`` also ``rows``; then on the terminal
-    ``table``, what scoring ``skipped`` ({reason: count} of ``unit``s) and where it all went."""
+    ``table``, what scoring ``skipped`` ({reason: count} of ``unit``s), the result's ``notes`` and where it all went."""
     import csv
     import sys
 
@@ -102,4 +103,5 @@ def write_outputs(result: dict, models: dict, args, rows: list[list], table: str
     print(table, end="")
     for reason, n in skipped.items():
         print(f"skipped at scoring: {n} {unit} ({reason})", file=sys.stderr)
+    print("".join(f"note: {note}\n" for note in notes), end="")
     print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))

@@ -4,11 +4,9 @@ JSON out, a CSV table optionally; resumable through `<out>.work.jsonl`."""
 
 from __future__ import annotations
 
-import csv
-import sys
 from pathlib import Path
 
-from explorer.cli.common import add_precision_argument, model_loader, zoo_from_args
+from explorer.cli.common import add_precision_argument, evaluation_models, evaluation_work_path, write_outputs
 from explorer.core.errors import ExplorerError
 
 
@@ -44,24 +42,9 @@ def add_commands(commands) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def work_path(out: Path) -> Path:
-    """Where a run writing ``out`` keeps its per-picture results (to resume after a kill)."""
-    return out.with_name(out.name + ".work.jsonl")
-
-
-def _models(args) -> dict:
-    zoo = zoo_from_args(args)
-    for name in args.models:
-        if not Path(name).expanduser().exists():
-            zoo.get(name)  # an unknown name fails here, before any picture is read
-    load = model_loader(args, zoo)
-    return {name: load(name) for name in dict.fromkeys(args.models)}
-
-
 def _run(args) -> int:
     from explorer.data.grounding_sets import read_grounding_set
     from explorer.evaluation.real_grounding import csv_rows, evaluate_grounding, table
-    from explorer.evaluation.results import write_results
 
     if not args.data.exists():
         raise ExplorerError(f"no dataset at {args.data}: the path does not exist")
@@ -69,17 +52,9 @@ def _run(args) -> int:
     dataset = read_grounding_set(args.data, split=args.split, units=args.units, limit=args.limit, layout=args.layout,
                                  options=options)
     print(dataset.summary())
-    models = _models(args)
-    result = evaluate_grounding(models, dataset, kinds=args.kinds, work_file=work_path(args.out),
+    models = evaluation_models(args)
+    result = evaluate_grounding(models, dataset, kinds=args.kinds, work_file=evaluation_work_path(args.out),
                                 progress=not args.no_progress)
-    result["precision"] = {name: model.precision for name, model in models.items()}  # what each computed in
-    write_results(result, args.out)
-    if args.csv:
-        with open(args.csv, "w", newline="", encoding="utf-8") as out:
-            csv.writer(out).writerows(csv_rows(result))
-    print(table(result), end="")
-    for reason, n in result["skipped_units"].items():
-        print(f"skipped at scoring: {n} units ({reason})", file=sys.stderr)
-    print("".join(f"note: {note}\n" for note in result["notes"]), end="")
-    print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))
+    write_outputs(result, models, args, csv_rows(result), table(result), result["skipped_units"], "units",
+                  notes=result["notes"])
     return 0
