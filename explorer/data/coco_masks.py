@@ -27,6 +27,7 @@ from explorer.data.errors import DatasetError
 
 OUTSIDE_TOLERANCE = 1.0  # COCO outlines drawn on the picture's edge may reach half a pixel or so past it
 MAX_PIXELS = 64_000_000  # a claimed mask size beyond any COCO picture: refused before allocating it
+MAX_GROUPS = 8  # 5-bit groups in one run: 40 bits hold any run of MAX_PIXELS (and keep a long string linear)
 
 
 class SegmentationIssue(DatasetError):
@@ -54,6 +55,8 @@ def counts_from_string(text: str) -> list[int]:
         while more:
             if position >= len(text):
                 raise SegmentationIssue("malformed RLE: the counts string ends inside a run")
+            if shift >= 5 * MAX_GROUPS:  # else one endless run grows a huge integer, quadratic in the string
+                raise SegmentationIssue("malformed RLE: a run longer than any picture")
             group = ord(text[position]) - 48
             if not 0 <= group < 64:
                 raise SegmentationIssue("malformed RLE: a character outside the counts alphabet")
@@ -191,6 +194,8 @@ def decode(segmentation, height: int, width: int, use_pycocotools: bool | None =
     """bool [height, width] of a COCO segmentation (polygons or RLE); ``SegmentationIssue`` says why not.
 
     ``use_pycocotools``: None (default) uses it when installed; False the project's own decoders."""
+    if height * width > MAX_PIXELS:  # the picture's size comes from the annotations file: refused before allocating
+        raise SegmentationIssue(f"malformed segmentation: picture size {height}x{width} is beyond any picture")
     coco = pycocotools_mask() if use_pycocotools in (None, True) else None
     if use_pycocotools and coco is None:
         raise DatasetError("pycocotools is not installed")
