@@ -97,8 +97,6 @@ class BoundedCache(Generic[V]):
             self._purge()
             if key in self._items:
                 return self._hit(key)
-        check_deadline()  # a request past its time computes nothing more (``explorer.core.deadline``)
-        with self._lock:
             slot = self._computing.get(key)
             if slot is None:
                 slot = self._computing[key] = _Slot()
@@ -110,6 +108,9 @@ class BoundedCache(Generic[V]):
                 with self._lock:
                     if key in self._items:  # computed while we waited
                         return self._hit(key)
+                    # A request past its time computes nothing more (``explorer.core.deadline``), checked here,
+                    # once it holds the key: it may have waited for another request's computation.
+                    check_deadline()
                     self.misses += 1
                     slot.owner = me
                 try:
