@@ -85,6 +85,10 @@ class SwapScores:
     def replacements(self) -> list[str]:
         return [s.replacement for s in self.models[0].swaps] if self.models else []
 
+    def swapped_text(self, replacement: str) -> str:
+        """The sentence with ``replacement`` swapped in (one of ``replacements``)."""
+        return self.models[0].swaps[self.replacements.index(replacement)].text
+
     def to_json(self) -> dict:
         """``{"sentence", "word", "models": [{"name", "original_score", "swaps": [{"replacement", "text",
         "score", "margin", "noticed", "map_iou", "peak_shift_px"}]}]}`` and a few more fields."""

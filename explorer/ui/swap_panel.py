@@ -22,13 +22,13 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from explorer.core.errors import ExplorerError
-from explorer.probe import MAX_SWAPS, SwapError, named_object, swap_scores, swappable
+from explorer.probe import MAX_SWAPS, SwapError, swap_scores, swappable
 from explorer.probe.swaps import with_margin
 from explorer.serve.budget import HEAVY
 from explorer.serve.messages import explain
 from explorer.ui.view_controls import export_folder
-from explorer.views.swap_view import (SwapSettings, SwapView, map_pairs, pairs_html, table_html, words_html,
-                                      write_swap_figure)
+from explorer.views.swap_view import (SwapSettings, SwapView, map_pairs, named_mask, pairs_html, table_html,
+                                      words_html, write_swap_figure)
 
 HINT = "Draw the maps, pick a sentence, then click one of its marked words to swap it."
 WORD_JS = """
@@ -205,12 +205,7 @@ def compute_pair(load, view, state: SwapState, replacement: str) -> SwapView:
     drawn = {m.name: m.maps[state.number - 1] for m in view.models  # the board's own map of the sentence
              if state.number - 1 < len(m.maps) and view.sentences[state.number - 1] == record.sentence}
     pairs = map_pairs(models, view.picture, record, replacement, settings, originals=drawn)
-    target = None
-    truth = getattr(view, "truth", None)
-    if truth is not None:
-        text = record.models[0].swaps[record.replacements.index(replacement)].text
-        index = named_object(view.sentences, truth.masks, replacement, text, skip=state.number - 1)
-        target = None if index is None else truth.masks[index]
+    target = named_mask(view.sentences, getattr(view, "truth", None), record, replacement, state.number)
     return SwapView(picture=view.picture, record=record, pairs=pairs, shown=replacement, target=target)
 
 

@@ -120,12 +120,11 @@ def compute_swaps(load: Loader, settings: SwapSettings, truth_dir: Path | None =
         raise SwapSettingsError(f"the map pair shows one of the swaps ({', '.join(record.replacements)}), "
                                 f"not {shown!r}")
     pairs = map_pairs(models, working.image, record, shown, settings)
-    swapped = record.models[0].swaps[record.replacements.index(shown)].text
-    target = new_word_object(working.image, settings, shown, swapped, truth_dir)
+    target = new_word_object(working.image, settings, record, shown, truth_dir)
     return SwapView(picture=working.image, record=record, pairs=pairs, shown=shown, target=target)
 
 
-def new_word_object(picture: Image.Image, settings: SwapSettings, replacement: str, swapped: str,
+def new_word_object(picture: Image.Image, settings: SwapSettings, record: SwapScores, replacement: str,
                     truth_dir: Path | None) -> np.ndarray | None:
     """The truth mask of the object the swapped sentence names, or None (no truth, or no such object)."""
     from explorer.core import paths
@@ -134,9 +133,15 @@ def new_word_object(picture: Image.Image, settings: SwapSettings, replacement: s
 
     sentences = split_sentences(settings.caption)
     truth = find_truth(picture, sentences, truth_dir or paths.example_truth_dir())
+    return named_mask(sentences, truth, record, replacement, settings.sentence)
+
+
+def named_mask(sentences, truth, record: SwapScores, replacement: str, number: int) -> np.ndarray | None:
+    """The mask in ``truth`` (or None) of the object sentence ``number`` (from 1) names once ``replacement`` is
+    swapped in: what the figure and the page outline on the swapped map."""
     if truth is None:
         return None
-    index = named_object(sentences, truth.masks, replacement, swapped, skip=settings.sentence - 1)
+    index = named_object(sentences, truth.masks, replacement, record.swapped_text(replacement), skip=number - 1)
     return None if index is None else truth.masks[index]
 
 
@@ -144,7 +149,7 @@ def map_pairs(models, picture: Image.Image, record: SwapScores, shown: str, sett
               originals: dict | None = None) -> list[MapPair]:
     """The original sentence's map and the shown swap's, per model (its kind from ``settings``). ``originals``:
     {model name: the original sentence's map as the board drew it}, so only the swapped sentence is computed."""
-    text = record.models[0].swaps[record.replacements.index(shown)].text
+    text = record.swapped_text(shown)
     pairs = []
     for model in models:
         kind = settings.kinds.get(model.name, settings.kind)
@@ -353,4 +358,4 @@ def _data_url(pixels: np.ndarray) -> str:
 
 
 __all__ = ["MapPair", "SWAPS_VIEW", "SwapSettings", "SwapSettingsError", "SwapView", "compute_swaps",
-           "build_swap_figure", "margins", "pairs_html", "signed", "table_html", "words_html", "write_swap_figure"]
+           "build_swap_figure", "margins", "named_mask", "pairs_html", "signed", "table_html", "words_html", "write_swap_figure"]
