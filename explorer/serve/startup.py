@@ -11,7 +11,7 @@ connections still sending their head; ``h11_max_incomplete_event_size`` bounds a
 client that opens connections and sends a header line now and then held each one, and ~1,050 of them used every
 descriptor of the process. ``head_deadline`` closes a connection that has not sent a complete request head within
 ``HEAD_SECONDS`` of opening it or of its last response. Many slow connections from many addresses are the reverse
-proxy's job (deploy/nginx/explorer.conf, scripts/serve_public.sh).
+proxy's job (deploy/nginx-explorer.conf, scripts/serve_public.sh).
 """
 
 from __future__ import annotations
