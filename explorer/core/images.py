@@ -11,8 +11,8 @@ and alpha pictures a strip at a time, flattened onto white), so a read holds its
 one full-size decode and pictures of the reduced size only (``read_peak_bytes``:
 an 8000 x 8000 palette PNG with transparency took ~700 MB, now under 300 MB);
 and at most ``DECODE_SLOTS`` reads decode at once in the whole process
-(``decode_slot``), whatever the number of requests. Every conversion made on the way is reported in ``notes`` so the UI can say what
-happened to the picture.
+(``decode_slot``), whatever the number of requests. Every conversion made on
+the way is reported in ``notes`` so the UI can say what happened to the picture.
 
 Pictures to draw maps on must also be of a useful shape (``check_shape``,
 ``load_image(..., require_shape=True)``): at least ``MIN_SIDE`` px on each side
