@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args, app_args = parser.parse_known_args(argv)
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="explorer-proxy-"))
     conf = render(run_dir, args.port, args.app_port, cert=args.cert, key=args.key)
+    proxy = start_nginx(conf)  # first: without nginx it stops here, before a page is left running behind nothing
     app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--public", "--host", "127.0.0.1", "--port",
                             str(args.app_port), "--forwarded-allow-ips", "127.0.0.1", *app_args])
-    proxy = start_nginx(conf)
     print(f"explorer behind nginx: port {args.port} -> 127.0.0.1:{args.app_port} (nginx files in {run_dir})",
           flush=True)
 
