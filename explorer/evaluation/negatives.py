@@ -33,6 +33,7 @@ from explorer.core.images import load_image
 from explorer.data.negatives_sets import read_negatives_set
 from explorer.data.negatives_sets.base import MIN_CROP_SIDE, NegativesSet, skipped_by_reason
 from explorer.evaluation.progress import progress as progress_bar
+from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons
 
 FORMAT = "explorer-negatives/1"
@@ -147,8 +148,7 @@ def table(result: dict) -> str:
     for model in result["models"]:
         rows.append([model["name"], model["method"],
                      *("-" if model["accuracy"][s] is None else f"{100 * model['accuracy'][s]:.1f}" for s in splits)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n" for row in rows)
+    return aligned_text(rows)
 
 
 __all__ = ["FORMAT", "GROUP", "crop", "csv_rows", "evaluate_negatives", "results", "table"]

@@ -51,6 +51,7 @@ from explorer.evaluation.baselines import centre_box_mask, centre_point_map
 from explorer.evaluation.box_grounding import HIT_IOU, picked_iou
 from explorer.evaluation.grounding_eval import native_kind, scored_kinds
 from explorer.evaluation.progress import progress as progress_bar
+from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile
 from explorer.grounding.metrics import otsu_masks, pixel_auroc, score_maps
 from explorer.grounding.sentence_maps import WORKING_SIDE, working_picture
@@ -256,8 +257,7 @@ def table(result: dict) -> str:
         return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
     rows = [[cell(v) for v in row] for row in csv_rows(result)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n" for row in rows)
+    return aligned_text(rows)
 
 
 __all__ = ["BASELINES", "BASELINE_KIND", "csv_rows", "evaluate_grounding", "kinds_for", "table", "unit_scores"]

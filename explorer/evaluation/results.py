@@ -75,5 +75,12 @@ def json_safe(value):
     return value
 
 
+def aligned_text(rows: list[list[str]]) -> str:
+    """Rows of string cells as left-aligned columns two spaces apart, one line each: a results table for the
+    terminal (the ``eval-*`` commands')."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n" for row in rows)
+
+
 __all__ = ["ATTRIBUTES", "BASELINES", "FORMAT", "GROUNDING_KEYS", "METRIC_KEYS", "RETRIEVAL_KEYS", "VERSION",
-           "finite_or_none", "json_safe", "read_results", "write_results"]
+           "aligned_text", "finite_or_none", "json_safe", "read_results", "write_results"]

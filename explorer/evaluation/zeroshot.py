@@ -32,6 +32,7 @@ from explorer.data.class_sets import ClassSet, read_class_set
 from explorer.data.class_sets.names import templates as read_templates
 from explorer.data.retrieval_sets.base import skipped_by_reason
 from explorer.evaluation.progress import progress as progress_bar
+from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons
 
 FORMAT = "explorer-zeroshot/1"
@@ -144,8 +145,7 @@ def table(result: dict) -> str:
     rows = [["model", "method", "top-1", "top-5", "n"]]
     rows += [[m["name"], m["method"], *("-" if m[k] is None else f"{100 * m[k]:.1f}" for k in ("top1", "top5")),
               str(m["n"])] for m in result["models"]]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n" for row in rows)
+    return aligned_text(rows)
 
 
 __all__ = ["BATCH", "FORMAT", "class_scorer", "csv_rows", "evaluate_zeroshot", "prompts", "results", "table"]
