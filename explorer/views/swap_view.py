@@ -180,6 +180,7 @@ def write_swap_figure(view: SwapView, settings: SwapSettings, out: str | Path) -
     """The figure (``out``'s suffix picks PDF, SVG or PNG) and its settings beside it (``out``.json)."""
     from explorer.views.figure_style import figure_style
     from explorer.views.figures import METADATA, check_format
+    from explorer.views.pdf_images import compress_pdf_images
 
     out = check_format(out)
     style = resolve_style(settings.preset, settings.width, settings.font, settings.font_size)
@@ -187,6 +188,8 @@ def write_swap_figure(view: SwapView, settings: SwapSettings, out: str | Path) -
         fig = build_swap_figure(view, settings, style)
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=settings.dpi, metadata=METADATA[out.suffix.lower()])
+    if out.suffix.lower() == ".pdf":
+        compress_pdf_images(out)  # heat maps as JPEG, as every other figure's PDF
     settings_file = out.with_name(out.name + ".json")
     settings_file.write_text(settings.to_json())
     return out, settings_file
