@@ -71,6 +71,15 @@ def add_evaluation_arguments(parser, layouts, limit_help: str) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def add_twin_arguments(parser, size_help: str, overwrite_help: str) -> None:
+    """What every ``explorer data *-twin`` command takes: the folder, the world's seed, the picture size and
+    ``--overwrite``."""
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=1, help="the world's seed (default 1: no demo model trained on it)")
+    parser.add_argument("--size", type=int, default=224, help=size_help)
+    parser.add_argument("--overwrite", action="store_true", help=overwrite_help)
+
+
 def evaluation_models(args) -> dict:
     """{name: loaded model} of ``--model``; an unknown zoo name fails before any dataset work."""
     zoo = zoo_from_args(args)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from explorer.cli.common import add_evaluation_arguments, evaluation_models, evaluation_work_path, write_outputs
+from explorer.cli.common import (add_evaluation_arguments, add_twin_arguments, evaluation_models,
+                                 evaluation_work_path, write_outputs)
 
 
 def add_commands(commands) -> None:
@@ -41,11 +42,8 @@ def add_data_commands(data) -> None:
     """`explorer data negatives-twin`: FG-OVD's twin from the synthetic world (``negatives_sets.synthetic``)."""
     twin = data.add_parser("negatives-twin", help="write an FG-OVD-style folder of synthetic scenes (benchmarks/*.json "
                                                   "whose negatives change attribute words, val2017/ pictures)")
-    twin.add_argument("out", type=Path)
     twin.add_argument("--n", type=int, default=200, help="number of scenes (default 200; 2 to 6 regions each)")
-    twin.add_argument("--seed", type=int, default=1, help="the world's seed (default 1: no demo model trained on it)")
-    twin.add_argument("--size", type=int, default=224, help="picture size in pixels")
-    twin.add_argument("--overwrite", action="store_true", help="replace the benchmark files written there before")
+    add_twin_arguments(twin, "picture size in pixels", "replace the benchmark files written there before")
     twin.set_defaults(run=_run_twin)
 
 

@@ -3,18 +3,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from explorer.cli.common import add_twin_arguments
 
 
 def add_data_commands(data) -> None:
     """Add the refer twin's command to the `explorer data` group (``data``: its subparsers)."""
     twin = data.add_parser("refer-twin", help="write a RefCOCO/RefCOCO+/RefCOCOg-style folder of synthetic scenes "
                                               "(instances.json, refs pickles, train2014 pictures)")
-    twin.add_argument("out", type=Path)
     twin.add_argument("--n", type=int, default=60, help="number of scenes (default 60), one ref per object")
-    twin.add_argument("--seed", type=int, default=1, help="the world's seed (default 1: no demo model trained on it)")
-    twin.add_argument("--size", type=int, default=224, help="picture size in pixels")
-    twin.add_argument("--overwrite", action="store_true", help="replace a refer twin written there before")
+    add_twin_arguments(twin, "picture size in pixels", "replace a refer twin written there before")
     twin.set_defaults(run=_run_refer_twin)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from explorer.cli.common import add_evaluation_arguments, evaluation_models, evaluation_work_path, write_outputs
+from explorer.cli.common import (add_evaluation_arguments, add_twin_arguments, evaluation_models,
+                                 evaluation_work_path, write_outputs)
 
 
 def add_commands(commands) -> None:
@@ -40,11 +41,9 @@ def add_data_commands(data) -> None:
     """`explorer data classes-twin`: a class folder per (colour, shape) pair (``class_sets.synthetic``)."""
     twin = data.add_parser("classes-twin", help="write a folder of class folders from the synthetic world, one per "
                                                 "colour and shape (red_circle/, ...)")
-    twin.add_argument("out", type=Path)
     twin.add_argument("--per-class", type=int, default=10, help="pictures per class (default 10; 80 classes)")
-    twin.add_argument("--seed", type=int, default=1, help="the world's seed (default 1: no demo model trained on it)")
-    twin.add_argument("--size", type=int, default=224, help="scene size in pixels (each picture is one object's cell)")
-    twin.add_argument("--overwrite", action="store_true", help="write into a folder that holds files")
+    add_twin_arguments(twin, "scene size in pixels (each picture is one object's cell)",
+                       "write into a folder that holds files")
     twin.set_defaults(run=_run_twin)
 
 
