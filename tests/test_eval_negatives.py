@@ -102,6 +102,20 @@ def test_fg_ovd_layout_read_with_each_bad_region_skipped(tmp_path):
         read_negatives_set(tmp_path / "fg", layout="fg-ovd", splits=["medium"])
 
 
+def test_fg_ovd_ids_that_cannot_be_keys_and_a_size_that_is_no_number_skip_or_pass(tmp_path):
+    root = write_fg_ovd(tmp_path / "fg")
+    file = root / "benchmarks" / "1_attributes.json"
+    data = json.loads(file.read_text())
+    data["images"][0]["width"] = "wide"  # no number: the box is left unclamped, the region still read
+    data["annotations"] += [dict(data["annotations"][0], id=17, category_id=[1]),
+                            dict(data["annotations"][0], id=18, image_id=[1])]
+    file.write_text(json.dumps(data))
+    found = read_negatives_set(root, layout="fg-ovd", splits=["hard"])
+    assert found.counts() == {"hard": 2}
+    reasons = {s.item: s.reason.split(":")[0] for s in found.skipped}
+    assert (reasons["hard/17"], reasons["hard/18"]) == ("positive missing", "picture missing")
+
+
 def test_accuracy_per_split_equals_a_hand_count(tmp_path):
     dataset = read_negatives_set(write_fg_ovd(tmp_path / "fg"), layout="fg-ovd")
     table = {f"caption {i}": 0.5 for i in range(1, 13)}

@@ -90,13 +90,12 @@ def _item(annotation, ident: str, split: str, captions: dict, pictures: dict, im
     absent = [n for n in negatives if not isinstance(n, int) or n not in captions]
     if absent:
         return None, f"negatives missing: neg_category_ids {absent[:5]} are not categories of the file"
-    if annotation.get("category_id") not in captions:
+    if _get(captions, annotation.get("category_id")) is None:
         return None, f"positive missing: category_id {annotation.get('category_id')!r} is not a category"
-    picture = pictures.get(annotation.get("image_id"))
+    picture = _get(pictures, annotation.get("image_id"))
     if not isinstance(picture, dict) or "file_name" not in picture:
         return None, f"picture missing: image_id {annotation.get('image_id')!r} is not among the images"
-    size = (picture["width"], picture["height"]) if "width" in picture and "height" in picture else None
-    box, why = region(annotation.get("bbox"), size)
+    box, why = region(annotation.get("bbox"), _size(picture))
     if box is None:
         return None, why
     key = annotation["image_id"]
@@ -106,6 +105,25 @@ def _item(annotation, ident: str, split: str, captions: dict, pictures: dict, im
         return None, f"picture missing: {picture['file_name']} is not under {images}"
     return NegativeItem(ident, split, found[key], captions[annotation["category_id"]],
                         tuple(captions[n] for n in negatives), box), None
+
+
+def _get(table: dict, key):
+    """``table[key]``, or None when absent or when ``key`` cannot be one (a list or an object for an id)."""
+    try:
+        return table.get(key)
+    except TypeError:
+        return None
+
+
+def _size(picture: dict) -> tuple | None:
+    """The picture's (width, height) as the file gives them, or None when either is missing or not a number
+    (the box is then not clamped here; the crop is, once the picture is read)."""
+    size = (picture.get("width"), picture.get("height"))
+    try:
+        [float(value) for value in size]
+    except (TypeError, ValueError):
+        return None
+    return size
 
 
 __all__ = ["EXPECTS", "FILES", "NAME", "matches", "read"]
