@@ -183,6 +183,19 @@ def test_missing_files_and_options_say_what_is_expected(root, tmp_path):
         read_grounding_set(root, options={"proposals": tmp_path / "dets.json"})
 
 
+def test_lists_of_another_type_say_so_or_skip(root):
+    folder = root / "refcoco"
+    refs = load_plain(folder / "refs(unc).p")
+    whole = len(read_grounding_set(root).units)
+    refs[0]["sentences"] = 5  # no list of sentences: that ref has none and is skipped, the rest read
+    (folder / "refs(unc).p").write_bytes(pickle.dumps(refs, protocol=2))
+    assert len(read_grounding_set(root).units) == whole - 2  # ref 0's two: "left square", "the small box"
+    instances = json.loads((folder / "instances.json").read_text())
+    (folder / "instances.json").write_text(json.dumps(dict(instances, annotations={"1": {}})))
+    with pytest.raises(DatasetError, match='"annotations" should be a list, not a dict'):
+        read_grounding_set(root)
+
+
 # ---- the numbers ----------------------------------------------------------------------------------------
 
 

@@ -106,6 +106,9 @@ def read_instances(folder: Path) -> tuple[dict, dict, dict]:
     if not file.is_file():
         raise DatasetError(f"{folder} lacks instances.json (the COCO annotations the refs point at)")
     data = read_json(file, "COCO instances: images, annotations, categories", dict)
+    for name in ("images", "annotations"):
+        if not isinstance(data.get(name) or [], list):
+            raise DatasetError(f"{file}: \"{name}\" should be a list, not a {type(data[name]).__name__}")
     images = {canonical_id(i.get("id")): i for i in data.get("images") or [] if isinstance(i, dict)}
     annotations, by_image = {}, {}
     for item in data.get("annotations") or []:
@@ -158,7 +161,8 @@ def coco_proposals(builder: SetBuilder, image_id: str, annotations: list) -> lis
 
 def sentence_texts(ref: dict) -> list[str]:
     texts = []
-    for sentence in ref.get("sentences") or []:
+    sentences = ref.get("sentences")
+    for sentence in sentences if isinstance(sentences, list) else []:  # anything else: no sentence, skipped
         if isinstance(sentence, dict):
             texts.append(clean_text(sentence.get("sent")) or clean_text(sentence.get("raw")))
     return texts
