@@ -101,11 +101,17 @@ def test_rle_decoders_are_exact_and_polygons_fill_pixel_centres():
                                          ({"size": [10, 10], "counts": [100]}, "mask size differs"),
                                          ([[50, 50, 60, 50, 60, 60]], "polygon outside the picture"),
                                          ({"size": [H, W], "counts": [W * H]}, "empty mask"),
-                                         ([[1, 2]], "malformed polygon"), ("x", "malformed segmentation")])
+                                         ([[1, 2]], "malformed polygon"), ("x", "malformed segmentation"),
+                                         ({"size": [H, W], "counts": "o" * 200_000}, "a run longer than any")])
 @pytest.mark.parametrize("coco", [False, None])
 def test_bad_segmentations_say_why(bad, reason, coco):
     with pytest.raises(coco_masks.SegmentationIssue, match=reason):
         coco_masks.decode(bad, H, W, use_pycocotools=coco)
+
+
+def test_a_picture_beyond_any_is_refused_before_allocating():
+    with pytest.raises(coco_masks.SegmentationIssue, match="beyond any picture"):
+        coco_masks.decode([[0, 0, 5, 0, 5, 5]], 100_000, 100_000)
 
 
 def test_the_own_decoders_equal_pycocotools():
