@@ -78,7 +78,7 @@ def write_refer(root: Path) -> Path:
         ann(2, 1, [20, 5, 10, 10], {"size": [H, W], "counts": compressed(rect(20, 5, 30, 15))}),
         ann(3, 1, [30, 20, 8, 8], {"size": [H, W], "counts": counts(rect(30, 20, 38, 28))}),
         ann(4, 1, [5, 5, 0, 4], [[5, 5, 6, 5, 6, 9]]),  # zero-area box
-        ann(5, 1, [50, 50, 10, 10], [[50, 50, 60, 50, 60, 60]]),  # polygon outside the picture
+        ann(5, 1, [50, 50, 10, 10], [[100, 100, 160, 100, 160, 160]]),  # polygon far outside the picture
         ann(6, 1, [0, 0, 5, 5], {"size": [H, W], "counts": [W * H]}),  # empty mask
         ann(7, 3, [2, 2, 10, 10], [[2, 2, 12, 2, 12, 12, 2, 12]]),
         ann(8, 2, [1, 1, 5, 5], [[1, 1, 6, 1, 6, 6, 1, 6]]),

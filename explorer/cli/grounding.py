@@ -8,6 +8,7 @@ from pathlib import Path
 
 from explorer.cli.common import add_precision_argument, evaluation_models, evaluation_work_path, write_outputs
 from explorer.core.errors import ExplorerError
+from explorer.evaluation.box_grounding import DEFAULT_ALPHA, check_alpha
 
 
 def add_commands(commands) -> None:
@@ -28,8 +29,15 @@ def add_commands(commands) -> None:
     parser.add_argument("--images", type=Path, metavar="DIR",
                         help="refcoco layout: the COCO train2014 pictures (default: ROOT/images/mscoco/images/train2014)")
     parser.add_argument("--proposals", type=Path, metavar="FILE",
-                        help="refcoco layout: box grounding picks among these detections ({\"dets\": [{\"box\": "
-                             "[x, y, w, h], \"image_id\", \"score\"}]}) instead of the picture's COCO boxes")
+                        help="refcoco layout: box grounding picks among these detections instead of the picture's "
+                             "COCO boxes: MAttNet's released list, ReCLIP's {image_id: [boxes]} or {\"dets\": [...]} "
+                             "(boxes [x, y, w, h]; a picture with none gets the whole picture, as ReCLIP)")
+    parser.add_argument("--text", choices=("raw", "sent"),
+                        help="refcoco layout: the sentence field read (default raw, as the RIS and ReCLIP codes; "
+                             "sent: the toolkit's cleaned text)")
+    parser.add_argument("--box-alpha", type=float, default=DEFAULT_ALPHA, metavar="A",
+                        help="box grounding: a proposal scores its map sum / area**A (ReCLIP's; default its "
+                             f"README's {DEFAULT_ALPHA}; 1 is the mean over the box), A in (0, 2]")
     parser.add_argument("--kind", action="append", dest="kinds", metavar="K",
                         help="map kind to score (repeat; default: every kind each model offers)")
     parser.add_argument("--units", choices=("sentence", "phrase"), help="default: the layout's (PNG offers both)")
@@ -46,15 +54,17 @@ def _run(args) -> int:
     from explorer.data.grounding_sets import read_grounding_set
     from explorer.evaluation.real_grounding import csv_rows, evaluate_grounding, table
 
+    check_alpha(args.box_alpha)  # before any model loads
     if not args.data.exists():
         raise ExplorerError(f"no dataset at {args.data}: the path does not exist")
-    options = {"dataset": args.dataset, "split_by": args.split_by, "images": args.images, "proposals": args.proposals}
+    options = {"dataset": args.dataset, "split_by": args.split_by, "images": args.images, "proposals": args.proposals,
+               "text": args.text}
     dataset = read_grounding_set(args.data, split=args.split, units=args.units, limit=args.limit, layout=args.layout,
                                  options=options)
     print(dataset.summary())
     models = evaluation_models(args)
     result = evaluate_grounding(models, dataset, kinds=args.kinds, work_file=evaluation_work_path(args.out),
-                                progress=not args.no_progress)
+                                progress=not args.no_progress, box_alpha=args.box_alpha)
     write_outputs(result, models, args, csv_rows(result), table(result), result["skipped_units"], "units",
                   notes=result["notes"])
     return 0

@@ -68,7 +68,11 @@ def add_commands(commands) -> None:
     sweep.add_argument("--split-by", choices=("unc", "umd", "google"), help="refcoco: the refs file (default: "
                                                                             "unc; refcocog: umd)")
     sweep.add_argument("--images", type=Path, metavar="DIR", help="refcoco: the COCO train2014 pictures")
-    sweep.add_argument("--proposals", type=Path, metavar="FILE", help="refcoco: detections to pick boxes among")
+    sweep.add_argument("--proposals", type=Path, metavar="FILE", help="refcoco: detections to pick boxes among "
+                                                                      "(MAttNet's list, ReCLIP's dict or {\"dets\"})")
+    sweep.add_argument("--text", choices=("raw", "sent"), help="refcoco: the sentence field (default raw)")
+    sweep.add_argument("--box-alpha", type=float, metavar="A",
+                       help="grounding, refcoco: a proposal scores its map sum / area**A (default ReCLIP's 0.5)")
     sweep.add_argument("--splits", nargs="+", metavar="NAME", help="negatives: the splits (FG-OVD hard medium easy "
                                                                    "trivial ...; default every file present)")
     sweep.add_argument("--templates", help="zeroshot: openai (default), simple, or a file of templates with {}")
@@ -152,13 +156,17 @@ def _slurm_settings(args) -> dict | None:
 
 
 def _run_submit_eval(args) -> int:
+    from explorer.evaluation.box_grounding import check_alpha
     from explorer.jobs.sweeps import children
+
+    if args.box_alpha is not None:
+        check_alpha(args.box_alpha)  # refused here, not in every evaluation of the sweep
 
     options = {"split": args.split, "layout": args.layout, "limit": args.limit, "ks": args.ks,
                "shortlist": args.shortlist, "queries": not args.no_queries, "allow_pickle": args.allow_pickle,
                "kinds": args.kinds, "units": args.units, "dataset": args.dataset, "split_by": args.split_by,
                "images": args.images and str(args.images), "proposals": args.proposals and str(args.proposals),
-               "splits": args.splits, "classnames": args.classnames and str(args.classnames.resolve()),
+               "text": args.text, "box_alpha": args.box_alpha, "splits": args.splits, "classnames": args.classnames and str(args.classnames.resolve()),
                "templates": str(Path(args.templates).resolve()) if args.templates and Path(args.templates).is_file()
                else args.templates}
     jobs = _manager(args)

@@ -70,12 +70,13 @@ class LoadedImage:
     label: str = "the picture"  # names it in messages (the file's name for a path)
 
 
-def load_image(source, max_side: int | None = None, require_shape: bool = False) -> LoadedImage:
+def load_image(source, max_side: int | None = None, require_shape: bool = False, exif: bool = True) -> LoadedImage:
     """Open a path, bytes, numpy array or PIL image as an RGB picture at most ``max_side`` on its long
     side (default ``MAX_SIDE``), or raise ``ImageError``.
 
     ``require_shape``: also refuse a picture too small or too thin to draw maps on (``check_shape``),
-    from its header, before decoding it.
+    from its header, before decoding it. ``exif``: turn it upright by its EXIF orientation (as it is shown:
+    uploads); False keeps the file's stored pixel frame (a dataset's pictures whose annotations are in it).
     """
     max_side = MAX_SIDE if max_side is None else max_side  # read at call time, so the setting can change
     if isinstance(source, Image.Image):
@@ -91,9 +92,9 @@ def load_image(source, max_side: int | None = None, require_shape: bool = False)
     check_header(image, label, notes)
     # A JPEG may be decoded small (``draft``): its size as shown comes from the header and EXIF. Any other
     # format is decoded whole, and reading a PNG's EXIF would decode it here, outside a slot.
-    full_size = _upright_size(image) if image.format == "JPEG" else None
+    full_size = (_upright_size(image) if exif else image.size) if image.format == "JPEG" else None
     with decode_slot():
-        image = decode_image(image, label, notes, max_side=max_side)
+        image = decode_image(image, label, notes, max_side=max_side, exif=exif)
         full_size = full_size or image.size
         image = _shrink(image, max_side, notes)
         image = _to_rgb(image, notes)
@@ -243,9 +244,11 @@ def open_image(source) -> tuple[Image.Image, str]:
     return image, label
 
 
-def decode_image(image: Image.Image, label: str, notes: list[str], max_side: int | None = None) -> Image.Image:
-    """Decode an opened image within the limits, EXIF-rotated; past them, refuse it (any format).
-    ``max_side``: a JPEG is decoded at the smallest of its reduced scales still at least that large."""
+def decode_image(image: Image.Image, label: str, notes: list[str], max_side: int | None = None,
+                 exif: bool = True) -> Image.Image:
+    """Decode an opened image within the limits, EXIF-rotated (unless ``exif`` is False: as stored); past
+    them, refuse it (any format). ``max_side``: a JPEG is decoded at the smallest of its reduced scales still
+    at least that large."""
     check_header(image, label, [])
     if max_side is not None and image.format == "JPEG" and max(image.size) > max_side:
         scale = max_side / max(image.size)
@@ -255,6 +258,8 @@ def decode_image(image: Image.Image, label: str, notes: list[str], max_side: int
         image.load()
     except (OSError, SyntaxError, ValueError) as error:
         raise ImageError(f"{_subject(label)} is damaged or truncated and cannot be decoded ({error}).") from error
+    if not exif:
+        return image
     try:
         # In place: without it Pillow returns a full-size copy even when there is nothing to turn.
         ImageOps.exif_transpose(image, in_place=True)

@@ -13,10 +13,14 @@ A COCO annotation's ``segmentation`` is one of:
 the polygon rasterizer fills the pixels whose centre lies inside (even-odd), which differs from
 pycocotools' rasterization only on pixels the outline crosses (tested: only there).
 
-Checks (``SegmentationIssue`` with the reason; the refcoco layout skips the unit and counts it):
-a polygon reaching beyond the picture by more than ``OUTSIDE_TOLERANCE`` pixels ("polygon outside
-the picture"), an RLE of another size than the picture's ("mask size differs from the picture"),
-a malformed segmentation, and an empty decoded mask ("empty mask").
+A polygon reaching past the picture is clipped to it, as pycocotools' ``frPyObjects`` rasterizes it (the
+refer toolkit's ``getMask`` and the RIS loaders decode masks so): only its part inside the picture counts.
+
+Checks (``SegmentationIssue`` with the reason; the refcoco layout skips the unit and counts it): a
+polygon reaching more than ``FAR_OUTSIDE`` picture sizes past the edge ("polygon far outside the
+picture": no annotation does, and pycocotools would walk its whole outline in memory), an RLE of
+another size than the picture's ("mask size differs from the picture"), a malformed segmentation,
+and an empty decoded mask ("empty mask": a polygon wholly outside the picture is one).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from explorer.data.errors import DatasetError
 
-OUTSIDE_TOLERANCE = 1.0  # COCO outlines drawn on the picture's edge may reach half a pixel or so past it
+FAR_OUTSIDE = 1.0  # picture sizes a polygon may reach past the edge (clipped there); beyond: refused
 MAX_PIXELS = 64_000_000  # a claimed mask size beyond any COCO picture: refused before allocating it
 MAX_GROUPS = 8  # 5-bit groups in one run: 40 bits hold any run of MAX_PIXELS (and keep a long string linear)
 
@@ -180,11 +184,12 @@ def rasterize_polygons(polygons, height: int, width: int) -> np.ndarray:
 
 
 def check_polygons(polygons, height: int, width: int) -> None:
+    """Refuse a polygon reaching far past the picture (module docstring); nearer ones are clipped when drawn."""
+    reach = np.array([width, height], dtype=np.float64) * FAR_OUTSIDE
     for polygon in polygons:
         points = polygon_points(polygon)
-        low, high = points.min(axis=0), points.max(axis=0)
-        if (low < -OUTSIDE_TOLERANCE).any() or high[0] > width + OUTSIDE_TOLERANCE or high[1] > height + OUTSIDE_TOLERANCE:
-            raise SegmentationIssue("polygon outside the picture")
+        if (points < -reach).any() or (points > np.array([width, height]) + reach).any():
+            raise SegmentationIssue("polygon far outside the picture")
 
 
 # ---- any segmentation ---------------------------------------------------------------------------------
@@ -225,6 +230,6 @@ def _coco_rle(coco, rle: dict) -> np.ndarray:
     return coco.decode(compressed).astype(bool)
 
 
-__all__ = ["OUTSIDE_TOLERANCE", "SegmentationIssue", "check_polygons", "counts_from_string", "counts_to_string",
+__all__ = ["FAR_OUTSIDE", "SegmentationIssue", "check_polygons", "counts_from_string", "counts_to_string",
            "decode", "decode_rle", "encode_rle", "mask_to_counts", "polygon_points", "pycocotools_mask",
            "rasterize_polygons", "rle_runs"]

@@ -1,25 +1,57 @@
 """Box grounding from a map: the expression picks one box among the picture's proposals.
 
 The protocol is ReCLIP's (Subramanian et al., "ReCLIP: A Strong Zero-Shot Baseline for Referring
-Expression Comprehension", ACL 2022) as SEPS (Table 4) applies it to a map: every proposal is scored,
-the best one is the pick, and a pick is right when its IoU with the referred box is at least 0.5;
-accuracy is the share of right picks. Here a proposal's score is the mean map value inside it (its
-pixels are those whose centre lies in the box scaled to the map's size, as ``truth.box_mask`` draws
-boxes; NaN values are left out; a box with no finite value scores -inf). Ties go to the first proposal,
-in the order the proposals come (COCO's annotation order, or the detections file's).
+Expression Comprehension", ACL 2022; sanjayss34/reclip, ``executor.py`` and ``main.py``) as SEPS (Table 4)
+applies it to a map: every proposal is scored, the best one is the pick, and a pick is right when its IoU
+with the referred box is above 0.5 (strictly: ``main.py`` counts ``iou(...) > 0.5``); accuracy is the share
+of right picks.
+
+A proposal's score is ReCLIP's ``sum / area ** alpha`` (``ClipGradcamExecutor``): the sum of the map over
+the box's pixels, ``map[int(top):int(bottom), int(left):int(right)]`` with the box scaled to the map's size
+(the map is at the picture's size when the picture is no larger than the working size, as COCO's are), over
+the box's area in those pixels to the power ``alpha``. ReCLIP's README runs alpha = 0.5 (``DEFAULT_ALPHA``);
+alpha = 1 is the mean over the box (what this project counted before). Slice bounds are kept inside the map
+(ReCLIP's detections never start left of or above the picture; a negative start would wrap around there).
+NaN values are left out of the sum; a box whose pixels are all NaN scores -inf; a box thinner than a map
+pixel sums nothing and scores 0, as ReCLIP's empty slice does. Ties go to the first proposal, in the order
+the proposals come (COCO's annotation order, or the detections file's), as ReCLIP's ``argmax``.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from explorer.data.grounding_sets.truth import box_mask
+from explorer.core.errors import InputError
 
-HIT_IOU = 0.5
+HIT_IOU = 0.5  # a hit is IoU > HIT_IOU (ReCLIP's main.py)
+HIT_RULE = "iou > 0.5"
+DEFAULT_ALPHA = 0.5  # ReCLIP's README: --gradcam_alpha 0.5 0.5
+ALPHA_RANGE = (0.0, 2.0)  # (low, high]: 1 is the mean, 0 would be the bare sum (the largest box always wins)
+SCORE_RULE = "sum / area ** alpha"
+
+
+def check_alpha(alpha) -> float:
+    """``alpha`` as a float in (0, 2], or an ``InputError`` naming the range."""
+    try:
+        value = float(alpha)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not ALPHA_RANGE[0] < value <= ALPHA_RANGE[1]:
+        raise InputError(f"--box-alpha must lie in (0, 2] (ReCLIP's 0.5 by default; 1 is the mean over the box), "
+                         f"not {alpha}")
+    return value
+
+
+def is_hit(iou: float) -> bool:
+    """Whether a pick of IoU ``iou`` with the referred box counts as right (ReCLIP: strictly above 0.5)."""
+    return iou > HIT_IOU
 
 
 def box_iou(a, b) -> float:
-    """IoU of two (x0, y0, x1, y1) boxes in continuous coordinates (0 for two empty boxes)."""
+    """IoU of two (x0, y0, x1, y1) boxes in continuous coordinates (0 for two empty boxes), as ReCLIP's
+    ``interpreter.iou`` counts it (no +1 on the sides)."""
     width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
     height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     inter = width * height
@@ -27,32 +59,51 @@ def box_iou(a, b) -> float:
     return float(inter / union) if union > 0 else 0.0
 
 
-def box_scores(values: np.ndarray, boxes, frame: tuple[int, int]) -> np.ndarray:
-    """The mean map value inside each box (given in ``frame`` (width, height) pixels) of a map [H, W]."""
+def box_score(values: np.ndarray, box, scale: tuple[float, float], alpha: float) -> float:
+    """``sum / area ** alpha`` of one (x0, y0, x1, y1) box in frame pixels over a map [H, W]; ``scale``:
+    the map's pixels per frame pixel (x, y)."""
     height, width = values.shape
-    scores = np.full(len(boxes), -np.inf)
-    for index, box in enumerate(boxes):
-        inside = values[box_mask([box], frame, (width, height))]
-        inside = inside[np.isfinite(inside)]
-        if inside.size:
-            scores[index] = float(inside.mean())
-    return scores
+    x0, y0, x1, y1 = box[0] * scale[0], box[1] * scale[1], box[2] * scale[0], box[3] * scale[1]
+    rows = slice(min(max(int(y0), 0), height), min(max(int(y1), 0), height))
+    cols = slice(min(max(int(x0), 0), width), min(max(int(x1), 0), width))
+    inside = values[rows, cols]
+    finite = np.isfinite(inside)
+    if inside.size and not finite.any():
+        return -math.inf
+    area = (x1 - x0) * (y1 - y0)
+    return float(inside[finite].sum()) / area ** alpha if area > 0 else -math.inf
 
 
-def pick_box(values: np.ndarray, boxes, frame: tuple[int, int]) -> int | None:
-    """Index of the proposal the map picks (highest mean inside; the first on ties), None without proposals."""
+def box_scores(values: np.ndarray, boxes, frame: tuple[int, int], alpha: float = DEFAULT_ALPHA) -> np.ndarray:
+    """Each box's score (module docstring) on a map [H, W]; boxes in ``frame`` (width, height) pixels."""
+    height, width = values.shape
+    scale = (width / frame[0], height / frame[1])
+    return np.array([box_score(values, box, scale, alpha) for box in boxes], dtype=np.float64)
+
+
+def pick_box(values: np.ndarray, boxes, frame: tuple[int, int], alpha: float = DEFAULT_ALPHA) -> int | None:
+    """Index of the proposal the map picks (highest score; the first on ties), None without proposals."""
     if not len(boxes):
         return None
-    return int(np.argmax(box_scores(values, boxes, frame)))
+    return int(np.argmax(box_scores(values, boxes, frame, alpha)))
 
 
-def picked_iou(values: np.ndarray, boxes, target, frame: tuple[int, int]) -> float | None:
+def picked_iou(values: np.ndarray, boxes, target, frame: tuple[int, int], alpha: float = DEFAULT_ALPHA) -> float | None:
     """IoU of the picked proposal with the ``target`` box: None without a target (no box grounding), 0 when
-    the picture has no proposal (a miss: the denominator stays every expression, as the papers count)."""
+    the picture has no proposal (a miss: the denominator stays every expression, as the papers count; a
+    detections file gives such a picture the whole picture as its one box when it is read)."""
     if target is None:
         return None
-    index = pick_box(values, boxes, frame)
+    index = pick_box(values, boxes, frame, alpha)
     return 0.0 if index is None else box_iou(boxes[index], target)
 
 
-__all__ = ["HIT_IOU", "box_iou", "box_scores", "pick_box", "picked_iou"]
+def protocol(alpha: float) -> dict:
+    """What the box numbers counted, for the results JSON."""
+    return {"box_score": SCORE_RULE, "box_alpha": alpha, "hit": HIT_RULE,
+            "pixels": "map[int(top):int(bottom), int(left):int(right)], the box scaled to the map",
+            "ties": "the first proposal"}
+
+
+__all__ = ["ALPHA_RANGE", "DEFAULT_ALPHA", "HIT_IOU", "HIT_RULE", "box_iou", "box_score", "box_scores", "check_alpha",
+           "is_hit", "pick_box", "picked_iou", "protocol"]

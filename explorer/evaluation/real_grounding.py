@@ -8,7 +8,8 @@ kind the model offers, per-head variants left out, as ``explorer eval`` does), e
   mask's intersection and union pixel counts too, for the cumulative IoU (``oiou`` = the sum of the
   intersections over the sum of the unions, the referring-segmentation literature's second figure);
 - ``box_iou``: where the unit names a ``target`` box among its picture's proposals (RefCOCO), the IoU
-  of the proposal its map picks (``box_grounding``: ReCLIP's protocol) with that box;
+  of the proposal its map picks (``box_grounding``: ReCLIP's protocol, each box scored ``sum / area **
+  box_alpha``, ReCLIP's alpha 0.5 by default) with that box;
 - ``pointing``: the map's peak lies in the truth (mask or box; ``pointing_hits``: every peak pixel);
 - ``auroc``: pixel AUROC of the truth against the rest of the picture (None when the truth covers it).
 Scoring goes through ``explorer.grounding.metrics.score_maps`` / ``pixel_auroc``, as the benchmark's.
@@ -30,8 +31,9 @@ The returned dict (the JSON ``explorer eval-grounding`` writes): ``dataset`` (wh
 left out and why), ``notes``, ``models`` ([{name, method, kinds: {kind: {miou, oiou, box_accuracy,
 pointing, auroc, n_units}}, label_only?}]), ``units`` ([{picture, picture_index, text, truth, label_only,
 scores: {model: {kind: {iou, pointing, auroc, box_iou}}}}]) and ``skipped_units``. Fractions, not
-percents; ``n_units`` counts the units scored; ``box_accuracy`` is the share of picks with IoU >= 0.5
-(None where the set has no target boxes); oIoU and the IoUs are counted at the working size. DCI's
+percents; ``n_units`` counts the units scored; ``box_accuracy`` is the share of picks with IoU > 0.5
+(ReCLIP's strict rule; None where the set has no target boxes); ``protocol`` records every choice that ran
+(the box score and its alpha, the hit rule, and the reader's: text field, proposals, orientation...); oIoU and the IoUs are counted at the working size. DCI's
 label-only units are scored apart (``label_only``), not in ``n_units``.
 """
 
@@ -45,10 +47,10 @@ import numpy as np
 
 from explorer.core.errors import ExplorerError
 from explorer.data.grounding_sets import read_grounding_set
-from explorer.data.grounding_sets.base import BOX, GroundingSet, skipped_by_reason
+from explorer.data.grounding_sets.base import BOX, EXIF, GroundingSet, skipped_by_reason
 from explorer.data.grounding_sets.truth import RESIZE_NOTE, unit_truths
 from explorer.evaluation.baselines import centre_box_mask, centre_point_map
-from explorer.evaluation.box_grounding import HIT_IOU, picked_iou
+from explorer.evaluation.box_grounding import DEFAULT_ALPHA, check_alpha, is_hit, picked_iou, protocol
 from explorer.evaluation.grounding_eval import native_kind, scored_kinds
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
@@ -66,9 +68,11 @@ FORMAT = "explorer-real-grounding/1"
 
 def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | None = None, split: str | None = None,
                        limit: int | None = None, work_file: str | os.PathLike | None = None, progress: bool = True,
-                       working_side: int = WORKING_SIDE) -> dict:
+                       working_side: int = WORKING_SIDE, box_alpha: float = DEFAULT_ALPHA) -> dict:
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``grounding_set`` (a
-    ``GroundingSet``, or a folder read with ``split``, ``units`` and ``limit``)."""
+    ``GroundingSet``, or a folder read with ``split``, ``units`` and ``limit``); ``box_alpha``: the power of
+    the box's area a proposal's map sum is divided by (``box_grounding``; an ``InputError`` out of (0, 2])."""
+    box_alpha = check_alpha(box_alpha)
     dataset = _dataset(grounding_set, split, units, limit)
     plan = {name: kinds_for(model, kinds) for name, model in models.items()}
     plan.update({name: [BASELINE_KIND] for name in BASELINES})
@@ -76,10 +80,16 @@ def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | Non
               "units": dataset.units_kind, "working_side": int(working_side)}
     if dataset.extra:  # the layout's options (RefCOCO's dataset, split_by, proposals): another run, another file
         header["options"] = dict(dataset.extra)
+    if has_targets(dataset):  # another alpha picks other boxes: another run (sets without boxes keep their header)
+        header["box_alpha"] = box_alpha
     work = WorkFile(work_file, header) if work_file else MemoryWork(header)
     for index in progress_bar(range(len(dataset.pictures)), progress, "grounding", unit="picture"):
-        score_picture(models, plan, dataset, index, work, working_side)
-    return results(models, plan, dataset, work, working_side)
+        score_picture(models, plan, dataset, index, work, working_side, box_alpha)
+    return results(models, plan, dataset, work, working_side, box_alpha)
+
+
+def has_targets(dataset: GroundingSet) -> bool:
+    return any(unit.target is not None for unit in dataset.units)
 
 
 def _dataset(grounding_set, split, units, limit) -> GroundingSet:
@@ -105,7 +115,8 @@ def record_key(model: str, kind: str, picture: str) -> str:
     return json.dumps([model, kind, picture])
 
 
-def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, work, working_side: int) -> None:
+def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, work, working_side: int,
+                  box_alpha: float = DEFAULT_ALPHA) -> None:
     """Score every model and kind that the work file lacks on picture ``index``, one record each."""
     picture = dataset.pictures[index]
     missing = [(name, kind) for name, kinds in plan.items() for kind in kinds
@@ -130,7 +141,8 @@ def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, w
             dense = picture.caption or None if getattr(model, "uses_dense_caption", False) else None
             maps = np.asarray(model.sentence_maps(image, [u.text for u in units], kind, dense_caption=dense).maps)
             predicted = None
-        scores = unit_scores(maps, truth, boxes, predicted, picks=(picture.proposals, targets, picture.size))
+        scores = unit_scores(maps, truth, boxes, predicted, picks=(picture.proposals, targets, picture.size),
+                             box_alpha=box_alpha)
         records.append({"key": record_key(name, kind, picture.id), "model": name, "kind": kind,
                         "picture": picture.id, "scores": scores})
     work.add(*records)  # one write per picture: a kill loses at most this picture
@@ -139,7 +151,7 @@ def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, w
 def picture_truth(dataset: GroundingSet, index: int, working_side: int):
     """(working picture, bool [M, H, W] truth of its units at the working size); errors say why not."""
     picture = dataset.pictures[index]
-    working = working_picture(picture.path, working_side)
+    working = working_picture(picture.path, working_side, exif=dataset.orientation == EXIF)
     (width, height), (frame_w, frame_h) = working.full_size, picture.size
     if abs(width / height - frame_w / frame_h) > ASPECT_TOLERANCE * frame_w / frame_h:
         raise ExplorerError(f"picture size differs from its annotation: {width}x{height}, annotated at "
@@ -156,10 +168,12 @@ def baseline_maps(name: str, shape) -> tuple[np.ndarray, np.ndarray | None]:
     return np.zeros(shape, dtype=np.float64), None
 
 
-def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None, picks=None) -> list[list]:
+def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None, picks=None,
+                box_alpha: float = DEFAULT_ALPHA) -> list[list]:
     """[iou or None, pointing hit, auroc or None, intersection, union, box_iou or None] per unit; iou,
     intersection and union are None for box truth. ``picks``: (proposals, target box per unit, frame) for
-    box grounding (``box_grounding.picked_iou``); box_iou is None for a unit without a target."""
+    box grounding (``box_grounding.picked_iou`` with ``box_alpha``); box_iou is None for a unit without a
+    target."""
     if predicted is None:  # no mIoU to report for box truth: spare the Otsu thresholds
         predicted = np.zeros(truth.shape, dtype=bool) if all(boxes) else otsu_masks(maps)
     predicted = np.asarray(predicted, dtype=bool)
@@ -170,11 +184,12 @@ def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None, pick
         inter = None if box else int(np.count_nonzero(guess & mask))
         union = None if box else int(np.count_nonzero(guess | mask))
         rows.append([None if box else float(iou), bool(hit), pixel_auroc(values, mask, ~mask), inter, union,
-                     picked_iou(np.asarray(values, dtype=np.float64), proposals, target, frame)])
+                     picked_iou(np.asarray(values, dtype=np.float64), proposals, target, frame, box_alpha)])
     return rows
 
 
-def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side: int) -> dict:
+def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side: int,
+            box_alpha: float = DEFAULT_ALPHA) -> dict:
     """The JSON contract (module docstring) from the work records."""
     units_out, pools, skipped_units = [], {}, {}
     for index, picture in enumerate(dataset.pictures):
@@ -203,7 +218,17 @@ def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side:
             "notes": [RESIZE_NOTE, f"maps drawn at the working size: long side at most {working_side} px",
                       "baselines are the models with method 'baseline' (kind 'baseline')"],
             "models": [model_entry(name, models.get(name), kinds, pools) for name, kinds in plan.items()],
-            "units": units_out, "skipped_units": skipped_units}
+            "units": units_out, "skipped_units": skipped_units, "protocol": run_protocol(dataset, box_alpha)}
+
+
+def run_protocol(dataset: GroundingSet, box_alpha: float) -> dict:
+    """Every choice that made the numbers: the reader's (``extra["protocol"]``: text field, proposals,
+    orientation...), the working size's and, where units pick boxes, the box score's and the hit rule."""
+    choices = dict(dataset.extra.get("protocol") or {})
+    choices["orientation"] = dataset.orientation
+    if has_targets(dataset):
+        choices.update(protocol(box_alpha))
+    return choices
 
 
 def summary(scores: list) -> dict:
@@ -217,7 +242,7 @@ def summary(scores: list) -> dict:
     unions = sum(union for _, union in pairs)
     oiou = sum(inter for inter, _ in pairs) / unions if unions else (1.0 if pairs else None)  # all empty: mask_iou's 1
     return {"miou": mean(s[0] for s in scores), "oiou": None if oiou is None else float(oiou),
-            "box_accuracy": mean(None if s[5] is None else float(s[5] >= HIT_IOU) for s in scores),
+            "box_accuracy": mean(None if s[5] is None else float(is_hit(s[5])) for s in scores),
             "pointing": mean(float(s[1]) for s in scores), "auroc": mean(s[2] for s in scores),
             "n_units": len(scores)}
 

@@ -97,13 +97,14 @@ class WorkingPicture:
         return (f"picture {width}x{height} px; worked on at {at_w}x{at_h}", *self.conversions)
 
 
-def working_picture(source, working_side: int = WORKING_SIDE) -> WorkingPicture:
-    """Decode, check and shrink a picture once (``ImageError`` as ``prepare_image`` says).
+def working_picture(source, working_side: int = WORKING_SIDE, exif: bool = True) -> WorkingPicture:
+    """Decode, check and shrink a picture once (``ImageError`` as ``prepare_image`` says); ``exif``: turned
+    upright by its EXIF orientation (False: as stored, for a dataset whose annotations are in that frame).
 
     The notes name the file's size and the working size once (the intermediate downscale to
     ``MAX_SIDE`` on reading is folded into it), then the conversions made on the way.
     """
-    loaded = load_image(source, require_shape=True)
+    loaded = load_image(source, require_shape=True, exif=exif)
     picture = shrink(loaded.image, working_side)
     reading = downscale_note(loaded.full_size, loaded.image.size)  # folded into the one size note
     conversions = tuple(note for note in loaded.notes if note != reading)

@@ -5,7 +5,7 @@ One module per layout; each has ``NAME``, ``EXPECTS``, ``UNITS`` (the unit kinds
 default first), ``matches(root)`` (cheap: file names only) and ``read(root, split, units, limit)``;
 the mask layouts also ``picture_masks(picture, keys)``, which ``truth`` calls when a picture is
 scored. ``detect`` says what each layout looks for when a folder matches none. A layout may take
-options of its own (``options``: RefCOCO's dataset, split_by, images, proposals). Nothing is
+options of its own (``options``: RefCOCO's dataset, split_by, images, proposals, text). Nothing is
 unpickled but RefCOCO's refs pickle, and that with no global resolved (``explorer.data.plain_pickle``).
 """
 
@@ -21,7 +21,7 @@ from explorer.data.layouts import Layouts, check_split
 LAYOUTS = ("dci", "png", "flickr30k_entities", "iiw", "refcoco")
 
 
-LAYOUT_OPTIONS = {"refcoco": ("dataset", "split_by", "images", "proposals")}
+LAYOUT_OPTIONS = {"refcoco": ("dataset", "split_by", "images", "proposals", "text")}
 REGISTRY = Layouts(__name__, LAYOUTS, "grounding", folders_only=True)
 layout_module, detect = REGISTRY.module, REGISTRY.detect
 

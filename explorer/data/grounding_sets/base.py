@@ -25,6 +25,9 @@ from explorer.data.retrieval_sets.base import Skipped, skipped_by_reason
 
 MASK, BOX = "mask", "box"
 SENTENCE, PHRASE = "sentence", "phrase"
+# How a picture is turned before its annotations apply: EXIF (upright, as an upload is shown) or STORED (the
+# file's own pixel frame: COCO's annotations are in it, and the reference loaders do not rotate)
+EXIF, STORED = "exif", "stored"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class GroundingSet:
     skipped: tuple[Skipped, ...] = ()
     notes: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)
+    orientation: str = EXIF  # EXIF or STORED: how its pictures are read for scoring
 
     def __post_init__(self):
         order = [u.picture for u in self.units]
@@ -122,10 +126,11 @@ class SetBuilder:
         self.pictures.append(picture)
         self.units += kept
 
-    def build(self, layout: str, root: Path, split: str, units_kind: str, notes=(), extra=None) -> GroundingSet:
+    def build(self, layout: str, root: Path, split: str, units_kind: str, notes=(), extra=None,
+              orientation: str = EXIF) -> GroundingSet:
         return GroundingSet(layout=layout, root=root, split=split, units_kind=units_kind,
                             pictures=tuple(self.pictures), units=tuple(self.units), skipped=tuple(self.skipped),
-                            notes=tuple(notes), extra=dict(extra or {}))
+                            notes=tuple(notes), extra=dict(extra or {}), orientation=orientation)
 
 
 def clean_text(text) -> str:
@@ -175,5 +180,5 @@ def header_size(path: Path) -> tuple[int, int] | None:
         return None
 
 
-__all__ = ["BOX", "MASK", "PHRASE", "SENTENCE", "GroundingPicture", "GroundingSet", "GroundingUnit", "SetBuilder",
+__all__ = ["BOX", "EXIF", "MASK", "PHRASE", "STORED", "SENTENCE", "GroundingPicture", "GroundingSet", "GroundingUnit", "SetBuilder",
            "Skipped", "canonical_id", "check_units", "clean_text", "header_size", "sentence_spans", "skipped_by_reason"]

@@ -17,26 +17,35 @@ refs file (refcoco and refcoco+: unc; refcocog: umd; google where it is there), 
 splits that the refs hold (unc: train, val, testA, testB; umd: train, val, test; default val).
 
 The refs pickle is read with ``explorer.data.plain_pickle`` (no global is resolved: a pickle naming a
-class or a function is refused, nothing in it runs). One unit per sentence of each ref of the split (its
-``sent``, the toolkit's cleaned text; ``raw`` when there is no ``sent``); its truth is the referred
-annotation's mask, and its ``target`` the annotation's box, picked among the picture's ``proposals``
-(box grounding, ReCLIP's protocol): the picture's own COCO annotation boxes, or a detections file
-``{"dets": [{"box": [x, y, w, h], "image_id", "score"}]}`` (``proposals=FILE``).
+class or a function is refused, nothing in it runs). One unit per sentence of each ref of the split: its
+``raw`` text by default, as the reference codes read it (the RIS loaders' ``el['raw']``, ReCLIP's
+``sentence["raw"].lower()``; the CLIP tokenizer lower-cases every text, so ReCLIP's ``lower()`` changes
+nothing here), or ``text="sent"``, the toolkit's cleaned text (each falls back on the other when missing).
+Its truth is the referred annotation's mask (polygons clipped to the picture, as pycocotools rasterizes
+them), and its ``target`` the annotation's box, picked among the picture's ``proposals`` (box grounding,
+ReCLIP's protocol): the picture's own COCO annotation boxes (ReCLIP's gold boxes), or a detections file in
+any of the shapes ``proposals`` reads (``proposals=FILE``: MAttNet's list, ReCLIP's dict, ``{"dets": ...}``);
+a picture the file gives no usable box gets the whole picture as its one box, as ReCLIP's ``main.py``.
+The pictures are scored in their stored orientation (no EXIF turn): COCO's annotations are in the file's
+pixel frame, and the refer toolkit (``io.imread``) and the RIS loaders (``Image.open``) do not rotate.
 
 Skipped and counted with the reason: a ref that is malformed or names an annotation instances.json
-lacks, a referred box of zero area, a segmentation that does not decode (a polygon outside the picture,
-an RLE of another size, an empty mask: ``explorer.data.coco_masks``), a picture that is missing, a
-proposal of zero area or a malformed detection.
+lacks, a referred box of zero area, a segmentation that does not decode (a polygon far outside the
+picture, an RLE of another size, an empty mask: ``explorer.data.coco_masks``), a picture that is missing,
+a proposal of zero area, wholly outside its picture or malformed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from explorer.data.coco_masks import SegmentationIssue, decode
 from explorer.data.errors import DatasetError
-from explorer.data.grounding_sets.base import (MASK, SENTENCE, GroundingPicture, GroundingSet, SetBuilder,
-                                               canonical_id, check_units, clean_text)
+from explorer.data.grounding_sets.base import (MASK, SENTENCE, STORED, GroundingPicture, GroundingSet,
+                                               SetBuilder, canonical_id, check_units, clean_text)
+from explorer.data.grounding_sets.proposals import (OUTSIDE, WHOLE_PICTURE, ZERO_AREA, read_proposals, whole_picture,
+                                                    within)
 from explorer.data.plain_pickle import load_plain
 from explorer.data.retrieval_sets.manifest import read_json
 
@@ -50,6 +59,7 @@ EXPECTS = ("refcoco/, refcoco+/ or refcocog/ holding instances.json and refs(unc
 UNITS = (SENTENCE,)
 DEFAULT_SPLIT = "val"
 COCO_BOXES = "the picture's COCO annotation boxes"
+TEXTS = ("raw", "sent")  # the sentence field read, the reference codes' first
 
 
 def matches(root: Path) -> bool:
@@ -129,46 +139,38 @@ def corners(bbox) -> tuple[float, float, float, float] | None:
     return (x, y, x + w, y + h)
 
 
-def read_detections(file: Path, builder: SetBuilder) -> dict[str, list[tuple]]:
-    """image id -> proposal boxes (x0, y0, x1, y1) of a detections file ``{"dets": [{"box", "image_id", ...}]}``."""
-    if not Path(file).is_file():
-        raise DatasetError(f"no detections file at {file} (expected {{\"dets\": [{{\"box\": [x, y, w, h], "
-                           "\"image_id\": ..., \"score\": ...}]})")
-    data = read_json(file, '{"dets": [{"box": [x, y, w, h], "image_id": ..., "score": ...}]}', dict)
-    dets = data.get("dets")
-    if not isinstance(dets, list):
-        raise DatasetError(f"{file}: expected a \"dets\" list")
-    boxes: dict[str, list[tuple]] = {}
-    for index, det in enumerate(dets):
-        box = corners(det.get("box")) if isinstance(det, dict) and det.get("image_id") is not None else None
-        if box is None:
-            builder.skip(f"detection {index}", "malformed detection or zero-area proposal")
-            continue
-        boxes.setdefault(canonical_id(det["image_id"]), []).append(box)
-    return boxes
-
-
 def coco_proposals(builder: SetBuilder, image_id: str, annotations: list) -> list[tuple]:
     boxes = []
     for item in annotations:
         box = corners(item.get("bbox"))
         if box is None:
-            builder.skip(f"{image_id}: annotation {item.get('id')}", "zero-area proposal box")
+            builder.skip(f"{image_id}: annotation {item.get('id')}", ZERO_AREA)
         else:
             boxes.append(box)
     return boxes
 
 
-def sentence_texts(ref: dict) -> list[str]:
+def choose_text(text: str | None) -> str:
+    if text is None:
+        return TEXTS[0]
+    if text not in TEXTS:
+        raise DatasetError(f"--text must be one of {', '.join(TEXTS)} (the refs' sentence fields), not {text!r}")
+    return text
+
+
+def sentence_texts(ref: dict, field: str = TEXTS[0]) -> list[str]:
+    """Each sentence's ``field`` (raw or sent), the other one where it is missing."""
+    other = TEXTS[1] if field == TEXTS[0] else TEXTS[0]
     texts = []
     sentences = ref.get("sentences")
     for sentence in sentences if isinstance(sentences, list) else []:  # anything else: no sentence, skipped
         if isinstance(sentence, dict):
-            texts.append(clean_text(sentence.get("sent")) or clean_text(sentence.get("raw")))
+            texts.append(clean_text(sentence.get(field)) or clean_text(sentence.get(other)))
     return texts
 
 
-def _ref_units(builder: SetBuilder, ref, annotations: dict, size: tuple[int, int]) -> tuple[list[dict], dict]:
+def _ref_units(builder: SetBuilder, ref, annotations: dict, size: tuple[int, int],
+               field: str = TEXTS[0]) -> tuple[list[dict], dict]:
     """(units of one ref, {annotation key: segmentation}); a ref that cannot be used is skipped with why."""
     where = f"ref {ref.get('ref_id')}"
     annotation = annotations.get(canonical_id(ref.get("ann_id")))
@@ -185,7 +187,7 @@ def _ref_units(builder: SetBuilder, ref, annotations: dict, size: tuple[int, int
         builder.skip(f"{where}: {issue}", str(issue).split(":")[0].split(" (")[0])
         return [], {}
     key = canonical_id(annotation["id"])
-    units = [{"text": text, "truth": MASK, "segments": (key,), "target": box} for text in sentence_texts(ref)]
+    units = [{"text": text, "truth": MASK, "segments": (key,), "target": box} for text in sentence_texts(ref, field)]
     if not units:
         builder.skip(where, "no sentence")
     return units, {key: annotation.get("segmentation")}
@@ -210,7 +212,7 @@ def _size(info: dict) -> tuple[int, int] | None:
 
 def read(root: Path, split: str | None = None, units: str | None = None, limit: int | None = None, *,
          dataset: str | None = None, split_by: str | None = None, images: str | Path | None = None,
-         proposals: str | Path | None = None) -> GroundingSet:
+         proposals: str | Path | None = None, text: str | None = None) -> GroundingSet:
     root = Path(root)
     if not matches(root):
         raise DatasetError(f"{root} is not a refer toolkit folder: expected {EXPECTS}")
@@ -220,6 +222,7 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
         root, dataset = root.parent, root.name
     dataset = choose_dataset(root, dataset)
     split_by = choose_split_by(dataset, split_by)
+    field = choose_text(text)
     folder = root / dataset
     units = check_units(units, UNITS, NAME)
     refs = read_refs(folder, split_by)
@@ -233,24 +236,45 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
         raise DatasetError(f"no pictures folder at {picture_dir} (the COCO train2014 pictures: "
                            f"{IMAGES.as_posix()} under the root, or --images DIR)")
     builder = SetBuilder(limit)
-    detections = read_detections(Path(proposals), builder) if proposals is not None else None
+    detections = read_proposals(proposals) if proposals is not None else None
+    for item, reason in detections.skipped if detections is not None else ():
+        builder.skip(item, reason)
+    whole = []  # pictures the detections gave no usable box: the whole picture is their one proposal
     for image_id, image_refs in _grouped(builder, refs, split).items():
         if builder.full:
             break
-        _read_picture(builder, image_id, image_refs, image_info, annotations, by_image, detections, picture_dir,
-                      folder)
-    notes = ["unit: each sentence of each ref (the toolkit's 'sent'); truth: the referred object's mask",
-             f"box grounding proposals: {COCO_BOXES if proposals is None else f'the detections in {proposals}'}"]
+        _read_picture(builder, Picture(image_id, image_refs, image_info, annotations, by_image, field), detections,
+                      picture_dir, folder, whole)
+    shape = "coco" if detections is None else detections.shape
+    notes = [f"unit: each sentence of each ref (the toolkit's '{field}'); truth: the referred object's mask",
+             f"box grounding proposals: {COCO_BOXES if proposals is None else f'the detections in {proposals}'} "
+             f"({shape})"] + ([f"{len(whole)} pictures with no proposal: {WHOLE_PICTURE} is their one box"]
+                              if whole else [])
     extra = {"dataset": dataset, "split_by": split_by, "label": table_label(dataset, split, split_by),
              "proposals": "coco" if proposals is None else str(Path(proposals).resolve()),
-             "images": str(picture_dir.resolve())}
+             "images": str(picture_dir.resolve()),
+             "protocol": {"text": field, "lowercased": False, "proposals": shape,
+                          "whole_picture_pictures": len(whole), "polygons": "clipped to the picture (pycocotools)"}}
     # the set's root is the dataset's own folder: what reads this very set again (a results file names it)
-    return builder.build(NAME, folder, split, units, notes=notes, extra=extra)
+    return builder.build(NAME, folder, split, units, notes=notes, extra=extra, orientation=STORED)
 
 
-def _read_picture(builder: SetBuilder, image_id: str, refs: list, image_info: dict, annotations: dict,
-                  by_image: dict, detections: dict | None, picture_dir: Path, folder: Path) -> None:
-    info = image_info.get(image_id)
+@dataclass(frozen=True)
+class Picture:
+    """One picture's refs and what is looked up for them (instances.json's tables, the text field)."""
+
+    image_id: str
+    refs: list
+    image_info: dict
+    annotations: dict
+    by_image: dict
+    field: str
+
+
+def _read_picture(builder: SetBuilder, entry: Picture, detections, picture_dir: Path, folder: Path,
+                  whole: list) -> None:
+    image_id = entry.image_id
+    info = entry.image_info.get(image_id)
     size = _size(info) if info is not None else None
     if size is None:
         builder.skip(image_id, "image not in instances.json" if info is None else "image without a size")
@@ -260,14 +284,20 @@ def _read_picture(builder: SetBuilder, image_id: str, refs: list, image_info: di
         builder.skip(path, "picture missing")
         return
     units, regions = [], {}
-    for ref in refs:
-        ref_units, ref_regions = _ref_units(builder, ref, annotations, size)
+    for ref in entry.refs:
+        ref_units, ref_regions = _ref_units(builder, ref, entry.annotations, size, entry.field)
         units += ref_units
         regions.update(ref_regions)
     if detections is None:
-        boxes = coco_proposals(builder, image_id, by_image.get(image_id, []))
+        boxes = coco_proposals(builder, image_id, entry.by_image.get(image_id, []))
     else:
-        boxes = detections.get(image_id, [])
+        boxes = detections.boxes.get(image_id, [])
+    boxes, outside = within(boxes, size)
+    for _ in range(outside):
+        builder.skip(f"{image_id}: a proposal", OUTSIDE)
+    if detections is not None and not boxes and units:
+        boxes = [whole_picture(size)]
+        whole.append(image_id)
     picture = GroundingPicture(id=image_id, path=path, caption="", size=size, source=folder / "instances.json",
                                proposals=tuple(boxes), regions=regions)
     builder.add(picture, units)
@@ -279,4 +309,4 @@ def picture_masks(picture: GroundingPicture, keys) -> dict:
     return {key: decode(picture.regions[key], height, width) for key in keys}
 
 
-__all__ = ["DATASETS", "LABELS", "NAME", "SPLIT_BY", "UNITS", "matches", "picture_masks", "read", "table_label"]
+__all__ = ["DATASETS", "LABELS", "NAME", "SPLIT_BY", "TEXTS", "UNITS", "matches", "picture_masks", "read", "table_label"]
