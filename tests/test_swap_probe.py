@@ -258,3 +258,46 @@ def test_a_span_joins_the_board_as_a_row_scored_against_its_sentences_truth(mode
     assert row["IoU"] == pytest.approx(score_maps(alone[None], masks[1][None])[0][0])
     with pytest.raises(SwapError, match="not a word of the sentence"):
         with_span_row(view, names.__getitem__, 2, "blue dotted")  # not consecutive in the sentence
+
+
+def test_a_span_is_a_row_of_its_own_that_moves_no_figure_and_replays_from_the_export(models, tmp_path):
+    """Issue 66, part 1: the headers' mIoU / pointing, the status line and the notes count the sentences only; the
+    span row keeps its own scores; the export's settings record the span, so a replay draws the page's rows."""
+    from explorer.grounding.sentence_maps import MapCache
+    from explorer.grounding.truth import Truth
+    from explorer.ui import maps_board, maps_tab, swap_panel
+    from explorer.views.maps_view import compute_maps
+    from explorer.views.settings import ViewSettings
+
+    names = {m.name: m for m in models[:1]}
+    load = names.__getitem__
+    settings = ViewSettings(image=str(EXAMPLE.with_suffix(".png")), caption=EXAMPLE.with_suffix(".txt").read_text(),
+                            models=list(names), kind="generic")
+    cache = MapCache()  # the replay reads the caption's maps from it, as the app's shared cache would serve them
+    view = compute_maps(load, settings, cache, truth_dir=tmp_path)
+    masks = [np.zeros(view.picture.size[::-1], dtype=bool) for _ in view.sentences]
+    masks[1][10:70, 10:70] = True
+    view.truth = Truth(masks=masks, source="test")
+    state = swap_panel.choose_sentence(view, settings, 2)[0]
+
+    def render(v, s):
+        return maps_board.board_html(v, s), maps_tab.status_text(v, s), maps_tab.score_rows(v, s)
+
+    wider, saved, board, status, rows, note = swap_panel.add_span(load, view, settings, state,
+                                                                   "medium dotted blue cross", render)
+    n = len(view.sentences)
+    assert wider.n_sentences == n and wider.span_of == [2] and len(wider.sentences) == n + 1
+    assert wider.summary(None) == view.summary(None)  # the headers' figures: not moved by the span
+    assert maps_tab.status_text(view, settings).split(" · ")[1] == f"{n} sentence(s)"
+    assert f"{n} sentence(s) · 1 span row(s)" in status and f"({view.summary(None)[0]['n']} sentence(s))" in status
+    assert f'data-sentence="{n + 1}" data-span="2"' in board and len(rows) == n + 1 and rows[-1][6] != ""
+    assert "span of sentence 2" in note and maps_tab.show_focus(wider, saved, n)[1].startswith(f"**span** {n + 1}")
+    assert maps_tab.show_focus(wider, saved, 0)[1].startswith(f"**S1** of {n}:")
+    assert saved.spans == [{"sentence": 2, "words": "medium dotted blue cross"}] and settings.spans == []
+    assert "has 6 sentence(s)" in swap_panel.choose_sentence(wider, saved, n + 1)[3]  # a span is not swapped in
+    # the export writes the spans into its settings; the replay (compute_maps of that file) draws the same rows
+    replayed = compute_maps(load, ViewSettings.from_dict(json.loads(saved.to_json())), cache, truth_dir=tmp_path)
+    assert replayed.sentences == wider.sentences and replayed.span_of == [2]
+    np.testing.assert_allclose(replayed.models[0].maps, wider.models[0].maps, atol=1e-6)
+    with pytest.raises(Exception, match="span"):
+        ViewSettings(spans=[{"sentence": 0, "words": "x"}])

@@ -61,14 +61,21 @@ def otsu_masks(maps, nbins: int = 256) -> tuple[np.ndarray, np.ndarray]:
     return masks, np.array([threshold for _, threshold in results], dtype=np.float64)
 
 
+OUTSIDE_EDGE = 0.75  # the share of the border a mask holds when it is the region outside its outline
+
+
 @dataclass(frozen=True)
 class MaskSide:
-    """Which side of its outline a mask lies on, decided once for every view and figure.
+    """Which side of its outline a mask lies on, decided once per map for every view and figure.
 
     A map that heats the background gets an Otsu mask of the background: its outline still hugs the shapes,
-    so the picture reads as if the shapes were picked. Where the mask is the larger part of the picture, or
-    holds most of the picture's edge (the outline then closes around the other side), views hatch the masked
-    side and say "mask: outside the outline, 86 %".
+    so the picture reads as if the shapes were picked. One measured property decides, with a margin: the share
+    of the picture's border pixels inside the mask. A mask that holds at least ``OUTSIDE_EDGE`` (three quarters)
+    of the border surrounds the rest, and views hatch the masked side and say "mask: the region outside the
+    outline (38 % of the picture)". The margin (0.75, not 0.5) keeps look-alike maps on one side: a grid-shaped
+    or scattered mask touches the border about as much as it covers the picture (a third, say) and reads as
+    inside, while a background mask holds nearly all of the border. The mask's area does not decide: a large
+    object in the middle is still inside its outline.
     """
 
     share: float  # fraction of the picture inside the mask
@@ -76,12 +83,12 @@ class MaskSide:
 
     @property
     def outside(self) -> bool:
-        return self.share > 0.5 or self.edge_share > 0.5
+        return self.edge_share >= OUTSIDE_EDGE
 
     @property
     def label(self) -> str:
         percent = f"{100 * self.share:.0f} %"
-        return f"mask: outside the outline, {percent}" if self.outside else f"mask {percent}"
+        return f"mask: the region outside the outline ({percent} of the picture)" if self.outside else f"mask {percent}"
 
 
 def mask_side(mask: np.ndarray) -> MaskSide:

@@ -53,6 +53,8 @@ CSS = """
 .mb-head .mb-bad { color: #b42318; font-weight: 600; }
 .mb-sentence { font-size: 14px; padding-top: 4px; overflow-wrap: break-word; }
 .mb-num { display: inline-block; min-width: 1.6em; font-weight: 700; font-size: 16px; }
+.mb-span .mb-text { font-style: italic; }
+.mb-span-of { display: block; margin-top: 4px; font-size: 13px; color: var(--body-text-color-subdued); }
 .mb-cut { display: block; margin-top: 4px; font-size: 13px; color: #b42318; }
 .mb-panel { margin: 0; cursor: zoom-in; border-radius: 4px; outline-offset: 2px; }
 .mb-panel:hover img, .mb-panel:focus img { box-shadow: 0 0 0 3px var(--color-accent); }
@@ -176,6 +178,12 @@ def _header(view: MapsView, settings: ViewSettings, m: int) -> str:
 def _sentence_cell(view: MapsView, i: int) -> str:
     cuts = [f"{escape(m.name)} cuts {m.result.maps.n_cut[i]} token(s)" for m in view.models if m.result.maps.n_cut[i]]
     cut = f'<span class="mb-cut">{"; ".join(cuts)}</span>' if cuts else ""
+    source = view.span_source(i)
+    if source is not None:  # a span row: its scores are its own, the headers' figures leave it out
+        return (f'<div class="mb-sentence mb-span" data-sentence="{i + 1}" data-span="{source}">'
+                f'<span class="mb-num">{i + 1}</span><span class="mb-text">{escape(view.sentences[i])}</span>'
+                f'<span class="mb-span-of">span of sentence {source}: its own scores, not in the '
+                f'figures above</span>{cut}</div>')
     return (f'<div class="mb-sentence" data-sentence="{i + 1}"><span class="mb-num">{i + 1}</span>'
             f'<span class="mb-text">{escape(view.sentences[i])}</span>{cut}</div>')
 

@@ -54,7 +54,8 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
     pages = view.pages(settings.per_page)
     formats = {m.precision for m in view.models}  # one for all, or each model's ("bf16, head fp32" has a comma)
     computed = formats.pop() if len(formats) == 1 else "; ".join(f"{m.name} {m.precision}" for m in view.models)
-    lines = [f"{names} · {len(view.sentences)} sentence(s)" + (f" · {pages} pages" if pages > 1 else "")
+    spans = f" · {len(view.span_of)} span row(s)" if view.span_of else ""  # rows of their own, not sentences
+    lines = [f"{names} · {view.n_sentences} sentence(s){spans}" + (f" · {pages} pages" if pages > 1 else "")
              + f" · computed in {computed}"]
     threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of each map's range"
     lines.append(f"Mask threshold: {threshold} (each map's value is in the table).")
@@ -174,7 +175,8 @@ def show_focus(view: MapsView | None, settings: ViewSettings | None, sentence):
         figure = focus_figure(view, settings, i)
     except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
         return hidden_plot(), explain(error)
-    return gr.update(value=figure, visible=True), f"**S{i + 1}** of {len(view.sentences)}: {view.sentences[i]}"
+    name = view.row_name(i).split(" ", 1)  # "S3 of 6", or "span 7 (of sentence 3)": what the focus shows
+    return gr.update(value=figure, visible=True), f"**{name[0]}** {name[1]}: {view.sentences[i]}"
 
 
 def hidden_plot():
@@ -295,7 +297,8 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
                        show_progress="hidden")
     drawn.then(**check_again).then(**focus_again)
     swap_panel.build(view_state, settings_state, drawn, zoo, access, board=board, scores=scores,  # one word
-                     render=lambda view, settings: (maps_board.board_html(view, settings), score_rows(view, settings)))
+                     render=lambda view, settings: (maps_board.board_html(view, settings), status_text(view, settings),
+                                                    score_rows(view, settings)), status=status)
     scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
                   api_name="focus_table", **HEAVY)
     board.select(focus_from_board, inputs=[view_state, settings_state],

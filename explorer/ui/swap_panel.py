@@ -108,7 +108,7 @@ def choose_sentence(view, settings, number):
     """The sentence box: (state, words, every button, note, table, maps) for sentence ``number``."""
     try:
         _check_view(view)
-        count = len(view.sentences)
+        count = view.n_sentences  # the caption's sentences: a span row is swapped in its own sentence
         if not 1 <= _number(number) <= count:
             raise SwapError(f"sentence {_number(number)} is past the caption: it has {count} sentence(s), "
                             "numbered from 1")
@@ -212,7 +212,7 @@ def compute_pair(load, view, state: SwapState, replacement: str) -> SwapView:
 def swap_settings(view, board_settings, state: SwapState) -> SwapSettings:
     """The settings that replay the panel's figure (``explorer figure replay``)."""
     record = state.record
-    return SwapSettings(image=getattr(board_settings, "image", ""), caption=" ".join(view.sentences),
+    return SwapSettings(image=getattr(board_settings, "image", ""), caption=" ".join(view.sentences[:view.n_sentences]),
                         sentence=state.number, word=record.word, replacements=record.replacements,
                         models=[m.name for m in view.models], kinds={m.name: m.kind for m in view.models},
                         margin=record.margin, pair=state.shown or "", cmap=getattr(board_settings, "cmap", "turbo"),
@@ -240,9 +240,11 @@ def export(view, board_settings, state: SwapState | None, fmt, budget=None, publ
 
 
 def add_span(load, view, board_settings, state: SwapState | None, span, render):
-    """**Add the span to the board**: the words ``span`` of the panel's sentence as an extra row of the board
-    (every model's map of them, scored against the sentence's truth). (view, board, scores, note)."""
-    from explorer.views.span_view import with_span_row
+    """**Add the span to the board**: the words ``span`` of the panel's sentence as a span row of the board
+    (every model's map of them, scored against the sentence's truth; the per-model figures keep counting the
+    sentences only). The board's settings record the span, so an export replays the page's rows.
+    ``render``: (view, settings) -> (board, status, scores). (view, settings, board, status, scores, note)."""
+    from explorer.views.span_view import span_entries, with_span_row
 
     try:
         _check_view(view)
@@ -252,16 +254,19 @@ def add_span(load, view, board_settings, state: SwapState | None, span, render):
             raise SwapError("the span is empty: type some consecutive words of the sentence")
         dense = getattr(board_settings, "dense_caption", "")
         extended = with_span_row(view, load, state.number, span, dense)
-        board, scores = render(extended, board_settings)
+        settings = replace(board_settings, spans=span_entries(extended))
+        board, status, scores = render(extended, settings)
     except Exception as error:  # noqa: BLE001
-        return gr.update(), gr.update(), gr.update(), explain(error)
-    return (extended, board, scores, f"Row {len(extended.sentences)} of the board: **{extended.sentences[-1]}** "
-                                     f"(a span of sentence {state.number}, scored against its truth where known).")
+        return gr.update(), gr.update(), gr.update(), gr.update(), gr.update(), explain(error)
+    return (extended, settings, board, status, scores,
+            f"Row {len(extended.sentences)} of the board: **{extended.sentences[-1]}**, a span of sentence "
+            f"{state.number} with its own scores beside it (scored against that sentence's truth where known).")
 
 
-def build(view_state, settings_state, drawn, zoo, access=None, board=None, scores=None, render=None) -> None:
+def build(view_state, settings_state, drawn, zoo, access=None, board=None, scores=None, render=None,
+          status=None) -> None:
     """The panel, wired to the board's stored result; refreshed after every Draw (``drawn``). With ``board``,
-    ``scores`` and ``render`` (view, settings -> board HTML, score rows), a span of a sentence can join the
+    ``scores``, ``status`` and ``render`` (view, settings -> board HTML, status, score rows), a span of a sentence can join the
     board as an extra row."""
     budget, public = (access.budget, access.public) if access is not None else (None, False)
     limit = budget.swaps_per_request if budget is not None else MAX_SWAPS  # each request is HEAVY: counted too
@@ -310,7 +315,8 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
     table.select(on_table, inputs=[view_state, settings_state, state], outputs=results, api_name="swap_table", **HEAVY)
     if board is not None:
         add.click(lambda view, s, st, text: add_span(zoo.load, view, s, st, text, render),
-                  inputs=[view_state, settings_state, state, span], outputs=[view_state, board, scores, note],
+                  inputs=[view_state, settings_state, state, span],
+                  outputs=[view_state, settings_state, board, status, scores, note],
                   api_name="swap_span", **HEAVY)
     export_button.click(lambda view, s, st, f: export(view, s, st, f, budget=budget, public=public),
                         inputs=[view_state, settings_state, state, fmt], outputs=[files, note],

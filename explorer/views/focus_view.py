@@ -38,7 +38,9 @@ def check_sentence(view: MapsView, sentence) -> int:
         raise FocusError(f"pick a sentence by its number (1 to {len(view.sentences)})")
     number = int(sentence)
     if not 0 <= number < len(view.sentences):
-        raise FocusError(f"there is no sentence {number + 1}: the caption has {len(view.sentences)}")
+        spans = len(view.sentences) - view.n_sentences
+        rows = f"{view.n_sentences} sentence(s)" + (f" and {spans} span row(s)" if spans else "")
+        raise FocusError(f"there is no row {number + 1}: the board has {rows}, numbered from 1")
     return number
 
 
@@ -67,7 +69,7 @@ def _outline_xy(mask: np.ndarray) -> tuple[list, list]:
 
 
 def _side_note(model, settings: ViewSettings, i: int) -> str:
-    """" · mask: outside the outline, 86 %" where the mask is the background (``MaskSide``), else ""."""
+    """" · mask: the region outside the outline (86 % of the picture)" where the mask is the background (``MaskSide``), else ""."""
     side = model.mask_sides(settings.threshold)[i]
     return f" · {side.label}" if side.outside and settings.mask != "none" else ""
 

@@ -152,7 +152,24 @@ class MapsView:
     truth_file: Path | None = None  # where that truth was read from (a label mask, or a scene's .npz)
     notes: list[str] = field(default_factory=list)
     in_world: bool = False  # a known scene of the synthetic world, even when no sentence of the caption has truth
+    # Rows past the caption's sentences are spans (``views.span_view``): per span row, the sentence (from 1) its
+    # words come from. Headers, the status line and notes count sentences only; a span row shows its own scores.
+    span_of: list[int] = field(default_factory=list)
     _memo: BoundedCache = field(default_factory=display_memo, repr=False)
+
+    @property
+    def n_sentences(self) -> int:
+        """The caption's sentences (the rows before the spans)."""
+        return len(self.sentences) - len(self.span_of)
+
+    def span_source(self, i: int) -> int | None:
+        """For row ``i`` (0-based): the sentence (from 1) a span row comes from; None for a sentence."""
+        return self.span_of[i - self.n_sentences] if i >= self.n_sentences else None
+
+    def row_name(self, i: int) -> str:
+        """What row ``i`` is, for notes: "S3 of 6" or "span 7 (of sentence 3)"."""
+        source = self.span_source(i)
+        return f"S{i + 1} of {self.n_sentences}" if source is None else f"span {i + 1} (of sentence {source})"
 
     def synthetic_warning(self) -> str | None:
         """A line for demo models drawn on a picture without truth (a photo, most likely): they were trained
@@ -210,16 +227,20 @@ class MapsView:
         return rows
 
     def summary(self, fraction: float | None) -> list[dict]:
-        """Per model (in row order): mIoU and pointing game over the sentences that have truth (empty
-        without truth)."""
+        """Per model (in row order): mIoU and pointing game over the caption's sentences that have truth (spans
+        left out; empty without truth)."""
         if self.truth is None:
             return []
 
         def compute():
+            from dataclasses import replace
+
             from explorer.grounding.truth import score_sentences
 
+            n = self.n_sentences  # the caption's sentences only: a span row does not move the model's figures
+            truth = replace(self.truth, masks=self.truth.masks[:n])
             return [{"model": model.name, "row": m,
-                     **score_sentences(model.maps, model.masks(fraction), self.truth)[1]}
+                     **score_sentences(model.maps[:n], model.masks(fraction)[:n], truth)[1]}
                     for m, model in enumerate(self.models)]
 
         return self._memo.get(("summary", _threshold_key(fraction)), compute)
@@ -227,7 +248,8 @@ class MapsView:
 
 def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = None,
                  truth_dir: Path | None = None) -> MapsView:
-    """Run every model of ``settings`` on its picture and caption (cached), and find the truth."""
+    """Run every model of ``settings`` on its picture and caption (cached), find the truth, and add the span rows
+    ``settings.spans`` names."""
     if not settings.models:
         raise InputError("Pick at least one model.")
     models, notes, picture, sentences = [], [], None, None
@@ -240,6 +262,8 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         result = ground(model, working, settings.caption, kind=kind, cache=cache,
                         dense_caption=settings.dense_caption)
         notes.extend(n for n in result.notes if n not in notes)
+        # what "auto" chose for this model and why (the CPU's bf16 measurement), beside "computed in ..."
+        notes.extend(n for n in getattr(model, "notes", []) if n.startswith("auto") and n not in notes)
         picture, sentences = result.image, result.maps.sentences
         models.append(ModelMaps(name=model.name, result=result, trained=model.trained,
                                 synthetic_only=getattr(model, "synthetic_only", False),
@@ -247,8 +271,13 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
     truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir, working.original_size)
     if truth is not None:
         notes.extend(truth.notes)
-    return MapsView(picture=picture, sentences=sentences, models=models, truth=truth, truth_file=truth_file,
+    view = MapsView(picture=picture, sentences=sentences, models=models, truth=truth, truth_file=truth_file,
                     notes=notes, in_world=truth is not None or picture_in_world(settings, picture, truth_dir))
+    if settings.spans:  # a replay: the spans the page had added, as rows of their own
+        from explorer.views.span_view import with_spans
+
+        view = with_spans(view, load, settings.spans, settings.dense_caption)
+    return view
 
 
 def find_view_truth(settings: ViewSettings, picture, sentences: list[str], truth_dir: Path | None,
@@ -339,8 +368,9 @@ def render_sentence_rows(view: MapsView, settings: ViewSettings, side: int | Non
     rows = [_picture_cells(view, settings, size) + [panel for m in range(len(view.models)) for panel in cells[m][i]]
             for i in indices]
     numbered = settings.header == "number"
-    labels = [f"S{i + 1}" if numbered else f"{i + 1}. {view.sentences[i]}" for i in indices]
-    notes = [f"S{i + 1}: {view.sentences[i]}" for i in indices] if numbered else []
+    spans = {i: f" (span of S{view.span_source(i)})" if view.span_source(i) else "" for i in indices}
+    labels = [f"S{i + 1}" if numbered else f"{i + 1}. {view.sentences[i]}{spans[i]}" for i in indices]
+    notes = [f"S{i + 1}: {view.sentences[i]}{spans[i]}" for i in indices] if numbered else []
     notes += [f"{model.name}: {SAME_MAP_NOTE}." for model in view.models if model.same_for_every_sentence]
     return PanelGrid(rows=rows, row_labels=labels, colorbar=_colorbar(view, settings), headers=headers,
                      caption=" ".join(notes), repeat=1 if settings.picture else 0)

@@ -58,6 +58,8 @@ class ViewSettings:
     truth_dir: str = ""  # where scene truth is looked up by the picture's pixels (default: the examples')
     layout: str = SENTENCES_AS_ROWS  # a row per sentence (the page's) or per model
     picture: bool = True  # the plain picture's column beside the maps
+    # spans of the caption's sentences drawn as extra rows, in order: {"sentence": n from 1, "words": "..."}
+    spans: list[dict] = field(default_factory=list)
     # FLISM regions
     detector: str = ""  # a local YOLOS directory, or "felzenszwalb"; empty: $EXPLORER_DETECTOR if set
     # PCA maps
@@ -116,6 +118,7 @@ class ViewSettings:
         if not 0.5 <= float(self.figure_width) <= 40 or not 30 <= int(self.dpi) <= 1200:
             raise SettingsError(f"a figure is 0.5 to 40 inches wide at 30 to 1200 dpi, not {self.figure_width} in "
                                 f"at {self.dpi}")
+        _check_spans(self.spans)
         if self.per_page < 1 or self.page < 0:
             raise SettingsError(f"page {self.page} with {self.per_page} per page makes no sense")
 
@@ -168,6 +171,16 @@ def relative_to(data: dict, folder: Path) -> dict:
     return data
 
 
+def _check_spans(spans) -> None:
+    """Each span is {"sentence": a whole number from 1, "words": some words}, nothing else."""
+    for span in spans:
+        ok = (isinstance(span, dict) and set(span) == {"sentence", "words"} and isinstance(span["sentence"], int)
+              and not isinstance(span["sentence"], bool) and span["sentence"] >= 1
+              and isinstance(span["words"], str) and span["words"].strip())
+        if not ok:
+            raise SettingsError(f'a span is {{"sentence": a number from 1, "words": "some words"}}, not {span!r:.80}')
+
+
 def _one_of(name: str, value, allowed) -> None:
     if value not in allowed:
         raise SettingsError(f"{name} is one of {', '.join(map(str, allowed))}, not {value!r}")
@@ -180,6 +193,8 @@ def _check_types(settings: ViewSettings) -> None:
         expected = item.type if isinstance(item.type, str) else str(item.type)
         if expected == "str":
             ok = isinstance(value, str)
+        elif expected == "list[dict]":
+            ok = isinstance(value, list)
         elif expected == "list[str]":
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         elif expected == "bool":
