@@ -85,6 +85,7 @@ def test_the_status_line_and_the_headers_say_what_the_models_computed_in(zoo, ph
     view, settings, board, status, *_ = draw(auto, photo)
     ran = "bf16" if cpu_has_native_bf16() else "fp32"
     assert f"computed in {ran}" in status and settings.precision == ran
+    assert f"- auto: {ran} (" in status  # what auto chose, and the measurement it rests on
     assert f"· {ran}</span>" in board  # each column's header
 
 

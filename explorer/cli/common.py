@@ -7,7 +7,8 @@ from pathlib import Path
 from explorer.core.errors import ExplorerError
 
 
-PRECISION_HELP = ("auto (bf16 on a CPU with AMX/avx512_bf16 and on GPUs with bf16, fp16 on other GPUs, else fp32), "
+PRECISION_HELP = ("auto (bf16 on GPUs with bf16 and on a CPU where bf16 is measured faster than fp32, fp16 on other "
+                  "GPUs, else fp32), "
                   "fp32, bf16 or fp16")
 
 

@@ -1,7 +1,8 @@
 """The number format a model computes in for inference: fp32, bf16, fp16, or "auto".
 
-"auto" takes bf16 where the hardware computes it natively (a CPU with AMX or avx512_bf16, as oneDNN reports
-it; a GPU with bf16), fp16 on other GPUs, fp32 elsewhere. Under bf16 or fp16 the weights are held in that
+"auto" takes bf16 where the hardware computes it fast: on a GPU with bf16, and on a CPU where bf16 is measured
+faster than fp32 (``explorer.models.cpu_bf16``: oneDNN says yes to bf16 on any AVX-512 CPU, where it is emulated and
+three times slower, so the choice is timed, once per machine); fp16 on other GPUs, fp32 elsewhere. Under bf16 or fp16 the weights are held in that
 format (half the memory) and every forward pass runs under ``torch.autocast``, which runs matrix products
 in the low format and keeps the sensitive ops (softmax, layer norm, losses) in fp32; maps and scores leave
 the model as fp32. Evaluation tables keep fp32 unless asked (their numbers go into papers).
@@ -36,13 +37,25 @@ def dtype(precision: str):
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AMX or avx512_bf16): oneDNN's own check, as torch reports it."""
-    import torch
+    """Whether bf16 runs fast on this CPU: oneDNN runs it and it is measured faster than fp32 here (AMX or
+    avx512_bf16 in practice; an emulating AVX-512 CPU is measured slower). ``cpu_bf16`` times it once a machine."""
+    from explorer.models import cpu_bf16
 
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # a torch built without oneDNN
-        return False
+    return cpu_bf16.measured().faster
+
+
+def cpu_runs_bf16() -> bool:
+    """Whether bf16 runs on this CPU at all (a forced "bf16" is honoured there, fast or not)."""
+    from explorer.models import cpu_bf16
+
+    return cpu_bf16.onednn_runs_bf16()
+
+
+def auto_reason(chosen: str) -> str:
+    """Why "auto" runs ``chosen`` on this CPU, in one line: the measurement it rests on."""
+    from explorer.models import cpu_bf16
+
+    return f"auto: {chosen} ({cpu_bf16.measured().evidence()})"
 
 
 def gpu_has_bf16(device) -> bool:
@@ -52,17 +65,21 @@ def gpu_has_bf16(device) -> bool:
 
 
 def resolve_precision(requested: str, device) -> tuple[str, str | None]:
-    """(the precision to run, a note when it differs from what was asked)."""
+    """(the precision to run, a note: why "auto" chose it on a CPU (the measurement), or why a forced format was
+    replaced)."""
     if requested not in PRECISION_CHOICES:
         raise PrecisionError(f"precision is one of {', '.join(PRECISION_CHOICES)}, not {requested!r}")
     if requested == AUTO:
         if device.type == "cuda":
             return ("bf16" if gpu_has_bf16(device) else "fp16"), None
-        return ("bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"), None
+        if device.type != "cpu":
+            return "fp32", None
+        chosen = "bf16" if cpu_has_native_bf16() else "fp32"
+        return chosen, auto_reason(chosen)
     if device.type == "cpu" and requested == "fp16":
         return "fp32", "fp16 asked for on CPU (no fast fp16 there): using fp32"
-    if device.type == "cpu" and requested == "bf16" and not cpu_has_native_bf16():
-        return "fp32", "bf16 asked for on a CPU without native bf16 (AMX or avx512_bf16): using fp32"
+    if device.type == "cpu" and requested == "bf16" and not cpu_runs_bf16():
+        return "fp32", "bf16 asked for on a CPU where oneDNN has no bf16: using fp32"
     return requested, None
 
 
@@ -94,5 +111,6 @@ def computing(precision: str, device):
     return torch.autocast(device_type=device.type, dtype=dtype(precision))
 
 
-__all__ = ["AUTO", "FORMATS", "PRECISION_CHOICES", "dtype", "PrecisionError", "computing", "cpu_has_native_bf16",
+__all__ = ["AUTO", "FORMATS", "PRECISION_CHOICES", "dtype", "PrecisionError", "auto_reason", "computing",
+           "cpu_has_native_bf16", "cpu_runs_bf16",
            "fp32_heads", "method_precision", "resolve_precision"]
