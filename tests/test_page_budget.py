@@ -682,7 +682,7 @@ def test_sessions_take_turns_in_a_busy_group():
     """One visitor's many queued requests do not hold another visitor's first one behind all of them."""
     from types import SimpleNamespace
 
-    from explorer.ui.app import take_turns
+    from explorer.serve.queue_guard import take_turns
 
     def event(session):
         return SimpleNamespace(session_hash=session, concurrency_id="g")

@@ -95,7 +95,7 @@ def test_one_address_flooding_the_queue_does_not_hold_another_behind_it():
 
 def test_addresses_take_turns_whatever_session_hashes_they_send():
     """Turns go by address: an abuser's requests under many session hashes are one client's."""
-    from explorer.ui.app import take_turns
+    from explorer.serve.queue_guard import take_turns
 
     def event(address, session=None):
         request = SimpleNamespace(scope={"client": (address, 40000)})

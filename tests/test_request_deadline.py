@@ -73,7 +73,7 @@ def _event(address, group):
 def test_caption_counts_are_capped_per_address_not_per_session():
     """An address with ``text_per_address`` token summaries waiting is refused one more, whatever session it
     names; another address is not; heavy requests are not counted against the text cap."""
-    from explorer.ui.app import over_cap
+    from explorer.serve.queue_guard import over_cap
 
     text_fn = SimpleNamespace(concurrency_id=TEXT["concurrency_id"])
     queue = _queue_of(*[_event("127.0.0.2", TEXT) for _ in range(PUBLIC.text_per_address)],

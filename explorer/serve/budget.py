@@ -65,6 +65,13 @@ class Budget:
     # ``explorer.serve.gradio_cache``: oldest first past cache_bytes, anything past cache_seconds.
     cache_bytes: int | None = None
     cache_seconds: int | None = None
+    # What page sessions hold in memory (Gradio's state per session hash: the board's view, features, swap
+    # records...), counted in bytes per address (``session_state``): past an address's count or byte share its
+    # oldest are forgotten; past the page's total, the least recently used of anyone's; idle ones after seconds.
+    state_sessions_per_address: int | None = None
+    state_bytes_per_address: int | None = None
+    state_bytes_total: int | None = None
+    state_seconds: float | None = None
 
     @classmethod
     def for_mode(cls, public: bool, caption_chars: int | None = None) -> "Budget":
@@ -99,4 +106,5 @@ PUBLIC = Budget(caption_chars=20_000, sentences_per_draw=64, request_bytes=1 * M
                 upload_bytes_per_session=200 * MB, upload_bytes_total=1024 * MB, upload_files_total=2000,
                 upload_files_per_address=2000 // 4, upload_bytes_per_address=1024 * MB // 4,
                 upload_seconds=3600, export_bytes=200 * MB, export_seconds=3600, cache_bytes=512 * MB,
-                cache_seconds=3600)
+                cache_seconds=3600, state_sessions_per_address=32, state_bytes_per_address=256 * MB,
+                state_bytes_total=1024 * MB, state_seconds=1800.0)

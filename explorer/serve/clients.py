@@ -4,7 +4,7 @@ The address is ``scope["client"]``: uvicorn rewrites it from ``X-Forwarded-For``
 of ``--forwarded-allow-ips`` (``trusted_proxies``), so a client cannot name itself. ``Clients`` keeps, per address,
 its page sessions (a cap each: minting past it forgets that address's own oldest session, never another's), how many
 requests it has open (refused past a cap), and at most ``ADDRESSES_KEPT`` addresses (the least recently seen one with
-nothing open is forgotten first). The queue's per-address caps and turns (``explorer.ui.app``) use ``address_of``.
+nothing open is forgotten first). The queue's per-address caps and turns (``explorer.serve.queue_guard``) use ``address_of``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What every request meets on its way to a handler, installed once on the app by ``explorer.ui.app.serve``.
+"""What every request meets on its way to a handler, installed once on the app by ``explorer.serve.queue_guard.install``.
 
 - Texts: every handler is wrapped so that a text input past the budget's caption cap is refused (one
   line, ``BudgetExceeded``) before the handler reads it: no tokenizer, splitter or renderer ever sees a

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
 import threading
 
 import gradio as gr
@@ -14,15 +11,12 @@ from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
 from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.retrieval.indexing import Indexer
-from explorer.core.images import set_decode_slots
-from explorer.serve import host_guard, request_rules
+from explorer.serve import host_guard
 from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
-from explorer.serve.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, QUEUE_SIZE, Access
-from explorer.serve.budget import HEAVY, TEXT, Budget
-from explorer.serve.clients import UNKNOWN, address_of
-from explorer.serve.log_limit import install as limit_the_log
+from explorer.serve.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, Access
 from explorer.serve.gradio_cache import CachePruner
 from explorer.serve.page_guard import PageGuard
+from explorer.serve.queue_guard import ANALYTICS_EVERY, install as serve  # noqa: F401 - the app's queue
 from explorer.serve.startup import start_page
 from explorer.serve.temp_folder import own_temp_folder, remove_own_temp_folder
 from explorer.serve.upload_ledger import UploadLedger
@@ -133,111 +127,6 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
         for handler in page_loads:
             app.load(**handler)
     return app
-
-
-# Gradio's queue rebuilds a pandas summary of its last 10,000 events after every event by default (its
-# monitoring page's statistics): 25-36 ms of the server's time per slider change. Every 100th event is enough.
-ANALYTICS_EVERY = 100
-
-
-def serve(app: gr.Blocks, access: Access) -> gr.Blocks:
-    """The app's queue: two requests at a time; on a public page no request skips it (the REST routes
-    are closed), it holds at most ``QUEUE_SIZE`` and each visitor session at most ``access.session_cap``."""
-    if access.public:
-        app.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE, api_open=False)
-        cap_sessions(app, access.session_cap, access.budget)
-    else:
-        app.queue(default_concurrency_limit=2)
-    request_rules.install(app, access.budget, access.public)  # texts in the budget, heavy events grouped, no fetches
-    limit_the_log()  # a flood of refusals or errors writes a line a minute, with its count
-    set_decode_slots(access.budget.decodes_at_once)
-    if "GRADIO_ANALYTICS_CACHE_FREQUENCY" not in os.environ:  # the owner's own setting wins
-        app._queue.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_EVERY  # (sic: Gradio's spelling)
-    return app
-
-
-def cap_sessions(app: gr.Blocks, cap: int, budget: Budget) -> None:
-    """Refuse a request (HTTP 503, said in one line) that names no session, or past a cap on what is queued or
-    running: ``cap`` requests and ``budget.heavy_per_session`` heavy ones (``budget.HEAVY``) per session, and
-    ``budget.requests_per_address`` and ``budget.heavy_per_address`` per client address (``explorer.serve.clients``):
-    a client invents as many session hashes as it likes, not addresses. A visitor who sends ten big pictures at
-    once waits for two, and the others' Draws are not queued behind all ten. Gradio's queue keeps each event in
-    ``event_ids_to_events`` from join to end; its ``push`` is the one door every queued request goes through.
-    Count and push happen under one lock, so a burst cannot slip past; the group then takes turns by address."""
-    queue = app._queue
-    push = queue.push
-    door = asyncio.Lock()
-
-    async def capped_push(body, request, username):
-        fn = app.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
-        async with door:
-            message = over_cap(queue, body.session_hash, address_of(request.scope) if request else UNKNOWN, fn,
-                               cap, budget)
-            if message is None:
-                answer = await push(body=body, request=request, username=username)
-                if fn is not None and fn.concurrency_id in queue.event_queue_per_concurrency_id:
-                    take_turns(queue, queue.event_queue_per_concurrency_id[fn.concurrency_id].queue)
-                return answer
-        log.warning("refused: %s", message)
-        return False, message, "queue_full"
-
-    queue.push = capped_push
-
-
-def over_cap(queue, session: str | None, address: str, fn, cap: int, budget: Budget) -> str | None:
-    """Why one more request of ``fn`` from ``session`` at ``address`` would pass a cap (None: it would not)."""
-    if not session:
-        return "a request must name its session on this page"
-    events = list(queue.event_ids_to_events.values())
-    mine = [event for event in events if event.session_hash == session]
-    ours = [event for event in events if client_of(event) == address]
-    heavy = fn is not None and fn.concurrency_id == HEAVY["concurrency_id"]
-    work = "pictures, maps or searches"
-    checks = [(len(mine), cap, "this page", "requests"),
-              (len(ours), budget.requests_per_address, "your address", "requests")]
-    if heavy:
-        checks += [(_heavy(mine), budget.heavy_per_session, "this page", work),
-                   (_heavy(ours), budget.heavy_per_address, "your address", work)]
-    if fn is not None and fn.concurrency_id == TEXT["concurrency_id"]:  # a caption read for its token counts
-        checks.append((_in_group(ours, TEXT), budget.text_per_address, "your address", "caption counts"))
-    for held, limit, who, what in checks:
-        if limit is not None and held >= limit:
-            return f"{who} already has {held} {what} waiting or running (at most {limit}): wait for them"
-    return None
-
-
-def _heavy(events: list) -> int:
-    return _in_group(events, HEAVY)
-
-
-def _in_group(events: list, group: dict) -> int:
-    return sum(event.concurrency_id == group["concurrency_id"] for event in events)
-
-
-def client_of(event) -> str:
-    """Whose turn an event is: its client's address (its session's hash when it has no request)."""
-    request = getattr(event, "request", None)
-    return address_of(request.scope) if request is not None else event.session_hash
-
-
-def take_turns(queue, waiting: list) -> None:
-    """Reorder a concurrency group's waiting events so that clients take turns: each address's k-th request
-    (its running ones counted) waits behind every other address's earlier ones, arrival order otherwise.
-    Gradio's queue is first come, first served: a client who queues many requests, through as many sessions as
-    it likes, would otherwise hold every other visitor behind all of them."""
-    group = {id(event) for event in waiting}
-    turns: dict[str, int] = {}
-    for event in list(queue.event_ids_to_events.values()):  # running in this group: they count as taken turns
-        if id(event) not in group and waiting and event.concurrency_id == waiting[0].concurrency_id:
-            turns[client_of(event)] = turns.get(client_of(event), 0) + 1
-    ranked = []
-    for position, event in enumerate(waiting):
-        ranked.append((turns.get(client_of(event), 0), position, event))
-        turns[client_of(event)] = turns.get(client_of(event), 0) + 1
-    waiting[:] = [event for _, _, event in sorted(ranked, key=lambda item: item[:2])]
-
-
-log = logging.getLogger("explorer.access")
 
 
 def launch(host: str | None = None, port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,

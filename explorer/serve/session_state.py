@@ -1,0 +1,190 @@
+"""What each page session holds in the server's memory, counted in bytes against its address and the page.
+
+Gradio keeps a ``SessionState`` per session hash (``app.state_holder``): every ``gr.State`` value (the board's view,
+stored picture features, swap records, span rows, focus data) and a copy of each component's config. A client
+invents session hashes, so the page's cookie count does not bound them: ``StateLedger`` keys each session by the
+address that queued its events (``clients.address_of``) and, each time a request is queued (``queue_guard``), it
+
+- measures the sessions whose events have ended since (``state_bytes``: arrays, tensors and pictures by their buffers,
+  everything else by ``sys.getsizeof``, each object once),
+- forgets, oldest first, a session past its address's count (``Budget.state_sessions_per_address``) or byte share
+  (``state_bytes_per_address``), the page's least recently used ones past ``state_bytes_total`` whatever the number
+  of addresses, and any idle past ``state_seconds``.
+
+Forgetting frees the session's state (Gradio makes a fresh one if the visitor comes back: the page then asks for a
+new Draw). A session with an event queued or running is never forgotten; the one asking is forgotten last.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from explorer.serve.budget import Budget
+
+OBJECTS_WALKED = 200_000  # a bound on one measurement's work: past it the rest is counted as nothing more
+
+
+@dataclass
+class Held:
+    address: str
+    bytes: int = 0
+    used: float = field(default_factory=time.monotonic)
+    dirty: bool = True  # an event may have written since the last measurement
+
+
+class StateLedger:
+    """Sessions' state per address, with the budget's counts and bytes (called on the event loop only)."""
+
+    def __init__(self, budget: Budget, clock=time.monotonic):
+        self.budget, self.clock = budget, clock
+        self.sessions: OrderedDict[str, Held] = OrderedDict()  # least recently used first
+        self.forgotten = 0  # sessions forgotten so far (for the log and the tests)
+
+    def admit(self, holder, session: str, address: str, busy: set[str]) -> list[str]:
+        """Count ``session`` (from ``address``, about to queue an event) and enforce every bound on ``holder``
+        (Gradio's ``StateHolder``); ``busy``: sessions with events queued or running. Returns the sessions
+        forgotten."""
+        now = self.clock()
+        held = self.sessions.get(session)
+        if held is None or held.address != address:
+            held = self.sessions[session] = Held(address, used=now)
+        held.used, held.dirty = now, True
+        self.sessions.move_to_end(session)
+        self._measure(holder, busy)
+        return self._enforce(holder, session, busy, now)
+
+    def bytes_of(self, address: str | None = None) -> int:
+        return sum(h.bytes for h in self.sessions.values() if address is None or h.address == address)
+
+    def _measure(self, holder, busy: set[str]) -> None:
+        data = getattr(holder, "session_data", {})
+        for session, held in self.sessions.items():
+            if held.dirty and session in data:
+                held.bytes = state_bytes(data[session])
+                held.dirty = session in busy  # still running: measured again next time
+            elif session not in data:
+                held.bytes = 0
+
+    def _enforce(self, holder, asking: str, busy: set[str], now: float) -> list[str]:
+        budget, gone = self.budget, self.idle(busy, now)
+        address = self.sessions[asking].address
+        ours = [s for s, h in self.sessions.items() if h.address == address and s not in gone]
+        gone += _oldest_past(ours, self.sessions, budget.state_sessions_per_address, budget.state_bytes_per_address,
+                             asking, busy)
+        everyone = [s for s in self.sessions if s not in gone]
+        gone += _oldest_past(everyone, self.sessions, None, budget.state_bytes_total, asking, busy)
+        for session in gone:
+            self.forget(holder, session)
+        return gone
+
+    def idle(self, busy: set[str], now: float) -> list[str]:
+        """Sessions unused for longer than ``state_seconds`` with nothing queued or running."""
+        seconds = self.budget.state_seconds
+        if seconds is None:
+            return []
+        return [s for s, h in self.sessions.items() if now - h.used > seconds and s not in busy]
+
+    def expire(self, holder, busy: set[str]) -> None:
+        for session in self.idle(busy, self.clock()):
+            self.forget(holder, session)
+
+    def forget(self, holder, session: str) -> None:
+        """Free ``session``'s state in ``holder`` and stop counting it."""
+        self.sessions.pop(session, None)
+        state = getattr(holder, "session_data", {}).pop(session, None)
+        getattr(holder, "time_last_used", {}).pop(session, None)
+        if state is not None:
+            self.forgotten += 1
+            for component, value, _ in list(state.state_components):
+                try:
+                    component.delete_callback(value)
+                except Exception:  # noqa: BLE001 - a state's own clean-up failing still frees the rest
+                    pass
+
+
+def _oldest_past(sessions: list[str], held: dict[str, Held], count: int | None, limit: int | None, asking: str,
+                 busy: set[str]) -> list[str]:
+    """The oldest of ``sessions`` (least recently used first) to forget so that at most ``count`` remain and their
+    bytes fit ``limit``: never a busy one, the asking one last."""
+    order = [s for s in sessions if s != asking and s not in busy] + ([asking] if asking in sessions else [])
+    kept, total, gone = len(sessions), sum(held[s].bytes for s in sessions), []
+    for session in order:
+        if not ((count is not None and kept > count) or (limit is not None and total > limit)):
+            break
+        gone.append(session)
+        kept -= 1
+        total -= held[session].bytes
+    return gone
+
+
+def state_bytes(state) -> int:
+    """What one Gradio ``SessionState`` holds: its state values and the component configs it copied."""
+    parts = [getattr(state, "state_data", {}), getattr(state, "config_values", {})]
+    config = getattr(state, "blocks_config", None)
+    blocks = getattr(config, "blocks", {})
+    root = getattr(config, "root_block", None)
+    defaults = getattr(getattr(root, "default_config", None), "blocks", None) or {}
+    # Components an event replaced (an update): their values only; the rest of a component is the page's.
+    parts.append([getattr(b, "value", None) for key, b in blocks.items() if defaults.get(key) is not b])
+    return deep_bytes(parts)
+
+
+def deep_bytes(value, limit: int = OBJECTS_WALKED) -> int:
+    """The bytes ``value`` keeps alive: arrays, tensors and pictures by their buffers, containers and objects by
+    ``sys.getsizeof`` plus what they hold, each object once; at most ``limit`` objects walked."""
+    seen: set[int] = set()
+    stack, total = [value], 0
+    while stack and len(seen) < limit:
+        item = stack.pop()
+        if id(item) in seen or item is None or isinstance(item, (bool, int, float, type)):
+            continue
+        seen.add(id(item))
+        if _shared(item):
+            continue
+        buffer = _buffer_bytes(item)
+        if buffer is not None:
+            total += buffer
+            continue
+        total += sys.getsizeof(item, 64)
+        if isinstance(item, (str, bytes, bytearray)):
+            continue
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        else:
+            inner = getattr(item, "__dict__", None)
+            if isinstance(inner, dict):
+                stack.append(inner)
+            for name in getattr(type(item), "__slots__", ()):
+                stack.append(getattr(item, name, None))
+    return total
+
+
+def _shared(item) -> bool:
+    """Objects a session's state may point at but does not own: models, Gradio's components, code."""
+    kind = type(item)
+    return (kind.__module__.startswith("gradio") or inspect.isroutine(item) or inspect.ismodule(item)
+            or (hasattr(item, "state_dict") and hasattr(item, "parameters")))  # a model: the zoo's, shared
+
+
+def _buffer_bytes(item) -> int | None:
+    """An array's, tensor's or picture's buffer in bytes (None: not one of them)."""
+    module = type(item).__module__
+    if module.startswith("numpy") and hasattr(item, "nbytes"):
+        base = getattr(item, "base", None)
+        return int(base.nbytes if getattr(base, "nbytes", None) else item.nbytes)
+    if module.startswith("torch") and hasattr(item, "untyped_storage"):
+        try:
+            return int(item.untyped_storage().nbytes())
+        except Exception:  # noqa: BLE001 - a tensor without storage (meta) holds nothing
+            return 0
+    if module.startswith("PIL.") and hasattr(item, "size") and hasattr(item, "mode"):
+        width, height = item.size
+        return width * height * max(len(item.getbands()), 1)
+    return None
