@@ -176,3 +176,81 @@ def test_the_name_check_catches_a_comparison():
     bad = ('if run.method == "goal":\n    pass\nif m in ("clip", "other"):\n    pass\n'
            'match m:\n    case "seps":\n        pass\nRUNS = {"clip": 1}\nf("finelip")\n')
     assert method_name_comparisons(bad) == [(1, "goal"), (3, "clip"), (6, "seps")]
+
+
+# ---- no import cycle among explorer's modules ------------------------------------------------------
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the explorer modules it imports (at the top or inside a function: both run), each named by the
+    most specific module that exists (``from explorer.views import pipeline`` is explorer.views.pipeline)."""
+    known = {name for name, _ in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules():
+        edges = set()
+        for target, names, _ in imported(name, path):
+            if not target.startswith("explorer"):
+                continue
+            for each in [f"{target}.{n}" for n in names] or [target]:
+                found = each if each in known else target
+                while found not in known and "." in found:
+                    found = found.rsplit(".", 1)[0]
+                if found in known and found != name:
+                    edges.add(found)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return cycles
+
+
+def test_no_import_cycle_among_explorers_modules():
+    """Modules import each other one way: a loop (a imports b, b imports a, at the top or in a function) means
+    neither can be read, tested or moved without the other."""
+    cycles = import_cycles(import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(group) for group in cycles)
+
+
+def test_the_cycle_check_catches_a_loop():
+    """The check itself works: a loop of three is one group, a chain beside it is none."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": {"e"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]

@@ -567,6 +567,7 @@ def test_two_models_with_the_same_name_keep_their_own_scores():
 
 def test_export_draws_panels_at_the_size_they_print(monkeypatch, tmp_path):
     from explorer.views import pipeline
+    from explorer.views.figure_pages import write_figure_pages
     from explorer.views.figures import panel_pixels
 
     view = crafted_view({"a": np.stack([bimodal_map(0), bimodal_map(1)])})
@@ -575,7 +576,7 @@ def test_export_draws_panels_at_the_size_they_print(monkeypatch, tmp_path):
     sides = []
     original = pipeline.render_view
     monkeypatch.setattr(pipeline, "render_view", lambda v, s, side=None: sides.append(side) or original(v, s, side))
-    pipeline.write_figure(view, chosen, tmp_path / "f.png")
+    write_figure_pages(view, chosen, tmp_path / "f.png")
     expected = panel_pixels(original(view, chosen), chosen.style(), 100)
     assert sides == [None, expected] and expected < W  # re-rendered smaller, outlines drawn at that size
 

@@ -12,7 +12,7 @@ A picture is a shipped scene when
 
 ``example_scene`` returns an object with ``id``, ``sentence_texts`` and ``sentence_masks()`` (an ``Example``
 or a ``Scene``), what ``explorer.grounding.truth`` stores and matches captions against; None for any other
-picture. ``write_scene_digests`` rewrites the table (``explorer assets write`` does; a test checks it).
+picture. ``examples.write_scene_digests`` rewrites the table (``explorer assets write`` does; a test checks it).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from PIL import Image
 
 from explorer.core.errors import ExplorerError
 from explorer.core.images import image_digest
-
-DIGESTS = Path(__file__).with_name("example_scenes.json")
+from explorer.data.examples import DIGESTS, MANIFEST, SYNTHETIC, read_examples
 
 
 def example_scene(picture: Image.Image, path: str | Path | None = None):
@@ -52,17 +51,8 @@ def scene_digests() -> dict[str, int]:
         return {}
 
 
-def write_scene_digests(scenes, out: Path | None = None) -> Path:
-    """The table for ``scenes`` (the examples' synthetic scenes, in order), written where the package reads it."""
-    out = DIGESTS if out is None else out
-    table = {"written_by": "explorer assets write", "scenes": {image_digest(s.image): i for i, s in enumerate(scenes)}}
-    out.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
-    return out
-
-
 @lru_cache(maxsize=8)
 def _scene(index: int):
-    from explorer.data.examples import SYNTHETIC
     from explorer.data.synthetic import generate_scenes
 
     return next(iter(generate_scenes(1, seed=SYNTHETIC["seed"], image_size=SYNTHETIC["image_size"],
@@ -71,8 +61,6 @@ def _scene(index: int):
 
 def _listed_beside(path: Path):
     """The example a manifest in the picture's own folder lists for this file, if it has truth."""
-    from explorer.data.examples import MANIFEST, read_examples
-
     if not (path.parent / MANIFEST).is_file():
         return None
     try:
@@ -83,4 +71,4 @@ def _listed_beside(path: Path):
     return next((e for e in examples if e.sentence_texts and e.picture.resolve() == target), None)
 
 
-__all__ = ["DIGESTS", "example_scene", "scene_digests", "write_scene_digests"]
+__all__ = ["example_scene", "scene_digests"]

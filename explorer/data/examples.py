@@ -23,11 +23,13 @@ from PIL import Image
 
 from explorer.core.errors import ExplorerError
 from explorer.core.files import write_text_atomic
+from explorer.core.images import image_digest
 
 MANIFEST = "manifest.json"
 MASKS = "masks"
 VERSION = 1
 COMMAND = "explorer assets write"
+DIGESTS = Path(__file__).with_name("example_scenes.json")  # the scenes known by their pixels (``example_scenes``)
 
 # The synthetic scenes: the first test-split scenes of world seed 0 (the split the demo models never trained
 # on), drawn at 224 px. The first is the page's default example.
@@ -119,12 +121,19 @@ def write_examples(out: str | os.PathLike) -> list[Path]:
 
 def _refresh_digests(scenes) -> None:
     """The package's table of the scenes' digests (``example_scenes``): how a picture is known without files."""
-    from explorer.data.example_scenes import write_scene_digests
-
     try:
         write_scene_digests(scenes)
     except OSError:  # an installed, read-only package keeps the table it shipped with
         pass
+
+
+def write_scene_digests(scenes, out: Path | None = None) -> Path:
+    """The table for ``scenes`` (the examples' synthetic scenes, in order), written where ``example_scenes``
+    reads it: digest of each scene's picture -> its index among the examples."""
+    out = DIGESTS if out is None else out
+    table = {"written_by": COMMAND, "scenes": {image_digest(s.image): i for i, s in enumerate(scenes)}}
+    out.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    return out
 
 
 def _write_scene(out: Path, scene, index: int) -> tuple[dict, list[Path]]:

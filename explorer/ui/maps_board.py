@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import base64
 import io
-from html import escape
 
 import numpy as np
 from PIL import Image
 
+from explorer.core.markup import escape
 from explorer.views.maps_view import FLAT_NOTE, SAME_MAP_NOTE, MapsView, render_maps
 from explorer.views.panels import fit_size
 from explorer.views.settings import ViewSettings

@@ -14,6 +14,7 @@ import io
 
 import numpy as np
 
+from explorer.core.markup import escape
 from explorer.core.errors import ExplorerError
 from explorer.views.maps_view import MapsView
 from explorer.views.panels import draw_contour, fit_size, hatch, outline, resize_maps
@@ -82,7 +83,8 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
     i = check_sentence(view, sentence)
     width, height = view.picture.size
     # Two lines per title (name, then kind): four side by side stay apart and readable.
-    titles = [f"<b>{m.name}</b><br>{m.kind}" + (" · flat map" if m.flat(i) else _side_note(m, settings, i))
+    titles = [f"<b>{escape(m.name)}</b><br>{escape(m.kind)}"
+              + (" · flat map" if m.flat(i) else _side_note(m, settings, i))
               for m in view.models]
     figure = make_subplots(rows=1, cols=len(view.models), subplot_titles=titles, horizontal_spacing=0.02)
     truth = None
@@ -110,7 +112,7 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
                                     colorscale=PLOTLY_SCALES.get(settings.cmap, TURBO), showscale=False,
                                     name=model.name,
                                     hovertemplate="x %{x:.0f}, y %{y:.0f}<br>value %{z:.4g}<extra>"
-                                                  + model.name + "</extra>"), row=1, col=column)
+                                                  + escape(model.name) + "</extra>"), row=1, col=column)
         if truth is not None:
             figure.add_trace(go.Scatter(x=truth[0], y=truth[1], mode="lines", name="truth",
                                         line=dict(color=TRUTH_COLOUR, width=2, dash="dash"), hoverinfo="skip",

@@ -78,7 +78,8 @@ def relative(settings: ViewSettings, folder: Path) -> dict:
 def write_gallery(load: Callable, folder: Path = GALLERY, kinds=KINDS) -> list[Path]:
     """Every figure of the gallery and its settings (paths relative to ``folder``); the figures written."""
     from explorer.grounding.sentence_maps import MapCache
-    from explorer.views.pipeline import compute_view, write_figure
+    from explorer.views.figure_pages import write_figure_pages
+    from explorer.views.pipeline import compute_view
 
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -91,7 +92,8 @@ def write_gallery(load: Callable, folder: Path = GALLERY, kinds=KINDS) -> list[P
         settings = chosen[kind]
         view = compute_view(load, settings, cache)
         settings.precision = load(settings.models[0]).precision  # the format that ran: a replay runs it again
-        figure, settings_file = write_figure(view, settings, folder / f"{kind}.png")
+        written_figure = write_figure_pages(view, settings, folder / f"{kind}.png")
+        figure, settings_file = written_figure.figure, written_figure.settings_file
         settings_file.write_text(json.dumps(relative(settings, folder), indent=2) + "\n")
         written.append(figure)
     return written

@@ -1,4 +1,5 @@
-"""A view from settings to a file: compute (models, cached), render (panels), write (figure + JSON)."""
+"""A view from settings to panels: compute (models, cached), render (panels); ``figure_pages`` writes them
+(figure + JSON), ``bundle_inputs`` keeps their inputs beside."""
 
 
 from __future__ import annotations
@@ -44,19 +45,6 @@ def render_view(view: View, settings: ViewSettings, side: int | None = None) -> 
     if isinstance(view, RetrievalFigureView):
         return render_retrieval(view, settings, side)
     return render_pca(view, settings, side)
-
-
-
-
-def write_figure(view: View, settings: ViewSettings, out: str | Path) -> tuple[Path, Path]:
-    """The view as a figure (``out``'s suffix picks PDF/SVG/PNG; width and dpi from the settings) and
-    its settings beside it (``out``.json): (the first file, the settings file). A venue's page height may
-    put sentences on more pages (``figure_pages.write_figure_pages`` says which).
-    """
-    from explorer.views.figure_pages import write_figure_pages
-
-    written = write_figure_pages(view, settings, out)
-    return written.figure, written.settings_file
 
 
 KEPT_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif", ".npz")

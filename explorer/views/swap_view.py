@@ -9,7 +9,6 @@ the swapped one's), inside the column preset's 3.3 x 4.5 in.
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from explorer.core.errors import ExplorerError
+from explorer.core.markup import escape
 from explorer.grounding.sentence_maps import working_picture
 from explorer.models.map_kinds import GENERIC_MAP
 from explorer.models.precision import AUTO, PRECISION_CHOICES
@@ -283,13 +283,13 @@ def words_html(sentence: str, swappable, picked: str = "") -> str:
     one pressed."""
     parts, last = [], 0
     for word in swappable:
-        parts.append(html.escape(sentence[last:word.start]))
+        parts.append(escape(sentence[last:word.start]))
         pressed = "true" if word.text == picked else "false"
-        parts.append(f'<button type="button" class="swap-word" data-swap-word="{html.escape(word.text, quote=True)}" '
-                     f'data-swap-type="{html.escape(word.type, quote=True)}" title="{word.type}" '
-                     f'aria-pressed="{pressed}">{html.escape(word.text)}<small>{word.type}</small></button>')
+        parts.append(f'<button type="button" class="swap-word" data-swap-word="{escape(word.text)}" '
+                     f'data-swap-type="{escape(word.type)}" title="{escape(word.type)}" '
+                     f'aria-pressed="{pressed}">{escape(word.text)}<small>{escape(word.type)}</small></button>')
         last = word.end
-    parts.append(html.escape(sentence[last:]))
+    parts.append(escape(sentence[last:]))
     return f'<p class="swap-sentence">{"".join(parts)}</p>'
 
 
@@ -303,8 +303,8 @@ def table_html(record: SwapScores, order: str = "swap", shown: str | None = None
     if order in names:
         column = names.index(order)
         rows.sort(key=lambda i: models[column].swaps[i].margin)
-    head = "".join(f'<th><button type="button" data-swap-sort="{html.escape(m.name, quote=True)}">'
-                   f'{html.escape(m.name)}</button></th>' for m in models)
+    head = "".join(f'<th><button type="button" data-swap-sort="{escape(m.name)}">'
+                   f'{escape(m.name)}</button></th>' for m in models)
     shares = "".join(f"<td>{100 * m.noticed_share:.0f}%</td>" for m in models)
     body = []
     for i in rows:
@@ -313,13 +313,13 @@ def table_html(record: SwapScores, order: str = "swap", shown: str | None = None
         for m in models:
             swap = m.swaps[i]
             sign = "noticed" if swap.noticed else "missed"
-            cells.append(f'<td class="swap-{sign}" data-swap-cell="{html.escape(m.name, quote=True)}|'
-                         f'{html.escape(replacement, quote=True)}" title="{sign}: {swap.score:.3f} against '
+            cells.append(f'<td class="swap-{sign}" data-swap-cell="{escape(m.name)}|'
+                         f'{escape(replacement)}" title="{sign}: {swap.score:.3f} against '
                          f'{m.original_score:.3f}">{signed(swap.margin)}</td>')
         picked = ' class="swap-picked"' if replacement == shown else ""
-        body.append(f'<tr data-swap-row="{html.escape(replacement, quote=True)}"{picked}>'
-                    f'<th scope="row">{html.escape(replacement)}</th>{"".join(cells)}</tr>')
-    kind = html.escape(record.word_type or "word")
+        body.append(f'<tr data-swap-row="{escape(replacement)}"{picked}>'
+                    f'<th scope="row">{escape(replacement)}</th>{"".join(cells)}</tr>')
+    kind = escape(record.word_type or "word")
     return (f'<table class="swap-table"><thead><tr><th><button type="button" data-swap-sort="swap">swap</button>'
             f'</th>{head}</tr><tr class="swap-shares"><th>noticed ({kind}, margin &gt; {record.margin:g})</th>'
             f'{shares}</tr></thead><tbody>{"".join(body)}</tbody></table>')
@@ -340,13 +340,13 @@ def pairs_html(view: SwapView, settings: SwapSettings, side: int = 260) -> str:
                 mask = resize_masks(view.target[None], shown.size)[0]
                 inner, outer = outline(mask)
                 pixels[outer], pixels[inner] = (0, 0, 0), (255, 255, 255)
-            images.append(f'<figure><img alt="{label} map of {html.escape(pair.model)}" '
-                          f'src="{_data_url(pixels)}"><figcaption>{html.escape(label)}</figcaption></figure>')
-        cells.append(f'<div class="swap-pair" data-swap-pair="{html.escape(pair.model, quote=True)}">'
-                     f'<h4>{html.escape(pair.model)} <small>{html.escape(pair.kind)}</small></h4>{"".join(images)}'
+            images.append(f'<figure><img alt="{escape(label)} map of {escape(pair.model)}" '
+                          f'src="{_data_url(pixels)}"><figcaption>{escape(label)}</figcaption></figure>')
+        cells.append(f'<div class="swap-pair" data-swap-pair="{escape(pair.model)}">'
+                     f'<h4>{escape(pair.model)} <small>{escape(pair.kind)}</small></h4>{"".join(images)}'
                      f'<p>mask IoU {pair.shift.iou:.2f} · peak moved {pair.shift.peak_shift_px:.0f} px</p></div>')
     outlined = (" The new word's object is outlined (the scene's truth)." if view.target is not None else "")
-    return (f'<div data-swap-maps="{html.escape(view.shown, quote=True)}" class="swap-maps">{"".join(cells)}</div>'
+    return (f'<div data-swap-maps="{escape(view.shown)}" class="swap-maps">{"".join(cells)}</div>'
             f'<p class="swap-note">Each map over its own colour range; the IoU is that of the two maps\' Otsu '
             f'masks, the shift that of their peaks, in pixels of the working picture.{outlined}</p>')
 

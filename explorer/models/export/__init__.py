@@ -17,13 +17,12 @@ its backbone only when asked (``backbone_only``), and the result says what was l
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.core.errors import ExportError
-from explorer.core.files import atomic_path
+from explorer.models.export.weights import backbone_tensors, save_weights
 
 if TYPE_CHECKING:  # the CLI's parser reads FORMATS from here: importing this module imports no torch
     import torch
@@ -140,25 +139,6 @@ def record_agreement(result: Exported, agreement: dict, summary: str) -> list[Pa
     readme = result.out / README
     readme.write_text(text, encoding="utf-8")
     return [about, readme]
-
-
-def backbone_tensors(method: Method) -> dict[str, torch.Tensor]:
-    """The method's CLIP backbone in the OpenAI / open_clip layout, float32 on the CPU, ready to save."""
-    import torch
-
-    return {key: value.detach().to("cpu", torch.float32).contiguous()
-            for key, value in method.backbone_state_dict(pool=False).items()}
-
-
-def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> Path:
-    """A safetensors file written atomically (no torn file if the write is killed), readable by all as the
-    folder's other files are: safetensors creates its file private (0600), and an export is for sharing."""
-    from safetensors.torch import save_file
-
-    with atomic_path(path) as temporary:
-        save_file(tensors, str(temporary), metadata={"format": "pt"})
-        os.chmod(temporary, 0o644)
-    return path
 
 
 def _write_about(result: Exported, method: Method, name: str) -> Path:

@@ -53,7 +53,7 @@ def preprocess_cfg(preprocess: Preprocess) -> dict:
 
 def write_open_clip_folder(method: Method, out: Path) -> tuple[list[Path], list[str]]:
     """Write the folder; returns (files written, notes)."""
-    from explorer.models.export import backbone_tensors, save_weights
+    from explorer.models.export.weights import backbone_tensors, save_weights
 
     config = {"model_cfg": model_cfg(method.arch), "preprocess_cfg": preprocess_cfg(method.preprocess)}
     out.mkdir(parents=True, exist_ok=True)

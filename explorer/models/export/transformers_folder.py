@@ -63,7 +63,7 @@ def image_processor(preprocess: Preprocess):
 
 def write_transformers_folder(method: Method, out: Path) -> tuple[list[Path], list[str]]:
     """Write the folder; returns (files written, notes)."""
-    from explorer.models.export import backbone_tensors, save_weights
+    from explorer.models.export.weights import backbone_tensors, save_weights
 
     processor = image_processor(method.preprocess)  # before anything is written: it may refuse
     out.mkdir(parents=True, exist_ok=True)

@@ -16,37 +16,13 @@ from typing import TYPE_CHECKING, Mapping
 
 from explorer.core.errors import CheckpointError
 from explorer.models.map_kinds import GENERIC_MAP
+from explorer.models.methods.registry import BUILT_IN, METHODS, SOURCES, MethodNameTaken, register
 
 if TYPE_CHECKING:
     import torch
 
     from explorer.models.io.checkpoints import RawCheckpoint
     from explorer.models.methods.base import Method
-
-METHODS: dict[str, type[Method]] = {}
-BUILT_IN = "built-in"
-SOURCES: dict[str, str] = {}  # method name -> where it comes from: BUILT_IN, or "package version"
-
-
-class MethodNameTaken(CheckpointError):
-    """A second class claims a registered method's name; the message names both sources."""
-
-
-def register(cls: type[Method], source: str | None = None) -> type[Method]:
-    """Add ``cls`` under ``cls.name`` (``source``: where it comes from; default: built-in, or the plugin
-    being loaded). A taken name is refused with both sources."""
-    from explorer.models.methods import plugins
-
-    source = source or plugins.loading_source() or (BUILT_IN if cls.__module__.startswith(f"{__name__}.")
-                                                    else f"module {cls.__module__}")
-    if cls.name in METHODS and METHODS[cls.name] is not cls:
-        raise MethodNameTaken(f"method name {cls.name!r} of {source} ({cls.__module__}.{cls.__qualname__}) is "
-                              f"taken by {SOURCES.get(cls.name, BUILT_IN)} ({METHODS[cls.name].__module__}."
-                              f"{METHODS[cls.name].__qualname__}); the first keeps it")
-    METHODS[cls.name] = cls
-    SOURCES[cls.name] = source
-    return cls
-
 
 def get_method(name: str) -> type[Method]:
     discover_methods()
@@ -73,7 +49,8 @@ def detect_format(raw: RawCheckpoint) -> tuple[type[Method], str]:
         f"{', '.join(sorted(METHODS))}. First keys: {sample}.")
 
 
-NOT_METHODS = {"base", "plugins"}  # modules here that hold the shared surface or the loader, not a method
+NOT_METHODS = {"base", "plugins", "registry"}  # modules here that hold the shared surface, the registry or the
+# plugin loader, not a method
 _discovered = False
 
 

@@ -14,15 +14,14 @@ nothing: the page lists plugin methods before torch is loaded.
 
 from __future__ import annotations
 
-import contextlib
 import traceback
 from dataclasses import dataclass
 from importlib import metadata
 
 from explorer.core.errors import ConfigError
+from explorer.models.methods.registry import BUILT_IN, METHODS, SOURCES, loading, register
 
 GROUP = "explorer.methods"
-_loading: list[str] = []  # the source of the plugin being imported (``register`` reads it)
 _failed: dict[str, "MethodEntry"] = {}  # entry-point name -> the plugin that did not load
 _loaded = False
 
@@ -57,19 +56,6 @@ def source_of(ep: metadata.EntryPoint) -> str:
     return f"{dist.name} {dist.version}" if dist is not None else f"entry point {ep.value}"
 
 
-def loading_source() -> str | None:
-    return _loading[-1] if _loading else None
-
-
-@contextlib.contextmanager
-def _as_source(source: str):
-    _loading.append(source)
-    try:
-        yield
-    finally:
-        _loading.pop()
-
-
 def load_plugins() -> None:
     """Import and register every plugin method once (built-ins are registered before)."""
     global _loaded
@@ -79,7 +65,7 @@ def load_plugins() -> None:
     for ep in entry_points():
         source = source_of(ep)
         try:
-            with _as_source(source):
+            with loading(source):
                 _register(ep, source)
         except BaseException as error:  # noqa: BLE001 - any plugin failure (SystemExit included) is recorded
             if isinstance(error, KeyboardInterrupt):
@@ -88,7 +74,6 @@ def load_plugins() -> None:
 
 
 def _register(ep: metadata.EntryPoint, source: str) -> None:
-    from explorer.models.methods import METHODS, SOURCES, register
     from explorer.models.methods.base import Method
 
     cls = ep.load()
@@ -126,8 +111,6 @@ def reset_for_tests() -> None:
     """Forget what was loaded, so the next ``load_plugins`` reads the entry points again (tests that
     install a plugin mid-process); registered plugin classes are dropped, built-ins kept."""
     global _loaded
-    from explorer.models.methods import BUILT_IN, METHODS, SOURCES
-
     for name in [n for n, s in SOURCES.items() if s != BUILT_IN]:
         METHODS.pop(name, None)
         SOURCES.pop(name, None)
