@@ -20,7 +20,7 @@ from explorer.core.images import load_image
 from explorer.data import coco_masks
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets import read_grounding_set
-from explorer.evaluation.box_grounding import box_scores, check_alpha, pick_box
+from explorer.evaluation.box_grounding import BoxRule, box_rule, box_scores, check_alpha, pick_box
 from explorer.evaluation.real_grounding import evaluate_grounding, summary
 
 MAPS = {"left square": (2, 2, 12, 12), "the small box": (20, 5, 30, 15), "middle square": (20, 5, 25, 15),
@@ -98,8 +98,20 @@ def test_alpha_half_and_one_by_hand():
     total = 4 * 1.0 + 96 * 0.2  # the whole picture's sum: 23.2
     assert box_scores(values, [small, whole], (10, 10), alpha=0.5) == pytest.approx([4 / 2, total / 10])
     assert box_scores(values, [small, whole], (10, 10), alpha=1) == pytest.approx([4 / 4, total / 100])
-    assert pick_box(values, [small, whole], (10, 10)) == 1  # alpha 0.5 (the default): 2.32 beats 2
-    assert pick_box(values, [small, whole], (10, 10), alpha=1) == 0  # the mean: 1 beats 0.232
+    every = BoxRule(alpha=0.5, min_area=0)  # the small box (4% of the picture) may answer too
+    assert pick_box(values, [small, whole], (10, 10), every) == 1  # alpha 0.5: 2.32 beats 2
+    assert pick_box(values, [small, whole], (10, 10), BoxRule(alpha=1, min_area=0)) == 0  # the mean: 1 beats 0.232
+
+
+def test_only_a_box_over_five_percent_of_the_picture_may_answer():
+    values = np.zeros((10, 10))
+    values[0:2, 0:3] = 1.0
+    exactly, above, whole = (0, 0, 1, 5), (0, 0, 2, 3), (0, 0, 10, 10)  # 5%, 6%, 100% of 100 px
+    # box_area / image_area > 0.05 (ReCLIP's Environment.filter_area): 5% itself is out
+    assert pick_box(values, [exactly, whole], (10, 10)) == 1  # 2 / 5**.5 = 0.89 would beat 6 / 10, but is out
+    assert pick_box(values, [exactly, whole], (10, 10), BoxRule(0.5, 0)) == 0
+    assert pick_box(values, [above, whole], (10, 10)) == 0  # 4 / 6**.5 = 1.63 beats 0.6
+    assert pick_box(values, [exactly, (5, 5, 6, 6)], (10, 10)) == 0  # none passes: every box competes
 
 
 def test_the_box_pixels_are_reclips_int_slice_scaled_to_the_map():
@@ -116,6 +128,9 @@ def test_an_alpha_out_of_range_is_one_line_naming_it(alpha):
     with pytest.raises(InputError, match=r"--box-alpha must lie in \(0, 2\]"):
         check_alpha(alpha)
     assert check_alpha(2) == 2.0 and check_alpha("0.5") == 0.5
+    with pytest.raises(InputError, match=r"--min-box-area must lie in \[0, 1\)"):
+        box_rule(0.5, 1)
+    assert box_rule(1, 0) == BoxRule(1.0, 0.0)
 
 
 def test_the_cli_refuses_a_bad_alpha_and_a_bad_text(root, tmp_path, capsys):
@@ -153,6 +168,7 @@ def test_raw_by_default_and_sent_on_request(root):
     result = evaluate_grounding({"rects": RectModel()}, raw, progress=False)
     assert result["protocol"]["text"] == "raw" and result["protocol"]["lowercased"] is False
     assert result["protocol"]["box_alpha"] == 0.5 and result["protocol"]["hit"] == "iou > 0.5"
+    assert result["protocol"]["min_box_area"] == 0.05
 
 
 @pytest.mark.parametrize("coco", [False, None])  # the own rasterizer, and pycocotools where installed

@@ -18,7 +18,7 @@ from explorer.data import coco_masks
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets import read_grounding_set
 from explorer.data.plain_pickle import load_plain, loads_plain
-from explorer.evaluation.box_grounding import box_iou, pick_box
+from explorer.evaluation.box_grounding import BoxRule, box_iou, pick_box
 from explorer.evaluation.real_grounding import evaluate_grounding
 
 # the map each expression gets from the fake model: 1 inside the rectangle, 0 elsewhere (Otsu: that rectangle)
@@ -234,14 +234,17 @@ def test_detections_replace_the_coco_boxes(root, tmp_path):
     assert result["models"][0]["kinds"]["generic"]["box_accuracy"] == pytest.approx(2 / 5)
 
 
+MEAN = BoxRule(alpha=1, min_area=0)  # the mean over the box, every box may answer
+
+
 def test_box_iou_and_pick_by_hand():
     assert box_iou((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(50 / 150)
     values = np.zeros((10, 10))
     values[0:2, 0:2] = 1.0
     values[5:10, 5:10] = 0.5
-    assert pick_box(values, [(5, 5, 10, 10), (0, 0, 4, 4)], (10, 10), alpha=1) == 0  # means 0.5 vs 4/16
+    assert pick_box(values, [(5, 5, 10, 10), (0, 0, 4, 4)], (10, 10), MEAN) == 0  # means 0.5 vs 4/16
     values[5, 5] = np.nan  # left out of its box's sum: 12 / 25
-    assert pick_box(values, [(5, 5, 10, 10), (0, 0, 2, 2)], (10, 10), alpha=1) == 1
+    assert pick_box(values, [(5, 5, 10, 10), (0, 0, 2, 2)], (10, 10), MEAN) == 1
     assert pick_box(values, [], (10, 10)) is None
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from explorer.cli.common import add_precision_argument, evaluation_models, evaluation_work_path, write_outputs
 from explorer.core.errors import ExplorerError
-from explorer.evaluation.box_grounding import DEFAULT_ALPHA, check_alpha
+from explorer.evaluation.box_grounding import DEFAULT_ALPHA, DEFAULT_MIN_AREA, box_rule
 
 
 def add_commands(commands) -> None:
@@ -38,6 +38,9 @@ def add_commands(commands) -> None:
     parser.add_argument("--box-alpha", type=float, default=DEFAULT_ALPHA, metavar="A",
                         help="box grounding: a proposal scores its map sum / area**A (ReCLIP's; default its "
                              f"README's {DEFAULT_ALPHA}; 1 is the mean over the box), A in (0, 2]")
+    parser.add_argument("--min-box-area", type=float, default=DEFAULT_MIN_AREA, metavar="S",
+                        help="box grounding: only a box larger than this share of the picture may be the answer "
+                             f"(ReCLIP's --box_area_threshold, default {DEFAULT_MIN_AREA}; 0: every box), S in [0, 1)")
     parser.add_argument("--kind", action="append", dest="kinds", metavar="K",
                         help="map kind to score (repeat; default: every kind each model offers)")
     parser.add_argument("--units", choices=("sentence", "phrase"), help="default: the layout's (PNG offers both)")
@@ -54,7 +57,7 @@ def _run(args) -> int:
     from explorer.data.grounding_sets import read_grounding_set
     from explorer.evaluation.real_grounding import csv_rows, evaluate_grounding, table
 
-    check_alpha(args.box_alpha)  # before any model loads
+    box_rule(args.box_alpha, args.min_box_area)  # checked before any model loads
     if not args.data.exists():
         raise ExplorerError(f"no dataset at {args.data}: the path does not exist")
     options = {"dataset": args.dataset, "split_by": args.split_by, "images": args.images, "proposals": args.proposals,
@@ -64,7 +67,8 @@ def _run(args) -> int:
     print(dataset.summary())
     models = evaluation_models(args)
     result = evaluate_grounding(models, dataset, kinds=args.kinds, work_file=evaluation_work_path(args.out),
-                                progress=not args.no_progress, box_alpha=args.box_alpha)
+                                progress=not args.no_progress, box_alpha=args.box_alpha,
+                                min_box_area=args.min_box_area)
     write_outputs(result, models, args, csv_rows(result), table(result), result["skipped_units"], "units",
                   notes=result["notes"])
     return 0

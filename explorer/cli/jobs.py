@@ -73,6 +73,8 @@ def add_commands(commands) -> None:
     sweep.add_argument("--text", choices=("raw", "sent"), help="refcoco: the sentence field (default raw)")
     sweep.add_argument("--box-alpha", type=float, metavar="A",
                        help="grounding, refcoco: a proposal scores its map sum / area**A (default ReCLIP's 0.5)")
+    sweep.add_argument("--min-box-area", type=float, metavar="S",
+                       help="grounding, refcoco: a box larger than this share of the picture answers (default 0.05)")
     sweep.add_argument("--splits", nargs="+", metavar="NAME", help="negatives: the splits (FG-OVD hard medium easy "
                                                                    "trivial ...; default every file present)")
     sweep.add_argument("--templates", help="zeroshot: openai (default), simple, or a file of templates with {}")
@@ -156,17 +158,19 @@ def _slurm_settings(args) -> dict | None:
 
 
 def _run_submit_eval(args) -> int:
-    from explorer.evaluation.box_grounding import check_alpha
+    from explorer.evaluation.box_grounding import DEFAULT_ALPHA, DEFAULT_MIN_AREA, box_rule
     from explorer.jobs.sweeps import children
 
-    if args.box_alpha is not None:
-        check_alpha(args.box_alpha)  # refused here, not in every evaluation of the sweep
+    # refused here, not in every evaluation of the sweep
+    box_rule(DEFAULT_ALPHA if args.box_alpha is None else args.box_alpha,
+             DEFAULT_MIN_AREA if args.min_box_area is None else args.min_box_area)
 
     options = {"split": args.split, "layout": args.layout, "limit": args.limit, "ks": args.ks,
                "shortlist": args.shortlist, "queries": not args.no_queries, "allow_pickle": args.allow_pickle,
                "kinds": args.kinds, "units": args.units, "dataset": args.dataset, "split_by": args.split_by,
                "images": args.images and str(args.images), "proposals": args.proposals and str(args.proposals),
-               "text": args.text, "box_alpha": args.box_alpha, "splits": args.splits, "classnames": args.classnames and str(args.classnames.resolve()),
+               "text": args.text, "box_alpha": args.box_alpha, "min_box_area": args.min_box_area,
+               "splits": args.splits, "classnames": args.classnames and str(args.classnames.resolve()),
                "templates": str(Path(args.templates).resolve()) if args.templates and Path(args.templates).is_file()
                else args.templates}
     jobs = _manager(args)

@@ -15,11 +15,17 @@ alpha = 1 is the mean over the box (what this project counted before). Slice bou
 NaN values are left out of the sum; a box whose pixels are all NaN scores -inf; a box thinner than a map
 pixel sums nothing and scores 0, as ReCLIP's empty slice does. Ties go to the first proposal, in the order
 the proposals come (COCO's annotation order, or the detections file's), as ReCLIP's ``argmax``.
+
+Only a box larger than ``min_area`` of the picture may be the answer (ReCLIP's ``--box_area_threshold``,
+0.05 by default, applied by ``Environment.filter`` in ``interpreter.py``: ``box.area / image_area >
+threshold``; when no box passes, every box competes). ReCLIP's baseline method also multiplies these scores
+with those of the expression's head noun chunk (spaCy's parse); that is not done here: the map alone picks.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +35,31 @@ HIT_IOU = 0.5  # a hit is IoU > HIT_IOU (ReCLIP's main.py)
 HIT_RULE = "iou > 0.5"
 DEFAULT_ALPHA = 0.5  # ReCLIP's README: --gradcam_alpha 0.5 0.5
 ALPHA_RANGE = (0.0, 2.0)  # (low, high]: 1 is the mean, 0 would be the bare sum (the largest box always wins)
+DEFAULT_MIN_AREA = 0.05  # ReCLIP's main.py: --box_area_threshold 0.05
 SCORE_RULE = "sum / area ** alpha"
+
+
+@dataclass(frozen=True)
+class BoxRule:
+    """How a map picks its box: ``alpha`` of the score, ``min_area`` (share of the picture) an answer exceeds."""
+
+    alpha: float = DEFAULT_ALPHA
+    min_area: float = DEFAULT_MIN_AREA
+
+
+RECLIP = BoxRule()
+
+
+def box_rule(alpha=DEFAULT_ALPHA, min_area=DEFAULT_MIN_AREA) -> BoxRule:
+    """A checked ``BoxRule`` (an ``InputError`` naming the range of a value out of it)."""
+    try:
+        share = float(min_area)
+    except (TypeError, ValueError):
+        share = math.nan
+    if not 0 <= share < 1:
+        raise InputError(f"--min-box-area must lie in [0, 1) (a share of the picture; ReCLIP's 0.05 by default, "
+                         f"0 lets every box answer), not {min_area}")
+    return BoxRule(check_alpha(alpha), share)
 
 
 def check_alpha(alpha) -> float:
@@ -81,29 +111,40 @@ def box_scores(values: np.ndarray, boxes, frame: tuple[int, int], alpha: float =
     return np.array([box_score(values, box, scale, alpha) for box in boxes], dtype=np.float64)
 
 
-def pick_box(values: np.ndarray, boxes, frame: tuple[int, int], alpha: float = DEFAULT_ALPHA) -> int | None:
-    """Index of the proposal the map picks (highest score; the first on ties), None without proposals."""
+def candidates(boxes, frame: tuple[int, int], min_area: float) -> list[int]:
+    """Indices of the boxes larger than ``min_area`` of the picture; all of them when none is."""
+    picture = frame[0] * frame[1]
+    large = [i for i, box in enumerate(boxes) if (box[2] - box[0]) * (box[3] - box[1]) / picture > min_area]
+    return large or list(range(len(boxes)))
+
+
+def pick_box(values: np.ndarray, boxes, frame: tuple[int, int], rule: BoxRule = RECLIP) -> int | None:
+    """Index of the proposal the map picks (highest score by ``rule.alpha`` among the boxes larger than
+    ``rule.min_area`` of the picture; the first on ties), None without proposals."""
     if not len(boxes):
         return None
-    return int(np.argmax(box_scores(values, boxes, frame, alpha)))
+    allowed = candidates(boxes, frame, rule.min_area)
+    scores = box_scores(values, [boxes[i] for i in allowed], frame, rule.alpha)
+    return allowed[int(np.argmax(scores))]
 
 
-def picked_iou(values: np.ndarray, boxes, target, frame: tuple[int, int], alpha: float = DEFAULT_ALPHA) -> float | None:
+def picked_iou(values: np.ndarray, boxes, target, frame: tuple[int, int], rule: BoxRule = RECLIP) -> float | None:
     """IoU of the picked proposal with the ``target`` box: None without a target (no box grounding), 0 when
     the picture has no proposal (a miss: the denominator stays every expression, as the papers count; a
     detections file gives such a picture the whole picture as its one box when it is read)."""
     if target is None:
         return None
-    index = pick_box(values, boxes, frame, alpha)
+    index = pick_box(values, boxes, frame, rule)
     return 0.0 if index is None else box_iou(boxes[index], target)
 
 
-def protocol(alpha: float) -> dict:
+def protocol(rule: BoxRule) -> dict:
     """What the box numbers counted, for the results JSON."""
-    return {"box_score": SCORE_RULE, "box_alpha": alpha, "hit": HIT_RULE,
+    return {"box_score": SCORE_RULE, "box_alpha": rule.alpha, "min_box_area": rule.min_area, "hit": HIT_RULE,
             "pixels": "map[int(top):int(bottom), int(left):int(right)], the box scaled to the map",
-            "ties": "the first proposal"}
+            "ties": "the first proposal", "head_noun": "not used (ReCLIP's baseline multiplies in its scores)"}
 
 
-__all__ = ["ALPHA_RANGE", "DEFAULT_ALPHA", "HIT_IOU", "HIT_RULE", "box_iou", "box_score", "box_scores", "check_alpha",
-           "is_hit", "pick_box", "picked_iou", "protocol"]
+__all__ = ["ALPHA_RANGE", "DEFAULT_ALPHA", "DEFAULT_MIN_AREA", "HIT_IOU", "HIT_RULE", "RECLIP", "BoxRule", "box_iou",
+           "box_rule", "box_score", "box_scores", "candidates", "check_alpha", "is_hit", "pick_box", "picked_iou",
+           "protocol"]

@@ -9,7 +9,8 @@ kind the model offers, per-head variants left out, as ``explorer eval`` does), e
   intersections over the sum of the unions, the referring-segmentation literature's second figure);
 - ``box_iou``: where the unit names a ``target`` box among its picture's proposals (RefCOCO), the IoU
   of the proposal its map picks (``box_grounding``: ReCLIP's protocol, each box scored ``sum / area **
-  box_alpha``, ReCLIP's alpha 0.5 by default) with that box;
+  box_alpha``, ReCLIP's alpha 0.5 by default, among the boxes larger than ``min_box_area`` of the picture)
+  with that box;
 - ``pointing``: the map's peak lies in the truth (mask or box; ``pointing_hits``: every peak pixel);
 - ``auroc``: pixel AUROC of the truth against the rest of the picture (None when the truth covers it).
 Scoring goes through ``explorer.grounding.metrics.score_maps`` / ``pixel_auroc``, as the benchmark's.
@@ -50,7 +51,8 @@ from explorer.data.grounding_sets import read_grounding_set
 from explorer.data.grounding_sets.base import BOX, EXIF, GroundingSet, skipped_by_reason
 from explorer.data.grounding_sets.truth import RESIZE_NOTE, unit_truths
 from explorer.evaluation.baselines import centre_box_mask, centre_point_map
-from explorer.evaluation.box_grounding import DEFAULT_ALPHA, check_alpha, is_hit, picked_iou, protocol
+from explorer.evaluation.box_grounding import (DEFAULT_ALPHA, DEFAULT_MIN_AREA, RECLIP, BoxRule, box_rule, is_hit,
+                                               picked_iou, protocol)
 from explorer.evaluation.grounding_eval import native_kind, scored_kinds
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
@@ -68,11 +70,13 @@ FORMAT = "explorer-real-grounding/1"
 
 def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | None = None, split: str | None = None,
                        limit: int | None = None, work_file: str | os.PathLike | None = None, progress: bool = True,
-                       working_side: int = WORKING_SIDE, box_alpha: float = DEFAULT_ALPHA) -> dict:
+                       working_side: int = WORKING_SIDE, box_alpha: float = DEFAULT_ALPHA,
+                       min_box_area: float = DEFAULT_MIN_AREA) -> dict:
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``grounding_set`` (a
     ``GroundingSet``, or a folder read with ``split``, ``units`` and ``limit``); ``box_alpha``: the power of
-    the box's area a proposal's map sum is divided by (``box_grounding``; an ``InputError`` out of (0, 2])."""
-    box_alpha = check_alpha(box_alpha)
+    the box's area a proposal's map sum is divided by, ``min_box_area``: the share of the picture a box must
+    exceed to be the answer (``box_grounding``; an ``InputError`` out of (0, 2], [0, 1))."""
+    rule = box_rule(box_alpha, min_box_area)
     dataset = _dataset(grounding_set, split, units, limit)
     plan = {name: kinds_for(model, kinds) for name, model in models.items()}
     plan.update({name: [BASELINE_KIND] for name in BASELINES})
@@ -80,12 +84,12 @@ def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | Non
               "units": dataset.units_kind, "working_side": int(working_side)}
     if dataset.extra:  # the layout's options (RefCOCO's dataset, split_by, proposals): another run, another file
         header["options"] = dict(dataset.extra)
-    if has_targets(dataset):  # another alpha picks other boxes: another run (sets without boxes keep their header)
-        header["box_alpha"] = box_alpha
+    if has_targets(dataset):  # another rule picks other boxes: another run (sets without boxes keep their header)
+        header["box_alpha"], header["min_box_area"] = rule.alpha, rule.min_area
     work = WorkFile(work_file, header) if work_file else MemoryWork(header)
     for index in progress_bar(range(len(dataset.pictures)), progress, "grounding", unit="picture"):
-        score_picture(models, plan, dataset, index, work, working_side, box_alpha)
-    return results(models, plan, dataset, work, working_side, box_alpha)
+        score_picture(models, plan, dataset, index, work, working_side, rule)
+    return results(models, plan, dataset, work, working_side, rule)
 
 
 def has_targets(dataset: GroundingSet) -> bool:
@@ -116,7 +120,7 @@ def record_key(model: str, kind: str, picture: str) -> str:
 
 
 def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, work, working_side: int,
-                  box_alpha: float = DEFAULT_ALPHA) -> None:
+                  rule: BoxRule = RECLIP) -> None:
     """Score every model and kind that the work file lacks on picture ``index``, one record each."""
     picture = dataset.pictures[index]
     missing = [(name, kind) for name, kinds in plan.items() for kind in kinds
@@ -142,7 +146,7 @@ def score_picture(models: dict, plan: dict, dataset: GroundingSet, index: int, w
             maps = np.asarray(model.sentence_maps(image, [u.text for u in units], kind, dense_caption=dense).maps)
             predicted = None
         scores = unit_scores(maps, truth, boxes, predicted, picks=(picture.proposals, targets, picture.size),
-                             box_alpha=box_alpha)
+                             rule=rule)
         records.append({"key": record_key(name, kind, picture.id), "model": name, "kind": kind,
                         "picture": picture.id, "scores": scores})
     work.add(*records)  # one write per picture: a kill loses at most this picture
@@ -169,10 +173,10 @@ def baseline_maps(name: str, shape) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None, picks=None,
-                box_alpha: float = DEFAULT_ALPHA) -> list[list]:
+                rule: BoxRule = RECLIP) -> list[list]:
     """[iou or None, pointing hit, auroc or None, intersection, union, box_iou or None] per unit; iou,
     intersection and union are None for box truth. ``picks``: (proposals, target box per unit, frame) for
-    box grounding (``box_grounding.picked_iou`` with ``box_alpha``); box_iou is None for a unit without a
+    box grounding (``box_grounding.picked_iou`` by ``rule``); box_iou is None for a unit without a
     target."""
     if predicted is None:  # no mIoU to report for box truth: spare the Otsu thresholds
         predicted = np.zeros(truth.shape, dtype=bool) if all(boxes) else otsu_masks(maps)
@@ -184,12 +188,12 @@ def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None, pick
         inter = None if box else int(np.count_nonzero(guess & mask))
         union = None if box else int(np.count_nonzero(guess | mask))
         rows.append([None if box else float(iou), bool(hit), pixel_auroc(values, mask, ~mask), inter, union,
-                     picked_iou(np.asarray(values, dtype=np.float64), proposals, target, frame, box_alpha)])
+                     picked_iou(np.asarray(values, dtype=np.float64), proposals, target, frame, rule)])
     return rows
 
 
 def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side: int,
-            box_alpha: float = DEFAULT_ALPHA) -> dict:
+            rule: BoxRule = RECLIP) -> dict:
     """The JSON contract (module docstring) from the work records."""
     units_out, pools, skipped_units = [], {}, {}
     for index, picture in enumerate(dataset.pictures):
@@ -218,16 +222,16 @@ def results(models: dict, plan: dict, dataset: GroundingSet, work, working_side:
             "notes": [RESIZE_NOTE, f"maps drawn at the working size: long side at most {working_side} px",
                       "baselines are the models with method 'baseline' (kind 'baseline')"],
             "models": [model_entry(name, models.get(name), kinds, pools) for name, kinds in plan.items()],
-            "units": units_out, "skipped_units": skipped_units, "protocol": run_protocol(dataset, box_alpha)}
+            "units": units_out, "skipped_units": skipped_units, "protocol": run_protocol(dataset, rule)}
 
 
-def run_protocol(dataset: GroundingSet, box_alpha: float) -> dict:
+def run_protocol(dataset: GroundingSet, rule: BoxRule) -> dict:
     """Every choice that made the numbers: the reader's (``extra["protocol"]``: text field, proposals,
     orientation...), the working size's and, where units pick boxes, the box score's and the hit rule."""
     choices = dict(dataset.extra.get("protocol") or {})
     choices["orientation"] = dataset.orientation
     if has_targets(dataset):
-        choices.update(protocol(box_alpha))
+        choices.update(protocol(rule))
     return choices
 
 

@@ -182,7 +182,7 @@ def grounding(job: EvalJob) -> EvalOutcome | None:
     job.scoring()
     result = library.evaluate_grounding({job.model_label: model}, grounding_set, kinds=job.options.get("kinds"),
                                         work_file=str(Path(job.out_dir) / "grounding-work.jsonl"), progress=False,
-                                        **_given(job.options, "box_alpha"))
+                                        **_given(job.options, *BOX_OPTIONS))
     metrics, label = grounding_metrics(result, job.model_label), grounding_set.extra.get("label")
     return EvalOutcome(document=result, metrics=metrics, datasets={label: metrics} if label else None)
 
@@ -202,6 +202,7 @@ def grounding_metrics(result: dict, name: str) -> dict[str, float]:
 # ---- refcoco: the papers' tables, one child for every (dataset, split) -----------------------------------
 
 LAYOUT_OPTIONS = ("dataset", "split_by", "images", "proposals", "text")  # the refcoco layout's own options
+BOX_OPTIONS = ("box_alpha", "min_box_area")  # how a map picks its box (evaluate_grounding's)
 PAPER_COLUMNS = (("refcoco", "val"), ("refcoco", "testA"), ("refcoco", "testB"), ("refcoco+", "val"),
                  ("refcoco+", "testA"), ("refcoco+", "testB"), ("refcocog", "val"),
                  ("refcocog", "test"))  # CAFT Table 2 (to G-Ref val), SEPS Table 4 (and RefCOCOg test)
@@ -229,7 +230,7 @@ def refcoco(job: EvalJob) -> EvalOutcome | None:
         job.scoring()
         work = Path(job.out_dir) / f"refcoco-{dataset}-{split}-work.jsonl"
         result = library.evaluate_grounding({job.model_label: model}, grounding_set, kinds=options.get("kinds"),
-                                            work_file=str(work), progress=False, **_given(options, "box_alpha"))
+                                            work_file=str(work), progress=False, **_given(options, *BOX_OPTIONS))
         label = grounding_set.extra["label"]
         documents[label], datasets[label] = result, referring_metrics(result, job.model_label, model, options)
     if not datasets:
