@@ -182,14 +182,15 @@ def test_the_name_check_catches_a_comparison():
 
 
 def import_graph() -> dict[str, set[str]]:
-    """module -> the explorer modules it imports (at the top or inside a function: both run), each named by the
-    most specific module that exists (``from explorer.views import pipeline`` is explorer.views.pipeline)."""
+    """module -> the explorer modules it imports (at the top or inside a function: both run; not for annotations
+    alone), each named by the most specific module that exists (``from explorer.views import pipeline`` is
+    explorer.views.pipeline)."""
     known = {name for name, _ in modules()}
     graph: dict[str, set[str]] = {}
     for name, path in modules():
-        edges = set()
-        for target, names, _ in imported(name, path):
-            if not target.startswith("explorer"):
+        edges, for_types = set(), type_checking_lines(path)
+        for target, names, line in imported(name, path):
+            if not target.startswith("explorer") or line in for_types:
                 continue
             for each in [f"{target}.{n}" for n in names] or [target]:
                 found = each if each in known else target
@@ -199,6 +200,16 @@ def import_graph() -> dict[str, set[str]]:
                     edges.add(found)
         graph[name] = edges
     return graph
+
+
+def type_checking_lines(path: Path) -> set[int]:
+    """The lines under ``if TYPE_CHECKING:``: imports for annotations only, which never run."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -82,7 +82,7 @@ class ModelMaps:
     trained: bool = True
     synthetic_only: bool = False  # a demo model: trained on the synthetic shapes only
     precision: str = "fp32"  # the format the model computed its maps in
-    _memo: BoundedCache = field(default_factory=display_memo, repr=False)
+    _memo: BoundedCache = field(default_factory=display_memo, repr=False, init=False)  # a copy gets its own
 
     @property
     def maps(self) -> np.ndarray:
@@ -155,7 +155,7 @@ class MapsView:
     # Rows past the caption's sentences are spans (``views.span_view``): per span row, the sentence (from 1) its
     # words come from. Headers, the status line and notes count sentences only; a span row shows its own scores.
     span_of: list[int] = field(default_factory=list)
-    _memo: BoundedCache = field(default_factory=display_memo, repr=False)
+    _memo: BoundedCache = field(default_factory=display_memo, repr=False, init=False)  # a copy gets its own
 
     @property
     def n_sentences(self) -> int:

@@ -11,12 +11,15 @@ truth, the span is scored against that sentence's mask (a span of an object's se
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from explorer.core.errors import InputError
 from explorer.probe import find_word
-from explorer.views.maps_view import MapsView, display_memo
+
+if TYPE_CHECKING:  # maps_view draws the spans a replay asks for (``with_spans``): a copy's memo is its own
+    from explorer.views.maps_view import MapsView
 
 MAX_ROWS = 60  # a view's rows, spans included (the page's sentence cap is lower)
 
@@ -43,12 +46,12 @@ def with_span_row(view: MapsView, load, number: int, span: str, dense_caption: s
         maps = SentenceMaps(kind=old.kind, grid=np.concatenate([old.grid, extra.grid]),
                             sentences=[*old.sentences, text], n_cut=[*old.n_cut, *extra.n_cut], size=old.size)
         maps.precision = getattr(old, "precision", shown.precision)
-        models.append(replace(shown, result=replace(shown.result, maps=maps), _memo=display_memo()))
+        models.append(replace(shown, result=replace(shown.result, maps=maps)))
     truth = view.truth
     if truth is not None:
         truth = replace(truth, masks=[*truth.masks, truth.masks[number - 1]])
     return replace(view, sentences=[*view.sentences, text], models=models, truth=truth,
-                   span_of=[*view.span_of, number], _memo=display_memo())
+                   span_of=[*view.span_of, number])
 
 
 def with_spans(view: MapsView, load, spans, dense_caption: str = "") -> MapsView:
