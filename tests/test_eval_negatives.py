@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from explorer.cli import main
+from explorer.core.errors import ExplorerError
 from explorer.data.errors import DatasetError
 from explorer.data.negatives_sets import read_negatives_set
 from explorer.data.negatives_sets import synthetic as twin
@@ -121,13 +122,15 @@ def test_accuracy_per_split_equals_a_hand_count(tmp_path):
     table = {f"caption {i}": 0.5 for i in range(1, 13)}
     table.update({"caption 1": 0.9, "caption 12": 0.1, "caption 3": 0.9})
     model = Fake(table)
-    result = evaluate_negatives({"fake": model}, dataset, progress=False)
+    result = evaluate_negatives({"fake": model}, dataset, progress=False, region="crop", ties="miss")
     entry = result["models"][0]
     # hard/10: caption 1 (0.9) against captions 2..11, where caption 3 also scores 0.9: a tie is a miss;
     # hard/11: caption 12 (0.1) against 0.5: a miss; trivial/20: caption 3 against 2..11, which hold it: a tie
     assert entry["accuracy"] == {"hard": 0.0, "trivial": 0.0} and entry["n"] == {"hard": 2, "trivial": 1}
+    hits = evaluate_negatives({"fake": Fake(table)}, dataset, progress=False, region="crop", ties="hit")
+    assert hits["models"][0]["accuracy"] == {"hard": 0.5, "trivial": 1.0}  # the two ties count as right
     table["caption 3"] = 0.2  # now hard/10 wins (0.9 > 0.5); trivial/20 (0.2) loses to 0.5
-    result = evaluate_negatives({"fake": Fake(table)}, dataset, progress=False)
+    result = evaluate_negatives({"fake": Fake(table)}, dataset, progress=False, region="crop")
     assert result["models"][0]["accuracy"] == {"hard": 0.5, "trivial": 0.0}
     assert set(result["models"][0]) >= {"name", "method", "accuracy", "n"}
     assert result["dataset"]["skipped"] == {"negatives missing": 2, "zero-area box": 1, "one-pixel crop": 1,
@@ -140,7 +143,7 @@ def test_demo_clip_matches_its_own_scores_on_hand_cut_crops(tmp_path):
 
     model = Zoo(ZOO).load("demo-clip-base")
     dataset = read_negatives_set(write_fg_ovd(tmp_path / "fg"), layout="fg-ovd")
-    result = evaluate_negatives({"clip": model}, dataset, progress=False)
+    result = evaluate_negatives({"clip": model}, dataset, progress=False, region="crop", ties="miss")
     right = []
     for item in dataset.items:
         x, y, w, h = (int(v) for v in item.box)
@@ -197,12 +200,15 @@ def test_resume_scores_only_what_the_work_file_lacks(tmp_path):
             return super().similarity(features, captions)
 
     with pytest.raises(KeyboardInterrupt):
-        evaluate_negatives({"m": Killed(table)}, dataset, work_file=work, progress=False, group=1)
+        evaluate_negatives({"m": Killed(table)}, dataset, work_file=work, progress=False, group=1, region="crop")
     again = Fake(table)
-    result = evaluate_negatives({"m": again}, dataset, work_file=work, progress=False, group=1)
+    result = evaluate_negatives({"m": again}, dataset, work_file=work, progress=False, group=1, region="crop",
+                                ties="miss")
     assert again.calls == 2  # the two items left, not the one already written
     assert result["models"][0]["n"] == {"hard": 2, "trivial": 1}
-    assert result["models"][0]["accuracy"]["hard"] == 0.5
+    assert result["models"][0]["accuracy"]["hard"] == 0.5  # hard/11 ties (0 = 0): a miss under ties="miss"
+    with pytest.raises(ExplorerError, match="another run"):  # the scores were read by crops, not RoI
+        evaluate_negatives({"m": again}, dataset, work_file=work, progress=False, region="roi")
 
 
 def test_cli_on_the_synthetic_twin(tmp_path, capsys):

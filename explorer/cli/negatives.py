@@ -22,18 +22,29 @@ def add_commands(commands) -> None:
                              "file present)")
     parser.add_argument("--images", type=Path, help="where the pictures are (FG-OVD: the COCO root holding val2017/; "
                                                     "SugarCrepe: COCO's val2017/; default: under --data)")
+    parser.add_argument("--region", default="roi", help="how a box is read: roi (FG-CLIP's, the default: the whole "
+                                                        "picture, the box's patch features pooled with RoIAlign) or "
+                                                        "crop (Bianchi et al.'s CLIP baseline: the box cut out)")
+    parser.add_argument("--ties", default="hit", help="a positive that ties the best negative: hit (both official "
+                                                      "codes, the default) or miss (explorer eval's rule)")
 
 
 def _run(args) -> int:
     from explorer.data.negatives_sets import read_negatives_set
-    from explorer.evaluation.negatives import csv_rows, evaluate_negatives, table
+    from explorer.evaluation.negatives import REGIONS, check_protocol, csv_rows, evaluate_negatives, table
 
+    check_protocol(args.region, args.ties)  # before any dataset or model work
     dataset = read_negatives_set(args.data, layout=args.layout, splits=args.splits, images=args.images,
                                  limit=args.limit)
     print(dataset.summary())
+    if any(item.box is not None for item in dataset.items):
+        print(f"regions: --region {args.region}, {REGIONS[args.region]}; ties: {args.ties}")
     models = evaluation_models(args)
     result = evaluate_negatives(models, dataset, work_file=evaluation_work_path(args.out),
-                                progress=not args.no_progress)
+                                progress=not args.no_progress, region=args.region, ties=args.ties)
+    for entry in result["models"]:
+        for note in entry["notes"]:
+            print(note)
     write_outputs(result, models, args, csv_rows(result), table(result), result["skipped_items"], "items")
     return 0
 

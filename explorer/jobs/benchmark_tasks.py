@@ -2,7 +2,8 @@
 ``zeroshot`` (``explorer eval-zeroshot``), registered with ``eval_tasks.task`` like retrieval and grounding.
 
 - ``negatives``: the dataset folder read in the ``layout`` option (fg-ovd, sugarcrepe, synthetic), its
-  ``splits`` (default every file present) with pictures under ``images``; the results table gets one
+  ``splits`` (default every file present) with pictures under ``images``, a box read by ``region`` (roi,
+  crop) and a tie counted by ``ties`` (hit, miss); the results table gets one
   column per split, "accuracy/hard" and so on, under the layout's name ("FG-OVD" for fg-ovd): MulCLIP's
   and CAFT's Table 8 as a row per model.
 - ``zeroshot``: the folder read in the ``layout`` option (cifar10, cifar100, imagenet-v2, imagenet-o,
@@ -44,7 +45,8 @@ def negatives(job: EvalJob) -> EvalOutcome | None:
     model = load_model(job)
     job.scoring()
     result = evaluate_negatives({job.model_label: model}, dataset, progress=False,
-                                work_file=str(Path(job.out_dir) / "negatives-work.jsonl"))
+                                work_file=str(Path(job.out_dir) / "negatives-work.jsonl"),
+                                region=options.get("region") or "roi", ties=options.get("ties") or "hit")
     entry = result["models"][0]
     metrics = {f"accuracy/{split}": value for split, value in entry["accuracy"].items() if value is not None}
     return EvalOutcome(document=result, metrics=metrics, datasets={_label(job, layout): metrics})

@@ -290,7 +290,7 @@ class Model:
 
     def _encode_tokens(self, batch: TokenBatch, kind: str | None = None) -> TextFeatures:
         with self.computing(kind):
-            return self.method.encode_text(batch.ids.to(self.device))
+            return self.method.encode_text(batch.unpadded().ids.to(self.device))
 
     def _in_format(self, features):
         """Features given back to the model, in the format it computes in."""
@@ -355,6 +355,27 @@ class Model:
             if isinstance(texts, TextFeatures):
                 return self.method.similarity(image, self._in_format(texts)).float().cpu()
             return self.method.score_captions(image, list(texts)).float().cpu()
+
+    @torch.inference_mode()
+    def region_features(self, images, boxes) -> torch.Tensor | None:
+        """One embedding per box, pooled from the patch grid of the whole picture (FG-CLIP's region features,
+        ``explorer.models.regions``).
+
+        Args:
+            images: PIL images or paths, each read whole (``fit="squash"``).
+            boxes: Rows (picture index, x0, y0, x1, y1), corners as fractions of that picture's width and
+                height.
+
+        Returns:
+            (n_boxes, D) float32 on the CPU, projected and not normalised; None when the method has no patch
+            grid to pool from.
+        """
+        from explorer.models.regions import grid_boxes
+
+        features = self._encode_pixels(self.pixels(images, fit="squash"))
+        with self.computing():
+            pooled = self.method.region_features(features, grid_boxes(boxes, features.grid_hw))
+        return None if pooled is None else pooled.float().cpu()
 
     @torch.inference_mode()
     def sentence_maps(self, image, sentences: Sequence[str], kind: str = GENERIC_MAP,

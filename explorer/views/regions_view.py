@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image, ImageDraw
 
+from explorer.core.markup import escape
 from explorer.core.errors import InputError
 from explorer.grounding.budget import caption_sentences
 from explorer.grounding.sentence_maps import MapCache, working_picture
@@ -292,7 +293,7 @@ def similarity_plot(matrices: list[SimilarityMatrix]):
     for column, matrix in enumerate(matrices, start=1):
         rows = [f"S{i + 1}" for i in range(len(matrix.sentences))]
         cols = [label.split(" ")[0] for label in matrix.regions]
-        hover = [[f"{matrix.sentences[i]}<br>{matrix.regions[j]}<br>cosine {matrix.values[i, j]:.3f}"
+        hover = [[f"{escape(matrix.sentences[i])}<br>{escape(matrix.regions[j])}<br>cosine {matrix.values[i, j]:.3f}"
                   for j in range(len(cols))] for i in range(len(rows))]
         figure.add_trace(go.Heatmap(z=matrix.values, x=cols, y=rows, colorscale="Viridis", hoverinfo="text",
                                     text=hover, showscale=column == len(matrices)), row=1, col=column)

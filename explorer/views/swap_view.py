@@ -319,9 +319,9 @@ def table_html(record: SwapScores, order: str = "swap", shown: str | None = None
         picked = ' class="swap-picked"' if replacement == shown else ""
         body.append(f'<tr data-swap-row="{escape(replacement)}"{picked}>'
                     f'<th scope="row">{escape(replacement)}</th>{"".join(cells)}</tr>')
-    kind = escape(record.word_type or "word")
+    noticed = escape(record.word_type or "word")
     return (f'<table class="swap-table"><thead><tr><th><button type="button" data-swap-sort="swap">swap</button>'
-            f'</th>{head}</tr><tr class="swap-shares"><th>noticed ({kind}, margin &gt; {record.margin:g})</th>'
+            f'</th>{head}</tr><tr class="swap-shares"><th>noticed ({noticed}, margin &gt; {record.margin:g})</th>'
             f'{shares}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 

@@ -196,11 +196,21 @@ class Method:
     # the caption is cut. Everyone else sees it cut at ``context_length`` tokens.
     reads_whole_caption: ClassVar[bool] = False
 
+    def region_features(self, image: ImageFeatures, boxes: torch.Tensor) -> torch.Tensor | None:
+        """[N, D] one projected embedding per box of the pictures in ``image`` (read whole, squashed to the
+        input square), or None when the method has no patch grid to pool from. ``boxes`` [N, 5]: picture
+        index, x0, y0, x1, y1 in patch units (``explorer.models.regions.grid_boxes``). Default: FG-CLIP's
+        region features, RoIAlign of the projected patch tokens to one cell (``regions.roi_pool``); a
+        method with a box head of its own overrides this."""
+        from explorer.models.regions import roi_pool
+
+        return roi_pool(image, boxes)
+
     def score_captions(self, image: ImageFeatures, captions: list[str]) -> torch.Tensor:
         """[n_images, n_captions] scores of raw captions. Methods whose text side is more than one token
         sequence (CAFT's chunks) override this; everyone else tokenizes and calls ``similarity``."""
         device = image.cls.device
-        return self.similarity(image, self.encode_text(self.tokenize(list(captions)).ids.to(device)))
+        return self.similarity(image, self.encode_text(self.tokenize(list(captions)).unpadded().ids.to(device)))
 
     def ids_read(self, texts: list[str]) -> list[tuple[int, ...]]:
         """The token ids ``score_captions`` reads for each text, after the method's cut: two texts read
