@@ -20,6 +20,17 @@ def pytest_configure(config):
 
         os.environ["OMP_NUM_THREADS"] = "1"  # the processes a test starts inherit it
         torch.set_num_threads(1)
+    else:  # the run's controller (or a run without xdist): it sees every report, so it names the slow tests
+        from slow_tests import SlowTests
+
+        config.pluginmanager.register(SlowTests(), "explorer-slow-tests")
+
+
+def pytest_collection_modifyitems(items):
+    """Each test's ``slow`` reason travels with its reports (tests/slow_tests.py: the end-of-run warning)."""
+    from slow_tests import mark_reasons
+
+    mark_reasons(items)
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,27 @@ UNKNOWN = "unknown"  # a request with no peer (a unix socket): one address for a
 
 
 def address_of(scope) -> str:
-    """The client's address as the server sees it (the proxy's word for it only when the proxy is trusted)."""
+    """The client's address as the server sees it (the proxy's word for it only when the proxy is trusted), as a
+    client key (``client_key``: an IPv6 visitor by its /64)."""
     client = scope.get("client") if scope else None
-    return str(client[0]) if client else UNKNOWN
+    return client_key(str(client[0])) if client else UNKNOWN
+
+
+IPV6_PREFIX = 64  # one IPv6 client is its /64: a home or a host is handed a whole /64 and picks addresses in it
+
+
+def client_key(host: str) -> str:
+    """The key fairness and caps count ``host`` under: an IPv4 address as it is (an IPv4-mapped IPv6 one too), an
+    IPv6 address by its /64 network (one visitor can rotate through 2**64 addresses of its own), a name as it is."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if address.version == 4:
+        return str(address)
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{address}/{IPV6_PREFIX}", strict=False))
 
 
 class ProxyListError(ExplorerError):

@@ -7,8 +7,8 @@ Gradio's routes, so a request it refuses never reaches a parser, a handler or th
 - per address, at most ``open_per_address`` requests open at once (429), and every body must arrive within
   its deadline (``body_seconds``...; 408);
 - uploads (``/gradio_api/upload``): pictures only, ``.safetensors`` too on the owner's page (what the
-  page's inputs take, checked from the saved file's header; a file the check cannot read is refused and
-  deleted); the quotas of ``explorer.serve.upload_ledger`` (each file on disk counted once, per session and
+  page's inputs take, checked from the saved file's header, off the event loop, its metadata within
+  ``picture_metadata``'s bound before Pillow opens it; a file the check cannot read is refused and deleted); the quotas of ``explorer.serve.upload_ledger`` (each file on disk counted once, per session and
   in all, in files and bytes, checked per file as the body streams in); no session's file removed for
   another's; none kept past ``upload_seconds``;
 - every other body at most ``request_bytes``; no multipart body anywhere else;
@@ -126,7 +126,7 @@ class PageGuard:
             status, headers, body = await _captured(self.app, scope, gate.receive)
             saved = [Path(p) for p in _json(body) or [] if isinstance(p, str)] if status == 200 else []
             try:
-                self._take(ticket, saved, gate.refusal)
+                await self._take(ticket, saved, gate.refusal)
             except Refusal:
                 self.uploads.discard(saved)  # deleted unless another session holds the same file
                 raise
@@ -134,15 +134,22 @@ class PageGuard:
             self.uploads.cancel(ticket)
         await _send(send, status, headers, body)
 
-    def _take(self, ticket, saved: list[Path], refusal: Refusal | None) -> None:
-        """Record the files Gradio saved, or ``Refusal``: too many, or one the page's inputs do not take."""
+    async def _take(self, ticket, saved: list[Path], refusal: Refusal | None) -> None:
+        """Record the files Gradio saved, or ``Refusal``: too many, or one the page's inputs do not take. The
+        check opens each file in a thread of its own (``CHECKS_AT_ONCE`` at a time): a picture that takes long to
+        open never stalls another visitor's request on the event loop."""
         if refusal is not None:
             raise refusal
-        refused = [path for path in saved if not accepted_file(path, weights=not self.public)]
+        verdicts = await asyncio.to_thread(self._check_files, saved)
+        refused = [path for path, ok in zip(saved, verdicts) if not ok]
         if refused:
             takes = "pictures (PNG, JPEG, WebP, TIFF, BMP, GIF)" + ("" if self.public else " and .safetensors weights")
             raise Refusal(415, f"this page takes {takes}; {refused[0].name[:80]} is not one it can read")
         self.uploads.settle(ticket, saved)
+
+    def _check_files(self, saved: list[Path]) -> list[bool]:
+        with _CHECK_SLOTS:
+            return [accepted_file(path, weights=not self.public) for path in saved]
 
     def _check_json(self, path: str, body: bytes) -> None:
         """Any body nested past ``Budget.json_depth`` is refused before a parser sees it (Gradio's included);
@@ -190,6 +197,10 @@ class PageGuard:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
+
+
+CHECKS_AT_ONCE = 2  # upload checks in threads at once (each within picture_metadata's bound in memory)
+_CHECK_SLOTS = threading.BoundedSemaphore(CHECKS_AT_ONCE)
 
 
 def body_seconds(budget: Budget, declared: int) -> float:

@@ -33,7 +33,7 @@ from explorer.core.deadline import check as check_deadline
 from explorer.core.deadline import deadline
 from explorer.core.errors import ExplorerError
 from explorer.serve.budget import HEAVY, TEXT, Budget, BudgetExceeded
-from explorer.serve.messages import internal_error
+from explorer.serve.messages import internal_error, short_numbers
 
 log = logging.getLogger("explorer.access")
 OUTBOUND_REFUSAL = "this page does not fetch links: upload the file itself"
@@ -51,6 +51,7 @@ def install(app: gr.Blocks, budget: Budget, public: bool = False) -> None:
     ``scrub_paths``); put the heavy events in one group."""
     refuse_outbound_fetches()
     replace_gradio_error_texts()
+    bound_example_indices()
     for block_fn in app.fns.values():
         if block_fn.fn is not None and not getattr(block_fn.fn, "_explorer_checked", False):
             texts = ({i for i, block in enumerate(block_fn.outputs) if isinstance(block, TEXT_OUTPUTS)} if public
@@ -189,8 +190,31 @@ def as_page_error(error: Exception) -> Exception:
     if isinstance(error, gr.Error) or type(error).__module__.startswith("gradio"):
         return error
     if isinstance(error, ExplorerError):
-        return gr.Error(f"Cannot do that: {error}", print_exception=False)
+        return gr.Error(f"Cannot do that: {short_numbers(str(error))}", print_exception=False)
     return gr.Error(f"{internal_error(error)}.", print_exception=False)
+
+
+class NoSuchExample(gr.Error):
+    """An example list was sent an index it does not have."""
+
+
+def bound_example_indices() -> None:
+    """An example list (``gr.Dataset``) is sent the index of the example clicked, and Gradio reads
+    ``raw_samples[index]`` as given: -1 loaded the last example and 10**9 raised an IndexError the page called a
+    bug. Process-wide, once: an index that is not one of the list's is refused in one line (never echoed)."""
+    if getattr(gr.Dataset, "_explorer_bounded", False):
+        return
+    original = gr.Dataset.preprocess
+
+    def preprocess(self, payload):
+        if payload is not None and (isinstance(payload, bool) or not isinstance(payload, int)
+                                    or not 0 <= payload < len(self.raw_samples or [])):
+            raise NoSuchExample(f"Cannot do that: there is no such example (the list has {len(self.raw_samples or [])}"
+                                "; pick one of them).", print_exception=False)
+        return original(self, payload)
+
+    gr.Dataset.preprocess = preprocess
+    gr.Dataset._explorer_bounded = True
 
 
 class OutboundRefused(gr.Error):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from explorer.core.disk_quota import remove
+from explorer.serve import picture_metadata
 from explorer.serve.budget import Budget
 from explorer.serve.refusals import Refusal
 
@@ -225,13 +226,17 @@ def delete_upload(path: Path) -> None:
 def accepted_file(path: Path, weights: bool) -> bool:
     """Whether a saved upload is what the page's inputs take: a picture Pillow recognises from its header,
     or (``weights``: the owner's page) a file named ``.safetensors`` whose header is JSON. Any failure to
-    read it (Pillow's decompression-bomb error included) is a no: the file is refused, never served."""
+    read it (Pillow's decompression-bomb error included) is a no: the file is refused, never served. A picture
+    whose metadata would cost more to open than ``picture_metadata`` allows is refused before Pillow opens it.
+    It reads the file: call it off the event loop (``page_guard`` does, in a thread)."""
     try:
         if weights and path.suffix.lower() == ".safetensors":
             with open(path, "rb") as handle:
                 size = int.from_bytes(handle.read(8), "little")
                 return 2 <= size <= path.stat().st_size - 8 and handle.read(1) == b"{"
         from PIL import Image
+
+        picture_metadata.check(path)
 
         with Image.open(path) as image:
             return image.format in PICTURE_FORMATS

@@ -81,4 +81,4 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access: Access) -> None:
               inputs=inputs.components() + [extra, source, fit],
               outputs=[view_state, settings_state, picture, status], api_name="draw_pca", **HEAVY)
     fit.change(refit, inputs=[view_state, settings_state, fit], outputs=[settings_state, picture, status],
-               api_name="refit_pca")
+               api_name="refit_pca", **HEAVY)  # a PCA fit and a render: picture work
