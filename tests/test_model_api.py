@@ -294,6 +294,7 @@ def test_auto_precision_holds_bf16_weights_where_the_cpu_has_them_and_returns_fp
 
 
 def test_the_page_computes_in_auto_unless_told(app_command):
+    """The command line builds the page's one zoo (its precision, device and folder) and passes it in."""
     run, seen = app_command
-    assert run() == 0 and seen["precision"] == "auto"
-    assert run("--precision", "fp32") == 0 and seen["precision"] == "fp32"
+    assert run() == 0 and seen["zoo"].precision == "auto" and seen["access"].roots[0] == seen["zoo"].root
+    assert run("--precision", "fp32") == 0 and seen["zoo"].precision == "fp32"

@@ -212,7 +212,7 @@ def _run_app(args) -> int:
     bind = resolve_bind(args.host)  # what Gradio will bind: the mode follows it, and Gradio is given it
     others = args.share or not is_loopback(bind)
     public = args.public or (others and not args.trusted)
-    zoo = Zoo(args.checkpoints)
+    zoo = Zoo(args.checkpoints, device=args.device, precision=args.precision)  # the page's zoo, built once
     if args.max_caption_chars is not None and args.max_caption_chars < 1:
         raise ExplorerError("--max-caption-chars takes a positive number of characters")
     access = Access.for_app(zoo.root, allow_roots=args.allow_root, public=public, sdxl=args.sdxl,
@@ -226,8 +226,7 @@ def _run_app(args) -> int:
         answering = "" if others else f", answering at {answered_names(access.hosts)}"
         print(f"explorer: owner mode on {bind}{answering}; typed paths must be under: "
               f"{', '.join(map(str, access.roots))}")
-    launch(host=bind, port=args.port, share=args.share, auth=auth, zoo_root=args.checkpoints,
-           device=args.device, precision=args.precision, access=access, forwarded_allow_ips=proxies,
+    launch(host=bind, port=args.port, share=args.share, auth=auth, zoo=zoo, access=access, forwarded_allow_ips=proxies,
            announce=lambda url: print(f"explorer: serving on {url} (Ctrl+C to stop)", flush=True))
     return 0
 

@@ -10,6 +10,7 @@ from starlette.middleware import Middleware
 from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
 from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
+from explorer.models.precision import AUTO
 from explorer.retrieval.indexing import Indexer
 from explorer.serve import host_guard
 from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
@@ -75,7 +76,7 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
               access: Access | None = None) -> gr.Blocks:
     """The page. ``access``: its rules (default: owner mode, typed paths under the zoo folder and
     ``$EXPLORER_HOME``); a public page has no Jobs tab and no controls that change the zoo."""
-    zoo = zoo or Zoo()
+    zoo = zoo or Zoo(precision=AUTO)  # the page's one default, as ``launch`` and the command line
     access = access or Access.for_app(zoo.root)
     cache = MapCache()
     indexer = indexer or Indexer()  # one embedding worker for every session: embeddings share the cores
@@ -131,17 +132,18 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
 
 def launch(host: str | None = None, port: int = 7860, share: bool = False, auth: tuple[str, str] | None = None,
            zoo_root: str | None = None, block: bool = True, device: str = "auto", access: Access | None = None,
-           announce=None, forwarded_allow_ips: str | None = None, precision: str = "auto"):
+           announce=None, forwarded_allow_ips: str | None = None, precision: str = AUTO, zoo: Zoo | None = None):
     """Serve the app. Binds ``host``, else ``$GRADIO_SERVER_NAME``, else localhost, as Gradio would
     (``host_guard.resolve_bind``), and says so to Gradio; sharing and auth are explicit. Others reach it
     (``share``, or an address not loopback): public unless ``access`` says otherwise (``--trusted``).
     ``forwarded_allow_ips``: the proxies whose ``X-Forwarded-For`` names the client (``clients.trusted_proxies``).
     ``precision``: what the models compute in ("auto": bf16 where the hardware has it; the page says which).
-    ``announce(url)`` is called once the page serves."""
+    ``announce(url)`` is called once the page serves. ``zoo`` and ``access``: the components the command line
+    built (its ``zoo_root``, ``device`` and ``precision`` are then the zoo's), so nothing is built twice."""
     prepare_process()  # no telemetry, offline: also when called from Python rather than the CLI
     own_temp_folder()  # before the app is built: its files in a folder no other server on the machine deletes
     keep_releasing_freed_memory()
-    zoo = Zoo(zoo_root, device=device, precision=precision)
+    zoo = zoo or Zoo(zoo_root, device=device, precision=precision)
     bind = host_guard.resolve_bind(host)
     others = share or not host_guard.is_loopback(bind)
     access = access or Access.for_app(zoo.root, public=others)
