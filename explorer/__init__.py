@@ -14,8 +14,8 @@ in one layer are peers and do not import each other.
     zoo                    manifests, the zoo folder, built-in models, the loaded-model cache
     data                   the synthetic world and dataset readers
     grounding              per-sentence maps, token budgets, masks, FLISM, PCA, ground truth
-    evaluation             metrics and the synthetic-world benchmark over the zoo
-    retrieval              benchmark datasets embedded once (on-disk cache), searched, re-ranked, Recall@K
+    retrieval              benchmark datasets embedded once (on-disk cache), searched, re-ranked
+    evaluation             metrics, the evaluation tasks (retrieval's Recall@K among them), the synthetic benchmark
     training               the training loop and the demo-zoo recipe
     testing                the conformance kit a method's author runs (check_method)
     probe                  the swap probe: one word swapped, each model's score and map
@@ -67,8 +67,8 @@ LAYERS = (
     ("zoo",),
     ("data",),
     ("grounding",),
+    ("retrieval",),  # embedding cache, index, search: evaluation.retrieval scores Recall@K on top of it
     ("evaluation",),
-    ("retrieval",),  # built on evaluation's Recall@K and caption scoring, so its numbers are explorer eval's
     ("training",),
     ("testing",),  # the conformance kit for a method's author (explorer.testing.check_method)
     ("probe",),  # the swap probe: what one word changes in each model's score and map

@@ -20,7 +20,7 @@ from explorer.data import write_dataset
 from explorer.data.retrieval_sets import LAYOUTS, read_retrieval_set
 from explorer.models.model import Model
 from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import FORMAT, VERSION
+from explorer.evaluation.retrieval import FORMAT, VERSION
 from explorer.retrieval.search import Searcher
 from explorer.zoo import Zoo
 

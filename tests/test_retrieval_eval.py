@@ -30,7 +30,7 @@ from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, 
 from explorer.evaluation.runner import evaluate_model
 from explorer.retrieval import embedding_store
 from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import (evaluate_retrieval, results_csv_text, results_document, results_rows,
+from explorer.evaluation.retrieval import (evaluate_retrieval, results_csv_text, results_document, results_rows,
                                          worst_queries, write_results_csv)
 from explorer.retrieval.indexing import Indexer
 from explorer.retrieval.search import Searcher

@@ -21,7 +21,7 @@ from PIL import Image
 from explorer.data import write_dataset
 from explorer.data.retrieval_sets import read_retrieval_set
 from explorer.retrieval.embedding_store import EmbeddingStore
-from explorer.retrieval.evaluate import DEFAULT_KS, evaluate_retrieval
+from explorer.evaluation.retrieval import DEFAULT_KS, evaluate_retrieval
 from explorer.retrieval.indexing import Indexer
 from explorer.ui import retrieval_tab as tab
 from explorer.ui import view_controls

@@ -51,7 +51,7 @@ def _add_retrieval_arguments(parser: argparse.ArgumentParser, several: bool, run
 
 
 def _retrieval_set(args):
-    from explorer.retrieval.evaluate import read_evaluation_set
+    from explorer.evaluation.retrieval import read_evaluation_set
 
     return read_evaluation_set(args.data, split=args.split, layout=args.layout, limit=args.limit)
 
@@ -162,7 +162,7 @@ def _run_search(args) -> int:
 
 def _run_eval_retrieval(args) -> int:
     from explorer.core.files import write_text_atomic
-    from explorer.retrieval.evaluate import (DEFAULT_KS, evaluate_retrieval, results_document, results_rows,
+    from explorer.evaluation.retrieval import (DEFAULT_KS, evaluate_retrieval, results_document, results_rows,
                                              write_results_csv)
     from explorer.retrieval.search import DEFAULT_SHORTLIST
 

@@ -11,7 +11,7 @@ foreground command writes) and the flat metrics that become rows of the results 
 return None. A runner raises for a model that does not load or a dataset that does not read: the child
 fails with that message and the sweep's other children go on.
 
-- ``retrieval``: what ``explorer eval-retrieval`` does (``retrieval.evaluate``): the same reading, the
+- ``retrieval``: what ``explorer eval-retrieval`` does (``evaluation.retrieval``): the same reading, the
   same embedding cache, the same ``evaluate_retrieval``. Under torchrun each rank embeds its share of
   the dataset into the one cache (``EmbeddingStore.update_part``); after a barrier rank 0 scores.
 - ``grounding``: ``explorer eval-grounding``'s library entry point (``explorer.evaluation.real_grounding``),
@@ -131,7 +131,7 @@ def numeric_metrics(entry: dict, prefix: str = "") -> dict[str, float]:
 @task(RETRIEVAL)
 def retrieval(job: EvalJob) -> EvalOutcome | None:
     from explorer.retrieval.embedding_store import EmbeddingStore
-    from explorer.retrieval.evaluate import DEFAULT_KS, evaluate_retrieval, read_evaluation_set, results_document
+    from explorer.evaluation.retrieval import DEFAULT_KS, evaluate_retrieval, read_evaluation_set, results_document
     from explorer.retrieval.search import DEFAULT_SHORTLIST
 
     options = job.options

@@ -1,11 +1,11 @@
-"""Retrieval: a benchmark dataset embedded once per model, searched both ways, and Recall@K.
+"""Retrieval: a benchmark dataset embedded once per model, searched both ways (Recall@K over it is
+``explorer.evaluation.retrieval``, a layer up).
 
     embedding_store   the on-disk cache of one model's embeddings of one dataset (incremental,
                       resumable, keyed by the weights, invalidated when they change)
     fingerprint       what an embedding depends on, as hashes (weights, config, preprocessing, ...)
     vector_index      global cosine top-k: exact with torch for small galleries, FAISS for large
     search            one query (a text or a picture): top k by the method's score, the truth's rank
-    evaluate          Recall@K / mean and median rank / RSUM over a dataset, exact or shortlisted
     truncation        which captions a model's context cuts, and where
     indexing          embedding in the background, with progress (the app's worker)
 

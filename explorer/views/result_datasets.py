@@ -85,7 +85,7 @@ def _read(family: str, part: Part, root: Path):
 
         return read_class_set(root, part.layout or None)
     if family == RETRIEVAL:
-        from explorer.retrieval.evaluate import read_evaluation_set
+        from explorer.evaluation.retrieval import read_evaluation_set
 
         return read_evaluation_set(root, split=part.split, layout=part.layout or None)
     raise ResultsError(f"{family} results keep no units to draw")

@@ -90,7 +90,7 @@ def compute_retrieval(load: Callable, settings: ViewSettings, stores: Callable =
                       dataset=None) -> RetrievalFigureView:
     """Every query against every model: ``stores(model, dataset)`` gives a model's embeddings (the page
     passes one that refuses a model that has not embedded the dataset, and the dataset it has open)."""
-    from explorer.retrieval.evaluate import read_evaluation_set
+    from explorer.evaluation.retrieval import read_evaluation_set
     from explorer.retrieval.search import Searcher
 
     if not settings.data:

@@ -402,7 +402,7 @@ _EVALUATIONS: "weakref.WeakKeyDictionary[EmbeddingStore, dict]" = weakref.WeakKe
 def evaluate_model(model, store: EmbeddingStore, ks: Sequence[int] = KS) -> tuple[dict, RetrievalSet]:
     """``evaluate_retrieval``'s entry and the usable set it counted in; kept with the store until its
     cache changes, so evaluating again (another model added) only runs the new model."""
-    from explorer.retrieval.evaluate import evaluate_retrieval
+    from explorer.evaluation.retrieval import evaluate_retrieval
 
     stamp = store.index_stamp()
     known = _EVALUATIONS.setdefault(store, {})
@@ -426,7 +426,7 @@ class Evaluation:
 
     def document(self) -> dict:
         """The results file: the same keys as the CLI's (format, version, dataset, ks, models)."""
-        from explorer.retrieval.evaluate import results_document
+        from explorer.evaluation.retrieval import results_document
 
         return results_document(next(iter(self.usable.values()), self.dataset), self.ks, self.entries)
 
@@ -436,7 +436,7 @@ def evaluate_models(load: Callable, names: Sequence[str], dataset: RetrievalSet,
     """Evaluate each model in turn, yielding (model just done, the evaluation so far): the page fills the
     table as it goes. A model that is not indexed (or fails) is recorded in ``errors``, not waited for.
     ``ks``: what is measured and exported; by default every K of `explorer eval-retrieval` (1 ... 50)."""
-    from explorer.retrieval.evaluate import DEFAULT_KS
+    from explorer.evaluation.retrieval import DEFAULT_KS
 
     _check_models(names)
     evaluation = Evaluation(dataset, tuple(sorted(set(ks or DEFAULT_KS))))
@@ -458,7 +458,7 @@ def recall_columns(ks: Sequence[int] = KS) -> list[str]:
 
 def recall_rows(evaluation: Evaluation) -> list[dict]:
     """``results_rows``: one flat row per model, the entry's values as they are (the CSV)."""
-    from explorer.retrieval.evaluate import results_rows
+    from explorer.evaluation.retrieval import results_rows
 
     return results_rows(evaluation.document(), evaluation.ks) if evaluation.entries else []
 
@@ -488,7 +488,7 @@ def export_results(evaluation: Evaluation, folder: Path) -> tuple[Path, Path]:
     each written atomically into ``folder``."""
     if not evaluation.entries:
         raise ExplorerError("there are no results to export: evaluate an indexed model first")
-    from explorer.retrieval.evaluate import write_results_csv
+    from explorer.evaluation.retrieval import write_results_csv
 
     document, folder = evaluation.document(), paths.ensure(Path(folder))
     csv_file = write_results_csv(document, folder / "recall.csv", evaluation.ks)
@@ -517,7 +517,7 @@ WORST_COLUMNS = ["rank", "query", "right answer", "the model's first pick"]
 def model_worst_queries(evaluation: Evaluation, model: str, direction: str = "t2i", n: int = 20) -> list[WorstQuery]:
     """``worst_queries`` of ``model``'s entry (the ``n`` queries whose right answer ranked lowest, largest
     rank first), each with its picture, caption and the model's first pick read from its usable set."""
-    from explorer.retrieval.evaluate import worst_queries
+    from explorer.evaluation.retrieval import worst_queries
 
     entry, usable = evaluation.entries.get(model), evaluation.usable.get(model)
     if entry is None:
