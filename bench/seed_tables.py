@@ -9,7 +9,8 @@ has it, ``refer-twin``), then for each model of the demo zoo:
 - FG-OVD's twin (``eval-negatives --layout fg-ovd``): accuracy per split, the first --limit regions of each;
 - the class folders (``eval-zeroshot --layout folder``, open_clip's 7 simple templates): top-1 and top-5;
 - the refer twin (``eval-grounding --layout refcoco``, RefCOCO testA): mIoU, oIoU and box accuracy of the
-  model's headline map (its native map, else generic), the first --limit pictures.
+  model's headline map (its native map, else generic), the first --limit pictures, under the default
+  protocol (ReCLIP's) or the one --text, --box-alpha and --min-box-area set.
 
 Items per second count what each model scored in this run (regions, pictures, expressions) over the wall
 time of its scoring (model loading left out). Results: bench/results/seed-tables.json and .md (the tables
@@ -70,15 +71,18 @@ def zeroshot(model, name: str, root: Path, limit: int | None) -> tuple[dict, flo
     return {"top1": entry["top1"], "top5": entry["top5"]}, time.perf_counter() - started, entry["n"]
 
 
-def refcoco(model, name: str, root: Path, limit: int) -> tuple[dict, float, int]:
+def refcoco(model, name: str, root: Path, limit: int, protocol: dict | None = None) -> tuple[dict, float, int]:
     from explorer.data.grounding_sets import read_grounding_set
     from explorer.evaluation.grounding_eval import native_kind
     from explorer.evaluation.real_grounding import evaluate_grounding
 
-    dataset = read_grounding_set(root, split="testA", layout="refcoco", limit=limit, options={"dataset": "refcoco"})
+    given = {key: value for key, value in (protocol or {}).items() if value is not None}
+    dataset = read_grounding_set(root, split="testA", layout="refcoco", limit=limit,
+                                 options={"dataset": "refcoco", **{k: given[k] for k in ("text",) if k in given}})
     kind = native_kind(model) or "generic"
     started = time.perf_counter()
-    result = evaluate_grounding({name: model}, dataset, kinds=[kind], progress=False)
+    result = evaluate_grounding({name: model}, dataset, kinds=[kind], progress=False,
+                                **{k: given[k] for k in ("box_alpha", "min_box_area") if k in given})
     scores = result["models"][0]["kinds"][kind]
     return ({"kind": kind, **{k: scores.get(k) for k in ("miou", "oiou", "box_accuracy")}},
             time.perf_counter() - started, scores["n_units"])
@@ -120,6 +124,9 @@ def main() -> int:
     parser.add_argument("--pictures", type=int, help="class-folder pictures (default: all, 80 classes x 3)")
     parser.add_argument("--scenes", type=int, default=120, help="scenes of the FG-OVD twin (the refer twin: a quarter)")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--text", choices=("raw", "sent"), help="refcoco: the sentence field (default raw)")
+    parser.add_argument("--box-alpha", type=float, help="refcoco: the box score's alpha (default ReCLIP's 0.5)")
+    parser.add_argument("--min-box-area", type=float, help="refcoco: the share a box exceeds to answer (default 0)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "seed-tables")
     args = parser.parse_args()
 
@@ -142,7 +149,9 @@ def main() -> int:
                 print(f"{task}: no twin in this build, left out", file=sys.stderr)
                 continue
             limit = args.pictures if task == "zeroshot" else args.limit
-            scores, seconds, n = TASKS[task](model, name, made[task], limit)
+            extra = {"protocol": {"text": args.text, "box_alpha": args.box_alpha,
+                                  "min_box_area": args.min_box_area}} if task == "refcoco" else {}
+            scores, seconds, n = TASKS[task](model, name, made[task], limit, **extra)
             rows.append({"model": name, "method": model.method_name, "task": task, "scores": scores, "n": n,
                          "seconds": round(seconds, 2), "items_per_s": n / seconds if seconds else 0.0})
             print(f"{name} {task}: {scores} ({n} {UNITS[task]}, {n / seconds:.1f}/s)", flush=True)

@@ -103,15 +103,15 @@ def test_alpha_half_and_one_by_hand():
     assert pick_box(values, [small, whole], (10, 10), BoxRule(alpha=1, min_area=0)) == 0  # the mean: 1 beats 0.232
 
 
-def test_only_a_box_over_five_percent_of_the_picture_may_answer():
+def test_reclips_area_threshold_lets_only_a_box_over_five_percent_answer():
     values = np.zeros((10, 10))
     values[0:2, 0:3] = 1.0
     exactly, above, whole = (0, 0, 1, 5), (0, 0, 2, 3), (0, 0, 10, 10)  # 5%, 6%, 100% of 100 px
-    # box_area / image_area > 0.05 (ReCLIP's Environment.filter_area): 5% itself is out
-    assert pick_box(values, [exactly, whole], (10, 10)) == 1  # 2 / 5**.5 = 0.89 would beat 6 / 10, but is out
-    assert pick_box(values, [exactly, whole], (10, 10), BoxRule(0.5, 0)) == 0
-    assert pick_box(values, [above, whole], (10, 10)) == 0  # 4 / 6**.5 = 1.63 beats 0.6
-    assert pick_box(values, [exactly, (5, 5, 6, 6)], (10, 10)) == 0  # none passes: every box competes
+    reclip = BoxRule(0.5, 0.05)  # --min-box-area 0.05: box_area / image_area > 0.05 (Environment.filter_area)
+    assert pick_box(values, [exactly, whole], (10, 10), reclip) == 1  # 2 / 5**.5 = 0.89 beats 6 / 10, but is out
+    assert pick_box(values, [exactly, whole], (10, 10)) == 0  # by default every box may answer
+    assert pick_box(values, [above, whole], (10, 10), reclip) == 0  # 4 / 6**.5 = 1.63 beats 0.6
+    assert pick_box(values, [exactly, (5, 5, 6, 6)], (10, 10), reclip) == 0  # none passes: every box competes
 
 
 def test_the_box_pixels_are_reclips_int_slice_scaled_to_the_map():
@@ -168,7 +168,7 @@ def test_raw_by_default_and_sent_on_request(root):
     result = evaluate_grounding({"rects": RectModel()}, raw, progress=False)
     assert result["protocol"]["text"] == "raw" and result["protocol"]["lowercased"] is False
     assert result["protocol"]["box_alpha"] == 0.5 and result["protocol"]["hit"] == "iou > 0.5"
-    assert result["protocol"]["min_box_area"] == 0.05
+    assert result["protocol"]["min_box_area"] == 0.0
 
 
 @pytest.mark.parametrize("coco", [False, None])  # the own rasterizer, and pycocotools where installed

@@ -40,7 +40,7 @@ def add_commands(commands) -> None:
                              f"README's {DEFAULT_ALPHA}; 1 is the mean over the box), A in (0, 2]")
     parser.add_argument("--min-box-area", type=float, default=DEFAULT_MIN_AREA, metavar="S",
                         help="box grounding: only a box larger than this share of the picture may be the answer "
-                             f"(ReCLIP's --box_area_threshold, default {DEFAULT_MIN_AREA}; 0: every box), S in [0, 1)")
+                             f"(default {DEFAULT_MIN_AREA}: every box; ReCLIP's method: 0.05), S in [0, 1)")
     parser.add_argument("--kind", action="append", dest="kinds", metavar="K",
                         help="map kind to score (repeat; default: every kind each model offers)")
     parser.add_argument("--units", choices=("sentence", "phrase"), help="default: the layout's (PNG offers both)")

@@ -74,7 +74,8 @@ def add_commands(commands) -> None:
     sweep.add_argument("--box-alpha", type=float, metavar="A",
                        help="grounding, refcoco: a proposal scores its map sum / area**A (default ReCLIP's 0.5)")
     sweep.add_argument("--min-box-area", type=float, metavar="S",
-                       help="grounding, refcoco: a box larger than this share of the picture answers (default 0.05)")
+                       help="grounding, refcoco: only a box over this share of the picture answers (default 0; "
+                            "ReCLIP's method: 0.05)")
     sweep.add_argument("--splits", nargs="+", metavar="NAME", help="negatives: the splits (FG-OVD hard medium easy "
                                                                    "trivial ...; default every file present)")
     sweep.add_argument("--templates", help="zeroshot: openai (default), simple, or a file of templates with {}")

@@ -16,10 +16,13 @@ NaN values are left out of the sum; a box whose pixels are all NaN scores -inf; 
 pixel sums nothing and scores 0, as ReCLIP's empty slice does. Ties go to the first proposal, in the order
 the proposals come (COCO's annotation order, or the detections file's), as ReCLIP's ``argmax``.
 
-Only a box larger than ``min_area`` of the picture may be the answer (ReCLIP's ``--box_area_threshold``,
-0.05 by default, applied by ``Environment.filter`` in ``interpreter.py``: ``box.area / image_area >
-threshold``; when no box passes, every box competes). ReCLIP's baseline method also multiplies these scores
-with those of the expression's head noun chunk (spaCy's parse); that is not done here: the map alone picks.
+``min_area`` > 0 lets only a box larger than that share of the picture be the answer: ReCLIP's method
+step ``--box_area_threshold`` (0.05 in its ``main.py``, applied by ``Environment.filter`` in
+``interpreter.py``: ``box.area / image_area > threshold``; when no box passes, every box competes). It is off
+by default (``DEFAULT_MIN_AREA`` 0): it belongs to ReCLIP's own method (``methods/baseline.py``, which also
+multiplies in the scores of the expression's head noun chunk from spaCy's parse, not done here), not to how
+a map scores a box, and on small objects it decides the answer whatever the map says (75% of the refer
+twin's referred objects are under 5% of their picture). ``--min-box-area 0.05`` applies it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ HIT_IOU = 0.5  # a hit is IoU > HIT_IOU (ReCLIP's main.py)
 HIT_RULE = "iou > 0.5"
 DEFAULT_ALPHA = 0.5  # ReCLIP's README: --gradcam_alpha 0.5 0.5
 ALPHA_RANGE = (0.0, 2.0)  # (low, high]: 1 is the mean, 0 would be the bare sum (the largest box always wins)
-DEFAULT_MIN_AREA = 0.05  # ReCLIP's main.py: --box_area_threshold 0.05
+DEFAULT_MIN_AREA = 0.0  # every box may answer; ReCLIP's method uses 0.05 (--box_area_threshold, module docstring)
 SCORE_RULE = "sum / area ** alpha"
 
 
@@ -57,8 +60,8 @@ def box_rule(alpha=DEFAULT_ALPHA, min_area=DEFAULT_MIN_AREA) -> BoxRule:
     except (TypeError, ValueError):
         share = math.nan
     if not 0 <= share < 1:
-        raise InputError(f"--min-box-area must lie in [0, 1) (a share of the picture; ReCLIP's 0.05 by default, "
-                         f"0 lets every box answer), not {min_area}")
+        raise InputError(f"--min-box-area must lie in [0, 1) (a share of the picture; 0, the default, lets every "
+                         f"box answer; ReCLIP's method uses 0.05), not {min_area}")
     return BoxRule(check_alpha(alpha), share)
 
 
