@@ -65,8 +65,19 @@ class Untrainable(ClipMethod):
         return {"constant": self.logit_scale.detach() * 0 + 1.0}
 
 
+class PaddingDependent(ClipMethod):
+    """A text embedding that reads the padding: the mean of every id's embedding, the padding's too."""
+    name, title = "kit_padding", "Padding"
+
+    def encode_text(self, ids):
+        features = super().encode_text(ids)
+        features.eot = features.eot + self.token_embedding(ids).mean(dim=1) @ self.text_projection
+        return features
+
+
 @pytest.mark.parametrize("cls,failing", [
     (BatchDependent, {"pairs equal batch"}),
+    (PaddingDependent, {"text without padding"}),
     (Detached, {"similarity", "maps"}),  # the gradient explainers cannot draw it either
     (BadMap, {"maps"}),
     (ForgetfulConfig, {"config round trip", "zoo round trip", "release layout"}),
@@ -92,6 +103,33 @@ def test_check_method_on_the_command_line_exits_1_on_a_failure_with_one_line_per
     assert main(["check-method", "test_conformance_kit:BatchDependent"]) == 1  # a class not installed yet
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "test_conformance_kit:BatchDependent" and len(lines) == len(CHECKS) + 2
-    assert "FAIL  pairs equal batch: image 0, text 0" in lines[4] and lines[-1] == "9 of 10 checks pass; 1 fail"
+    assert "FAIL  pairs equal batch: image 0, text 0" in lines[4] and lines[-1] == "10 of 11 checks pass; 1 fail"
     assert main(["check-method", "no_such_module:Method"]) == 1
     assert capsys.readouterr().out.startswith("FAIL  loads: ModuleNotFoundError")
+
+
+class OwnScoreCalledCosine(ClipMethod):
+    """A score of its own (a sharpened cosine) whose class never says what it is."""
+    name, title = "kit_own_score", "Own score"
+
+    def similarity(self, image, text):
+        return 2.0 * cosine_matrix(image.cls, text.eot)
+
+
+class OwnScoreNamed(OwnScoreCalledCosine):
+    name = "kit_own_named"
+
+    @classmethod
+    def score_description(cls, options=None):
+        return "twice the cosine"
+
+
+def test_the_kit_warns_when_a_method_with_its_own_score_still_calls_it_cosine():
+    """Issue 66, part 7: eval and results.json would label the method's own score "cosine"; the check passes
+    with a warning naming score_description, and says nothing once the class names its score."""
+    from explorer.testing.conformance import score_label_warning
+
+    warned = score_label_warning(OwnScoreCalledCosine.example("tiny", seed=0))
+    assert warned.startswith("warning:") and "score_description" in warned
+    assert score_label_warning(OwnScoreNamed.example("tiny", seed=0)) == ""
+    assert score_label_warning(ClipMethod.example("tiny", seed=0)) == ""  # the cosine, rightly so called

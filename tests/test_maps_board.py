@@ -223,7 +223,7 @@ def test_demo_models_on_a_picture_without_truth_get_a_warning(zoo, photo, halves
     assert "data-warning" not in draw(zoo, photo, ("tiny-untrained",))[2]  # not a demo model: its own label says
 
 
-def test_the_focus_view_of_four_models_links_every_panel_and_titles_them_on_two_lines(zoo, photo):
+def test_the_focus_view_of_four_models_links_every_panel_and_titles_each_on_a_line_of_its_own(zoo, photo):
     four = ("tiny-untrained", "demo-flair", "demo-caft", "demo-clip-base")
     view, settings, *_ = draw(zoo, photo, four)
     layout = focus_figure(view, settings, 0).layout
@@ -231,8 +231,12 @@ def test_the_focus_view_of_four_models_links_every_panel_and_titles_them_on_two_
     for k in (2, 3, 4):  # every other panel zooms and pans with the first
         assert layout[f"xaxis{k}"].matches == "x" and layout[f"yaxis{k}"].matches == "y", k
     titles = [a for a in layout.annotations if any(name in a.text for name in four)]
-    assert [t.text for t in titles] == [f"<b>{m.name}</b><br>{m.kind}" for m in view.models]  # name, then kind
+    assert [t.text for t in titles] == [f"<b>{m.name}</b> · {m.kind}" for m in view.models]  # name, then kind
     assert all(t.font.size >= 12 for t in titles)
+    # issue 66: each title on a line of its own (a phone's 80-px panels ran them into one another), the first
+    # model's on top, each starting over its own panel
+    assert [t.yshift for t in titles] == sorted({t.yshift for t in titles}, reverse=True) and len(titles) == 4
+    assert [t.x for t in titles] == [layout[f"xaxis{k}" if k > 1 else "xaxis"].domain[0] for k in (1, 2, 3, 4)]
 
 
 def test_a_panel_pick_is_checked_on_the_server(zoo, photo):
@@ -319,8 +323,9 @@ def test_what_a_visitor_or_a_zoo_names_is_text_on_the_board_never_markup(zoo, ph
     text = re.sub(r'src="data:image/webp;base64,[A-Za-z0-9+/=]+"', 'src=""', board)
     for markup in ("<script", "<img src=x", "<b>right", "<i>kind", "onerror=alert(2)>", '"on"'):
         assert markup not in text, markup
-    # the warning, the header (attribute and name), the cut tokens, each panel (attribute and alt text)
-    assert text.count("&lt;img src=x onerror=alert(2)&gt;&quot;&#x27;|") == 8
+    # the warning, the header (attribute and name), the cut tokens, each panel (attribute, alt text and the
+    # model's name a phone shows under it)
+    assert text.count("&lt;img src=x onerror=alert(2)&gt;&quot;&#x27;|") == 10
     assert 'data-sentence="1"' in text and "A &lt;script&gt;alert(1)&lt;/script&gt; cat." in text
     first = text.split('data-sentence="1"')[1].split('data-sentence="2"')[0]
     assert "cuts 3 token(s)" in first and "cuts" not in text.split('data-sentence="2"')[1]  # in its own row

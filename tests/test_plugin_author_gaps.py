@@ -55,6 +55,8 @@ def test_the_scaffold_declares_a_test_extra_and_its_readme_installs_it_and_runs_
     assert "`pytest tests/`" not in readme  # a pytest outside explorer's environment does not find explorer
     method = (tmp_path / "pkg" / "explorer_mymethod" / "method.py").read_text()
     assert "    cosine_score = True\n" in method and '    export_leaves_out = ""\n' in method
+    assert "    def score_description(cls, options=None) -> str:\n" in method  # beside cosine_score (issue 66)
+    assert "`score_description`" in readme and "score_description" in (REPO / "docs" / "plugins.md").read_text()
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 The package: ``pyproject.toml`` (its entry point in ``explorer.methods``, and a ``test`` extra that
 installs pytest into explorer's environment), one module on the CLIP-family base with three places
 marked ``YOUR METHOD`` (the score, a native map, the loss) and the class attributes that say what the
-method is to the rest of the app (``cosine_score``, ``export_leaves_out``), a test running the
+method is to the rest of the app (``cosine_score``, ``score_description``, ``export_leaves_out``), a test running the
 conformance kit, and a README of the steps (``pip install -e '.[test]'``, ``python -m pytest tests/``).
 What it writes is a working method (CLIP's score and loss, a sharpened patch-cosine map) to change,
 not a stub that fails until filled in.
@@ -92,6 +92,15 @@ class {cls}(ClipFamily):
     # library has (an attention-pooled base's). Anything left out makes the command refuse a whole export
     # and write the CLIP backbone alone with --backbone-only.
     export_leaves_out = ""
+
+    # What `similarity` returns, in a few words: `explorer eval`, the app's tables and results.json print it
+    # beside every score (scores of different kinds do not compare). "cosine" is right only while cosine_score
+    # is True; a score of your own says what it is, e.g. "late-interaction token max-sim" (the kit warns when a
+    # method with its own score still calls it "cosine").
+    @classmethod
+    def score_description(cls, options=None) -> str:
+        return "cosine"
+
     # Defaults of a background run (explorer.jobs), each number with where it comes from.
     job_defaults = {{
         "train": {{"batch_size": 32, "lr_backbone": 1e-5, "lr_new": 1e-4}},
@@ -154,8 +163,8 @@ method does (the page, `explorer train`, Jobs, `explorer eval`, figures) without
 2. `explorer methods` lists `{name}` with this package as its source.
 3. Edit `{package}/method.py` at the three places marked `YOUR METHOD`: the score (`similarity`),
    the method's own map (`sentence_maps`, kind `{name}-map`) and the loss (`losses`). Set
-   `job_defaults` to the paper's numbers, each with its source, and keep `cosine_score` and
-   `export_leaves_out` true to what the method computes (their comments say how).
+   `job_defaults` to the paper's numbers, each with its source, and keep `cosine_score`,
+   `score_description` and `export_leaves_out` true to what the method computes (their comments say how).
 4. Check it after each change: `explorer check-method {name}` (one line per check, exit code 0 or 1)
    or `python -m pytest tests/` in this folder (runs `explorer.testing.check_method`; `python -m`
    runs the pytest of explorer's environment, which the test extra installed).

@@ -204,7 +204,18 @@ def check_similarity(state) -> str:
     (scores * weights).sum().backward()
     expect(pixels.grad is not None and torch.isfinite(pixels.grad).all() and pixels.grad.abs().sum() > 0,
            "its gradient with respect to the pixels is zero or not finite")
-    return ""
+    return score_label_warning(model)
+
+
+def score_label_warning(model) -> str:
+    """A warning (the check still passes) when a method with a score of its own still calls it "cosine": `eval`,
+    the tables and results.json would label the method's own score as CLIP's (``Method.score_description``)."""
+    if model.global_score or model.score_label.strip().lower() != "cosine":
+        return ""
+    return (f'warning: the score is {type(model).__name__}\'s own (cosine_score is not True) but score_description '
+            'still says "cosine", so eval, the tables and results.json label it as the cosine; override the '
+            'classmethod score_description(cls, options=None) to say what it is (e.g. "late-interaction '
+            'token max-sim")')
 
 
 def check_pairs_equal_batch(state) -> str:
@@ -219,6 +230,25 @@ def check_pairs_equal_batch(state) -> str:
                 gap = float((one[0, 0] - batch[i, j]).abs())
                 expect(gap <= PAIR_TOLERANCE * max(1.0, float(batch[i, j].abs())),
                        f"image {i}, text {j}: {float(one[0, 0]):.6g} alone, {float(batch[i, j]):.6g} in the batch")
+    return ""
+
+
+def check_text_without_padding(state) -> str:
+    """The app hands ``encode_text`` ids cut after the batch's longest text (``TokenBatch.unpadded``), so a
+    caption costs its own tokens, not the context: they must give what the padded ids give."""
+    from explorer.models.tokenizer import TokenBatch
+
+    model, ids = state["model"], state["ids"]
+    cut = TokenBatch(ids=ids, n_tokens=model.tokenize(list(SENTENCES)).n_tokens, n_cut=[0] * len(SENTENCES)).unpadded()
+    with torch.no_grad():
+        padded, trimmed = model.encode_text(ids).eot, model.encode_text(cut.ids).eot
+    expect(tuple(trimmed.shape) == tuple(padded.shape), f"eot {tuple(trimmed.shape)} from ids cut to "
+                                                        f"{cut.ids.shape[1]} tokens, {tuple(padded.shape)} padded")
+    gap = float((trimmed.float() - padded.float()).abs().max())
+    expect(gap <= PAIR_TOLERANCE, f"encode_text of ids cut after the longest text ({cut.ids.shape[1]} of "
+                                  f"{ids.shape[1]} tokens) differs from the padded ids by {gap:.3g}: the app cuts "
+                                  "the padding before every text forward (explorer.models.unpadded), so the tower "
+                                  "must read any width up to its context (slice its position table to the ids)")
     return ""
 
 
@@ -430,6 +460,7 @@ CHECKS: tuple[tuple[str, Callable], ...] = (
     ("features", check_features),
     ("similarity", check_similarity),
     ("pairs equal batch", check_pairs_equal_batch),
+    ("text without padding", check_text_without_padding),
     ("maps", check_maps),
     ("config round trip", check_config_round_trip),
     ("zoo round trip", _with_registry(check_zoo_round_trip)),

@@ -65,13 +65,18 @@ CSS = """
 .mb-flat { color: #b54708; font-weight: 600; }
 .mb-outside { color: #8a3b00; font-weight: 600; }
 .mb-empty { font-size: 13px; color: var(--body-text-color-subdued); padding: 20px 0; }
+.mb-panel-model { display: none; }
 /* A phone (390 px): no sentence column beside the maps. The picture and each sentence take a row of their own
-   across the board, the maps of that sentence under it share the whole width (--mb-models columns). */
+   across the board, the maps of that sentence under it: one a row, two where both get at least 160 px. The
+   model headers leave (they would sit rows away from the maps): each panel names its model instead. */
 @media (max-width: 640px) {
-  .mb-grid { grid-template-columns: repeat(var(--mb-models), minmax(0, 1fr)) !important; gap: 6px 6px; }
-  .mb-corner, .mb-sentence { grid-column: 1 / -1; }
+  .mb-grid { grid-template-columns: repeat(auto-fit, minmax(160px, 1fr)) !important; gap: 6px 6px; }
+  .mb-corner, .mb-sentence, .mb-head { grid-column: 1 / -1; }
+  .mb-head { align-self: start; }
+  .mb-head b, .mb-head span { display: inline; margin-right: 6px; }
   .mb-corner img { max-width: 96px; }
   .mb-sentence { padding-top: 8px; }
+  .mb-panel-model { display: block; font-weight: 600; }
 }
 """
 
@@ -195,7 +200,8 @@ def _panel(view: MapsView, m: int, i: int, panels: list, row: dict | None, setti
                        for p in panels if p.pixels is not None)
     return (f'<figure class="mb-panel" data-map-panel="{escape(model.name)}|{i + 1}" data-number="{i + 1}" '
             f'role="button" tabindex="0" title="Open sentence {i + 1} large for every model">{pictures}'
-            f'<figcaption>{_panel_label(model.flat(i), row, side)}</figcaption></figure>')
+            f'<figcaption><span class="mb-panel-model">{escape(model.name)}</span>'
+            f'{_panel_label(model.flat(i), row, side)}</figcaption></figure>')
 
 
 def _panel_label(flat: bool, row: dict | None, side=None) -> str:

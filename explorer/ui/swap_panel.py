@@ -56,6 +56,12 @@ CSS = """
 .swap-table th button { font-weight: 600; background: none; border: none; cursor: pointer; font-size: 14px;
   color: var(--body-text-color); }
 .swap-table tbody tr { cursor: pointer; }
+.swap-table td button, .swap-table th[scope=row] button { background: none; border: none; color: inherit;
+  font: inherit; cursor: pointer; padding: 0; width: 100%; text-align: inherit; }
+.swap-table button:focus-visible { outline: 2px solid var(--color-accent); outline-offset: 2px; }
+.swap-scroll { max-width: 100%; overflow-x: auto; }
+.swap-table th:first-child { position: sticky; left: 0; z-index: 1; background: var(--background-fill-primary);
+  text-align: left; }
 .swap-table tr.swap-picked { outline: 2px solid var(--color-accent); }
 .swap-noticed { color: #fff; background: #1a7f37; }
 .swap-missed { color: #fff; background: #b42318; }
@@ -88,6 +94,11 @@ def _check_view(view):
         raise ExplorerError("draw the maps first (the probe swaps words of the drawn caption)")
 
 
+def _sentences(view) -> int:
+    """The caption's sentences of a drawn view (its span rows left out: ``MapsView.span_of``)."""
+    return len(view.sentences) - len(getattr(view, "span_of", ()))
+
+
 def _number(value) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -108,7 +119,7 @@ def choose_sentence(view, settings, number):
     """The sentence box: (state, words, every button, note, table, maps) for sentence ``number``."""
     try:
         _check_view(view)
-        count = view.n_sentences  # the caption's sentences: a span row is swapped in its own sentence
+        count = _sentences(view)  # the caption's sentences: a span row is swapped in its own sentence
         if not 1 <= _number(number) <= count:
             raise SwapError(f"sentence {_number(number)} is past the caption: it has {count} sentence(s), "
                             "numbered from 1")
@@ -212,7 +223,8 @@ def compute_pair(load, view, state: SwapState, replacement: str) -> SwapView:
 def swap_settings(view, board_settings, state: SwapState) -> SwapSettings:
     """The settings that replay the panel's figure (``explorer figure replay``)."""
     record = state.record
-    return SwapSettings(image=getattr(board_settings, "image", ""), caption=" ".join(view.sentences[:view.n_sentences]),
+    caption = " ".join(view.sentences[:_sentences(view)])  # the span rows are not the caption
+    return SwapSettings(image=getattr(board_settings, "image", ""), caption=caption,
                         sentence=state.number, word=record.word, replacements=record.replacements,
                         models=[m.name for m in view.models], kinds={m.name: m.kind for m in view.models},
                         margin=record.margin, pair=state.shown or "", cmap=getattr(board_settings, "cmap", "turbo"),
@@ -274,7 +286,9 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
         gr.Markdown("### Swap: what one word changes\nEach model's own score of a sentence against the picture, "
                     "with one word swapped; the margin is original minus swapped.", elem_id="swap-title")
         with gr.Row(equal_height=True):
-            number = gr.Number(value=1, precision=0, label="Swap in sentence", minimum=1, scale=0, min_width=160,
+            # No minimum: Gradio would refuse 0 or -1 with a toast (and a traceback in the log); the handler's
+            # one-line note beside the control says what is wrong instead.
+            number = gr.Number(value=1, precision=0, label="Swap in sentence", scale=0, min_width=160,
                                elem_id="swap-sentence")
             replacements = gr.Textbox(label="Replacement(s), comma-separated", scale=2, elem_id="swap-replacements")
             margin = gr.Number(value=0.0, label="Noticed when the margin is over", scale=0, min_width=200,

@@ -82,11 +82,12 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
 
     i = check_sentence(view, sentence)
     width, height = view.picture.size
-    # Two lines per title (name, then kind): four side by side stay apart and readable.
-    titles = [f"<b>{escape(m.name)}</b><br>{escape(m.kind)}"
+    # Each panel's title on a line of its own, starting over its panel (the first model's on top): at a 390-px
+    # phone four panels are 80 px wide, and titles side by side ran into one another.
+    titles = [f"<b>{escape(m.name)}</b> · {escape(m.kind)}"
               + (" · flat map" if m.flat(i) else _side_note(m, settings, i))
               for m in view.models]
-    figure = make_subplots(rows=1, cols=len(view.models), subplot_titles=titles, horizontal_spacing=0.02)
+    figure = make_subplots(rows=1, cols=len(view.models), horizontal_spacing=0.02)
     truth = None
     if view.truth is not None and i < len(view.truth.masks) and view.truth.masks[i] is not None:
         truth = _outline_xy(np.asarray(view.truth.masks[i]))
@@ -124,15 +125,26 @@ def focus_figure(view: MapsView, settings: ViewSettings, sentence: int):
         figure.update_yaxes(range=[height - 0.5, -0.5], showticklabels=False, row=1, col=column, **linked)
     threshold = "Otsu" if settings.threshold is None else f"{settings.threshold:.2f} of the range"
     side = PLOT_WIDTH / len(view.models) * height / width
-    figure.update_layout(height=int(min(720, max(280, side + 110))), margin=dict(l=10, r=10, t=60, b=40),
-                         hovermode="closest", legend=dict(orientation="h", y=-0.02),
-                         annotations=list(figure.layout.annotations) + [dict(
+    lines = len(titles) * TITLE_LINE
+    heads = [dict(text=title, showarrow=False, xref="paper", yref="paper", x=_panel_left(figure, m), y=1,
+                  xanchor="left", yanchor="bottom", yshift=4 + (len(titles) - 1 - m) * TITLE_LINE,
+                  font=dict(size=13)) for m, title in enumerate(titles)]
+    figure.update_layout(height=int(min(720 + lines, max(280, side + 70 + lines))),
+                         margin=dict(l=10, r=10, t=20 + lines, b=40), hovermode="closest",
+                         legend=dict(orientation="h", y=-0.02), annotations=heads + [dict(
                              text=f"white: the {threshold} mask's outline" + (", green: the truth" if truth else ""),
                              showarrow=False, xref="paper", yref="paper", x=0, y=-0.06, xanchor="left",
                              font=dict(size=12))])
-    for title in figure.layout.annotations[:len(view.models)]:
-        title.font = dict(size=13)
     return figure
+
+
+TITLE_LINE = 18  # pixels per panel title line
+
+
+def _panel_left(figure, m: int) -> float:
+    """Where panel ``m`` starts across the figure (paper units)."""
+    axis = figure.layout["xaxis" if m == 0 else f"xaxis{m + 1}"]
+    return float(axis.domain[0])
 
 
 __all__ = ["FocusError", "check_sentence", "focus_figure"]

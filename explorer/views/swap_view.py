@@ -313,16 +313,23 @@ def table_html(record: SwapScores, order: str = "swap", shown: str | None = None
         for m in models:
             swap = m.swaps[i]
             sign = "noticed" if swap.noticed else "missed"
+            # A button in every cell and row header: reachable with Tab, Enter or Space shows the row's maps.
+            tip = (f"{m.name}: original sentence {m.original_score:.3f}, with “{replacement}” {swap.score:.3f}; "
+                   f"margin {signed(swap.margin)}, {sign}")
             cells.append(f'<td class="swap-{sign}" data-swap-cell="{escape(m.name)}|'
-                         f'{escape(replacement)}" title="{sign}: {swap.score:.3f} against '
-                         f'{m.original_score:.3f}">{signed(swap.margin)}</td>')
+                         f'{escape(replacement)}"><button type="button" '
+                         f'title="{escape(tip)}">{signed(swap.margin)}</button></td>')
         picked = ' class="swap-picked"' if replacement == shown else ""
         body.append(f'<tr data-swap-row="{escape(replacement)}"{picked}>'
-                    f'<th scope="row">{escape(replacement)}</th>{"".join(cells)}</tr>')
+                    f'<th scope="row"><button type="button" title="show the maps of this swap">'
+                    f'{escape(replacement)}</button></th>{"".join(cells)}</tr>')
     noticed = escape(record.word_type or "word")
-    return (f'<table class="swap-table"><thead><tr><th><button type="button" data-swap-sort="swap">swap</button>'
+    # In a box that scrolls sideways (a phone), its first column fixed: the region is named and focusable so the
+    # keyboard can scroll it too.
+    return (f'<div class="swap-scroll" role="region" aria-label="swap scores (scrolls sideways)" tabindex="0">'
+            f'<table class="swap-table"><thead><tr><th><button type="button" data-swap-sort="swap">swap</button>'
             f'</th>{head}</tr><tr class="swap-shares"><th>noticed ({noticed}, margin &gt; {record.margin:g})</th>'
-            f'{shares}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+            f'{shares}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
 def pairs_html(view: SwapView, settings: SwapSettings, side: int = 260) -> str:
