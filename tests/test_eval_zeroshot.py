@@ -112,15 +112,17 @@ def test_imagenet_folders_by_index_and_by_wordnet_id(tmp_path):
     wnids = imagenet_wnids()
     assert wnids is not None and wnids[0] == "n01440764" and wnids == sorted(wnids)
     o = tmp_path / "imagenet-o"
-    for folder in (wnids[1], wnids[994], "n99999999"):
+    for folder in (wnids[1], wnids[996], wnids[994], "n99999999"):  # 994 is an ImageNet class, not ImageNet-O's
         picture(o / folder / "x.jpg")
-    found = read_class_set(o, "imagenet-o")
+    found = read_class_set(o, "imagenet-o", class_set="present")
     names = imagenet_classnames()
-    assert found.classnames == (names[1], names[994]) and [p.label for p in found.pictures] == [0, 1]
+    assert found.classnames == (names[1], names[994], names[996]) and [p.label for p in found.pictures] == [0, 1, 2]
     assert found.skipped[0].item == "n99999999"
-    (tmp_path / "names.txt").write_text(f"{wnids[1]} a goldfish\n{wnids[994]} a mushroom\n")
-    given = read_class_set(o, "imagenet-o", classnames=tmp_path / "names.txt")
-    assert given.classnames == ("a goldfish", "a mushroom")
+    (tmp_path / "names.txt").write_text(f"{wnids[1]} a goldfish\n{wnids[994]} a mushroom\n{wnids[996]} a hen\n")
+    given = read_class_set(o, "imagenet-o", classnames=tmp_path / "names.txt", class_set="present")
+    assert given.classnames == ("a goldfish", "a mushroom", "a hen")
+    with pytest.raises(DatasetError, match="no name for 198 of ImageNet-O's classes"):
+        read_class_set(o, "imagenet-o", classnames=tmp_path / "names.txt")  # the fixed 200 need every name
 
 
 def test_both_scorers_equal_a_hand_computation(tmp_path):
@@ -197,3 +199,49 @@ def test_layouts_detected_from_names(tmp_path):
     picture(tmp_path / "f" / "red_circle" / "a.png")
     picture(tmp_path / "f" / "blue_star" / "a.png")
     assert detect(tmp_path / "f") == "folder"
+
+
+def test_imagenet_o_is_classified_among_clip_benchmarks_fixed_200(tmp_path):
+    from explorer.data.class_sets.reference_lists import IMAGENET_O_WNIDS
+
+    wnids, names = imagenet_wnids(), imagenet_classnames()
+    o = tmp_path / "imagenet-o"
+    for folder in (wnids[1], wnids[996], wnids[994]):  # two of the 200 present, one ImageNet class that is not
+        picture(o / folder / "x.jpg")
+    found = read_class_set(o, "imagenet-o")
+    # clip_benchmark: ImageNet-1k's names masked by its 200 WordNet ids, in ImageNet's order
+    assert len(IMAGENET_O_WNIDS) == len(set(IMAGENET_O_WNIDS)) == 200 and set(IMAGENET_O_WNIDS) <= set(wnids)
+    assert found.classnames == tuple(names[i] for i, wnid in enumerate(wnids) if wnid in IMAGENET_O_WNIDS)
+    assert (found.classnames[0], found.classnames[1], found.classnames[-1]) == (
+        "goldfish", "triceratops", "hen of the woods mushroom")
+    assert [(p.id.split("/")[0], p.label) for p in found.pictures] == [(wnids[1], 0), (wnids[996], 199)]
+    assert [s.item for s in found.skipped] == [wnids[994]]  # an ImageNet class outside ImageNet-O's 200
+    assert "198 of them with no folder here" in found.notes[0]
+    with pytest.raises(DatasetError, match="unknown --class-set 'all'; the choices are fixed, present"):
+        read_class_set(o, "imagenet-o", class_set="all")
+
+
+class Recording(Fake):
+    """Every prompt's text vector is (1, 0); the prompts read are kept."""
+
+    def __init__(self):
+        super().__init__(vectors=None)
+        self.texts = []
+
+    def encode_text(self, texts):
+        self.texts += list(texts)
+        return SimpleNamespace(eot=torch.tensor([[1.0, 0.0]] * len(texts)))
+
+
+def test_cifar_reads_clips_18_cifar_templates_by_default(tmp_path):
+    root = write_cifar10(tmp_path / "c10", labels=(3, 0))
+    model = Recording()
+    result = evaluate_zeroshot({"m": model}, root, progress=False, layout="cifar10")
+    assert len(model.texts) == 10 * 18 and result["dataset"]["templates"] == 18
+    assert model.texts[:2] == ["a photo of a airplane.", "a blurry photo of a airplane."]  # CLIP's own grammar
+    assert model.texts[17] == "a photo of the big airplane." and model.texts[18] == "a photo of a automobile."
+    assert result["protocol"]["templates"] == result["protocol"]["templates_default"] == "cifar"
+    assert "prompts.md" in result["dataset"]["templates_from"]
+    chosen = Recording()
+    again = evaluate_zeroshot({"m": chosen}, root, templates="openai", progress=False, layout="cifar10")
+    assert len(chosen.texts) == 10 * 80 and again["protocol"]["templates"] == "openai"

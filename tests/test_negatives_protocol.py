@@ -32,7 +32,9 @@ def bilinear(x: float, y: float) -> np.ndarray:
     x0, y0 = math.floor(x), math.floor(y)
     fx, fy = x - x0, y - y0
     x1, y1 = min(x0 + 1, 3), min(y0 + 1, 3)
-    return ((1 - fy) * ((1 - fx) * GRID[y0, x0] + fx * GRID[y0, x1]) + fy * ((1 - fx) * GRID[y1, x0] + fx * GRID[y1, x1]))
+    top = (1 - fx) * GRID[y0, x0] + fx * GRID[y0, x1]
+    bottom = (1 - fx) * GRID[y1, x0] + fx * GRID[y1, x1]
+    return (1 - fy) * top + fy * bottom
 
 
 def test_roi_pool_of_a_box_equals_the_hand_pooled_grid():
@@ -59,9 +61,10 @@ def save_picture(path: Path, width: int, height: int) -> None:
     Image.fromarray(np.full((height, width, 3), 128, np.uint8)).save(path)
 
 
-def released_file(regions: list[tuple[int, list[float], int]], word: str, image_id: int = 239627) -> dict:
+def released_file(regions: list, word: str, image_id: int = 239627) -> dict:
     """A benchmark file as FG-OVD's ``benchmarks/pattern.json`` holds one: every field of the release (the
-    images' own neg_category_ids, not_exhaustive_category_ids, coco_url; categories' synset, frequency...)."""
+    images' own neg_category_ids, not_exhaustive_category_ids, coco_url; categories' synset, frequency...);
+    ``regions``: (id, bbox, negatives), captions named after ``word``."""
     categories, annotations, next_id = [], [], 110
     for number, (region_id, bbox, n_negatives) in enumerate(regions):
         ids = list(range(next_id, next_id + 1 + n_negatives))

@@ -16,10 +16,13 @@ def add_commands(commands) -> None:
                                                        "ImageNet-V2/O, a folder of classes); write JSON")
     parser.set_defaults(run=_run)
     add_evaluation_arguments(parser, LAYOUTS, "only N pictures, spread evenly over the set")
-    parser.add_argument("--templates", help="openai (CLIP's 80, the default), simple (7), or a file: one template a "
-                                            "line, {} where the class name goes")
+    parser.add_argument("--templates", help="cifar (CLIP's 18, the default for cifar10/cifar100), openai (CLIP's 80, "
+                                            "the default otherwise), simple (7), or a file: one template a line, {} "
+                                            "where the class name goes")
     parser.add_argument("--classnames", type=Path, help="class names file: 'wnid name' lines (imagenet-o) or one "
                                                         "name a line in class-index order (imagenet-v2)")
+    parser.add_argument("--class-set", default="fixed", help="imagenet-o: fixed (clip_benchmark's 200 classes, the "
+                                                             "default) or present (the WordNet id folders there)")
 
 
 def _run(args) -> int:
@@ -27,7 +30,7 @@ def _run(args) -> int:
     from explorer.evaluation.zeroshot import csv_rows, evaluate_zeroshot, table
 
     dataset = read_class_set(args.data, args.layout, limit=args.limit, allow_pickle=args.allow_pickle,
-                             classnames=args.classnames)
+                             classnames=args.classnames, class_set=args.class_set)
     print(dataset.summary())
     models = evaluation_models(args)
     result = evaluate_zeroshot(models, dataset, templates=args.templates, work_file=evaluation_work_path(args.out),

@@ -1,11 +1,13 @@
 """Zero-shot classification (CIFAR-10/100, ImageNet-V2, ImageNet-O, a folder of classes): top-1 and top-5.
 
-Each class is read as prompts, a template a time ("a photo of a {}." with the class name in place of
-``{}``). For a method whose score is the cosine of the global embeddings (``Model.global_score``) the
-class is CLIP's zero-shot classifier: each prompt's text embedding normalised, the mean over the
-templates, normalised again; a picture's class scores are the cosines of its normalised image embedding
-with those. For a method with a score of its own (FineLIP, SEPS, CAFT, FLAIR: ``Model.similarity``), a
-class's score is that score averaged over the class's prompts, as no single class embedding exists.
+Each class is read as prompts, a template a time ("a photo of a {}." with the class name in place of ``{}``):
+by default the set's own templates, as CLIP and clip_benchmark read it (CIFAR-10/100: CLIP's 18 CIFAR
+templates; ImageNet-V2, ImageNet-O and a folder: CLIP's 80 ImageNet templates). For a method whose score is
+the cosine of the global embeddings (``Model.global_score``) the class is CLIP's zero-shot classifier: each
+prompt's text embedding normalised, the mean over the templates, normalised again; a picture's class scores
+are the cosines of its normalised image embedding with those. For a method with a score of its own (FineLIP,
+SEPS, CAFT, FLAIR: ``Model.similarity``), a class's score is that score averaged over the class's prompts, as
+no single class embedding exists.
 
 Pictures are read with the method's own preprocessing (``encode_image``: resize, centre crop) in
 batches of ``BATCH``; each picture's five best classes go to a work file as its batch finishes, so a
@@ -13,7 +15,8 @@ rerun scores only what is missing. A picture that does not open is skipped with 
 
 The returned dict (the JSON ``explorer eval-zeroshot`` writes): ``format``, ``dataset`` (layout, root,
 classes, where the names and templates came from, what was left out and why, notes), ``models``
-([{name, method, score, top1, top5, n}], fractions; ``n`` the pictures scored), ``skipped_pictures``
+([{name, method, score, top1, top5, n}], fractions; ``n`` the pictures scored), ``protocol`` (the template
+set that ran and the set's default, the classes and the class set they came from), ``skipped_pictures``
 ({reason: count}) and ``timing`` ({model: {pictures, seconds}} for this run).
 """
 
@@ -29,6 +32,7 @@ import torch
 
 from explorer.core.errors import ExplorerError
 from explorer.data.class_sets import ClassSet, read_class_set
+from explorer.data.class_sets.names import TEMPLATE_SETS
 from explorer.data.class_sets.names import templates as read_templates
 from explorer.data.retrieval_sets.base import skipped_by_reason
 from explorer.evaluation.progress import progress as progress_bar
@@ -71,13 +75,15 @@ def class_scorer(model, classnames, templates):
 def evaluate_zeroshot(models: dict, class_set, templates=None, work_file: str | os.PathLike | None = None,
                       progress: bool = True, batch: int = BATCH, **read) -> dict:
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``class_set`` (a ``ClassSet``,
-    or a folder read with ``read``: layout, limit, allow_pickle, classnames). ``templates``: "openai"
-    (default), "simple", a file, or a list of strings with ``{}``."""
+    or a folder read with ``read``: layout, limit, allow_pickle, classnames, class_set). ``templates``: None (the
+    set's own: CLIP's 18 for CIFAR, its 80 ImageNet ones otherwise), "openai", "simple", "cifar", a file, or a list
+    of strings with ``{}``."""
     dataset = class_set if isinstance(class_set, ClassSet) else read_class_set(class_set, **read)
     if isinstance(templates, (list, tuple)):
-        chosen, source = list(templates), f"given ({len(templates)})"
+        chosen, source, template_set = list(templates), f"given ({len(templates)})", "given"
     else:
-        chosen, source = read_templates(templates)
+        template_set = templates or dataset.templates
+        chosen, source = read_templates(template_set)
     digest = hashlib.sha256(json.dumps([dataset.classnames, chosen]).encode()).hexdigest()[:16]
     header = {"format": FORMAT, "layout": dataset.layout, "root": str(dataset.root), "classes": digest}
     work = WorkFile(work_file, header) if work_file else MemoryWork(header)
@@ -90,7 +96,10 @@ def evaluate_zeroshot(models: dict, class_set, templates=None, work_file: str | 
             for start in progress_bar(range(0, len(todo), batch), progress, f"{name}: zero-shot", unit="batch"):
                 score_batch(name, model, scorer, todo[start:start + batch], work)
         timing[name] = {"pictures": len(todo), "seconds": round(time.perf_counter() - started, 3)}
-    return results(models, dataset, work, source, len(chosen), timing)
+    protocol = {"templates": template_set if template_set in TEMPLATE_SETS + ("given",) else "file",
+                "templates_default": dataset.templates, "classes": len(dataset.classnames),
+                "classnames_from": dataset.names_from}
+    return results(models, dataset, work, source, len(chosen), timing, protocol)
 
 
 def key(model: str, picture: str) -> str:
@@ -114,7 +123,8 @@ def score_batch(name: str, model, scorer, pictures, work) -> None:
     work.add(*records)  # one write per batch: a kill loses at most this batch
 
 
-def results(models: dict, dataset: ClassSet, work, templates_from: str, n_templates: int, timing: dict) -> dict:
+def results(models: dict, dataset: ClassSet, work, templates_from: str, n_templates: int, timing: dict,
+            protocol: dict | None = None) -> dict:
     skipped = skip_reasons(work, (key(SKIPPED, picture.id) for picture in dataset.pictures))
     entries = []
     for name, model in models.items():
@@ -125,7 +135,7 @@ def results(models: dict, dataset: ClassSet, work, templates_from: str, n_templa
                         "score": str(getattr(model, "score_label", "") or ""),
                         "top1": float(np.mean(top1)) if found else None,
                         "top5": float(np.mean(top5)) if found else None, "n": len(found)})
-    return {"format": FORMAT,
+    return {"format": FORMAT, "protocol": protocol or {},
             "dataset": {"layout": dataset.layout, "root": str(dataset.root), "classes": len(dataset.classnames),
                         "classnames_from": dataset.names_from, "templates_from": templates_from,
                         "templates": n_templates, "pictures": len(dataset.pictures),

@@ -8,7 +8,8 @@
   and CAFT's Table 8 as a row per model.
 - ``zeroshot``: the folder read in the ``layout`` option (cifar10, cifar100, imagenet-v2, imagenet-o,
   folder; detected from the folder's names when not given, as the page's sweep form gives none) with
-  the ``templates`` and ``classnames`` options; "top1" and "top5" under the dataset's name as
+  the ``templates`` (default: the set's own, CLIP's 18 for CIFAR), ``classnames`` and ``class_set`` (ImageNet-O:
+  fixed, clip_benchmark's 200; present) options; "top1" and "top5" under the dataset's name as
   the papers print it ("CIFAR-10", "ImageNet-V2", ...): MulCLIP's Table 7 columns.
 
 Both write their per-item work file in the child's folder, so a resumed child scores only what is missing.
@@ -62,7 +63,8 @@ def zeroshot(job: EvalJob) -> EvalOutcome | None:
     options = job.options
     layout = options.get("layout") or detect(job.data)  # the page's sweep form names no layout
     dataset = read_class_set(job.data, layout, limit=options.get("limit"),
-                             allow_pickle=bool(options.get("allow_pickle")), classnames=options.get("classnames"))
+                             allow_pickle=bool(options.get("allow_pickle")), classnames=options.get("classnames"),
+                             class_set=options.get("class_set") or "fixed")
     job.say(dataset.summary())
     model = load_model(job)
     job.scoring()

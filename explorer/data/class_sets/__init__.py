@@ -2,7 +2,8 @@
 
 Layouts: ``cifar10`` and ``cifar100`` (the binary release; the python pickle only with
 ``allow_pickle``), ``imagenet-v2`` (folders by class index), ``imagenet-o`` (folders by WordNet id) and
-``folder`` (any folder of class folders). Class names and templates: ``names``.
+``folder`` (any folder of class folders). Class names and templates: ``names``; the fixed lists the official
+code classifies with (CLIP's CIFAR templates, ImageNet-O's 200 classes): ``reference_lists``.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def detect(root: str | os.PathLike) -> str:
 
 def read_class_set(root: str | os.PathLike, layout: str | None = None, limit: int | None = None,
                    allow_pickle: bool = False,
-                   classnames: str | os.PathLike | None = None) -> ClassSet:
-    """The test pictures at ``root`` in ``layout`` (None: ``detect``); ``limit`` of them when given."""
+                   classnames: str | os.PathLike | None = None, class_set: str = "fixed") -> ClassSet:
+    """The test pictures at ``root`` in ``layout`` (None: ``detect``); ``limit`` of them when given; ImageNet-O's
+    classes by ``class_set`` ("fixed": clip_benchmark's 200, "present": the folders there)."""
     from explorer.data.class_sets import cifar, folder, imagenet
 
     root = Path(root)
@@ -53,7 +55,7 @@ def read_class_set(root: str | os.PathLike, layout: str | None = None, limit: in
     elif layout == "imagenet-v2":
         found = imagenet.read_v2(root, names)
     elif layout == "imagenet-o":
-        found = imagenet.read_o(root, names)
+        found = imagenet.read_o(root, names, class_set)
     elif layout == "folder":
         found = folder.read(root)
     else:

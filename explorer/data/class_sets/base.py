@@ -43,6 +43,9 @@ class ClassSet:
     skipped: tuple[Skipped, ...] = ()
     notes: tuple[str, ...] = ()
     names_from: str = ""  # where the class names came from
+    # the template set its official evaluation reads ("cifar": CLIP's 18 for CIFAR; "openai": CLIP's 80 ImageNet
+    # templates, clip_benchmark's default for every other set): used when no --templates is given
+    templates: str = "openai"
 
     def first(self, n: int) -> "ClassSet":
         """``n`` pictures spread evenly over the set (``--limit``): folders are read class by class, so the

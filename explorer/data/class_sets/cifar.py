@@ -8,7 +8,8 @@ label byte then the pixels, names in ``fine_label_names.txt`` (the fine labels a
 
 The python release (``cifar-10-batches-py/test_batch``, ``cifar-100-python/test``) is a pickle: it is
 read only with ``allow_pickle`` (``--allow-pickle``), since unpickling a file can run code.
-Class names are the release's own (open_clip ships none for CIFAR), underscores read as spaces.
+Class names are the release's own (open_clip ships none for CIFAR), underscores read as spaces, as CLIP's
+``data/prompts.md`` spells them ("aquarium fish"). Prompts: CLIP's 18 CIFAR templates (``ClassSet.templates``).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def _set(layout, folder, classnames, labels, pixels, skipped, names_from) -> Cla
             skipped.append(Skipped(f"record {index}", f"unknown class: label {label} of {len(classnames)} classes"))
             continue
         pictures.append(ClassPicture(f"{index}", int(label), pixels=np.ascontiguousarray(image)))
-    return ClassSet(layout, folder, tuple(classnames), tuple(pictures), tuple(skipped), names_from=names_from)
+    return ClassSet(layout, folder, tuple(classnames), tuple(pictures), tuple(skipped), names_from=names_from,
+                    templates="cifar")  # CLIP's and clip_benchmark's 18 CIFAR templates
 
 
 def matches(root: Path, layout: str) -> bool:

@@ -2,8 +2,9 @@
 
 - ImageNet's 1000 class names and CLIP's 80 prompt templates (and the 7 "simple" ones): open_clip's
   ``open_clip.zero_shot_metadata`` (``IMAGENET_CLASSNAMES``, ``OPENAI_IMAGENET_TEMPLATES``,
-  ``SIMPLE_IMAGENET_TEMPLATES``). open_clip ships no CIFAR names: CIFAR's come from the release's own
-  meta files (``batches.meta.txt``, ``fine_label_names.txt``), underscores read as spaces.
+  ``SIMPLE_IMAGENET_TEMPLATES``). CLIP's 18 CIFAR templates ("cifar"): ``reference_lists.CIFAR_TEMPLATES``.
+  open_clip ships no CIFAR names: CIFAR's come from the release's own meta files (``batches.meta.txt``,
+  ``fine_label_names.txt``), underscores read as spaces.
 - ImageNet's WordNet ids in class-index order (ImageNet-O's folders are named by them): timm's
   ``imagenet_synsets.txt`` (timm comes with open_clip), read as a file, without importing timm. Where it
   is missing, ``--classnames FILE`` gives the names (``wnid name`` or ``name`` per line).
@@ -18,7 +19,7 @@ from pathlib import Path
 from explorer.core.errors import InputError
 from explorer.data.errors import DatasetError
 
-TEMPLATE_SETS = ("openai", "simple")
+TEMPLATE_SETS = ("openai", "simple", "cifar")
 
 
 def _metadata():
@@ -43,7 +44,12 @@ def imagenet_wnids() -> list[str] | None:
 
 
 def templates(source: str | None) -> tuple[list[str], str]:
-    """(templates with ``{}``, where they came from): "openai" (default, CLIP's 80), "simple" (7) or a file."""
+    """(templates with ``{}``, where they came from): "openai" (default, CLIP's 80), "simple" (7), "cifar" (CLIP's
+    18 for CIFAR) or a file."""
+    if source == "cifar":
+        from explorer.data.class_sets.reference_lists import CIFAR_TEMPLATES
+
+        return list(CIFAR_TEMPLATES), f"CLIP's CIFAR templates, openai/CLIP data/prompts.md ({len(CIFAR_TEMPLATES)})"
     if source in (None, "openai", "simple"):
         chosen = _metadata().OPENAI_IMAGENET_TEMPLATES if source != "simple" else _metadata().SIMPLE_IMAGENET_TEMPLATES
         found = [template("{}") for template in chosen]
