@@ -13,7 +13,7 @@ from explorer.jobs import JobManager
 from explorer.models.precision import AUTO
 from explorer.retrieval.indexing import Indexer
 from explorer.serve import host_guard
-from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, retrieval_tab
+from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, results_tab, retrieval_tab
 from explorer.serve.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, Access
 from explorer.serve.gradio_cache import CachePruner
 from explorer.serve.page_guard import PageGuard
@@ -69,6 +69,15 @@ PAGE_CSS = """
 #retrieval-query-gallery .caption-label, [id^="retrieval-gallery-"] .caption-label { white-space: normal !important;
   max-width: 94% !important; font-size: 12px; line-height: 1.25; display: -webkit-box; -webkit-line-clamp: 2;
   -webkit-box-orient: vertical; overflow: hidden; padding-bottom: 0 !important; max-height: 3.1em; }
+/* A folded accordion's header overflowed its block by 2-3 px (494 px in 491 at 1400 px): a stray sideways
+   scroll bar under "Token budget", "Dense caption", "Ground truth"... Nothing in them scrolls sideways. */
+.gr-accordion { overflow-x: hidden !important; }
+/* A phone (390 px): Gradio's paddings leave the page's content 287 px; give the board and tables the width. */
+@media (max-width: 640px) {
+  .gradio-container { padding-left: 4px !important; padding-right: 4px !important; }
+  .gradio-container .tabitem, .gradio-container .tab-wrapper + div { padding-left: 0 !important;
+    padding-right: 0 !important; }
+}
 """
 
 
@@ -101,6 +110,8 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
             if not access.public:
                 with gr.Tab("Jobs", id="jobs"):
                     jobs_init, jobs_changes, jobs_load = jobs_tab.build(jobs, zoo, access, grounding, tabs)
+                with gr.Tab("Results", id="results"):  # an evaluation's numbers opened as their units
+                    results_tab.build(zoo, access, jobs, cache)
             with gr.Tab("Models", id="models"):
                 zoo_changes, zoo_listing = models_tab.build(zoo, access)
                 if not access.public:  # what the server holds is the owner's business
