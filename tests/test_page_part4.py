@@ -291,21 +291,47 @@ def test_every_visitor_text_that_builds_html_goes_through_the_one_helper():
     assert not unescaped, unescaped
 
 
-def test_a_tag_in_a_sentence_word_or_replacement_comes_back_as_text():
+def live_tags(markup: str) -> list:
+    """The elements ``markup`` opens that ``TAG`` would make: an ``img`` without a picture, or any ``onerror``."""
     from html.parser import HTMLParser
 
-    from explorer.views.swap_view import words_html
+    found = []
 
     class Tags(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.found = []
-
         def handle_starttag(self, tag, attrs):
-            self.found.append((tag, dict(attrs)))
+            attrs = dict(attrs)
+            if (tag == "img" and not str(attrs.get("src", "")).startswith("data:")) or "onerror" in attrs:
+                found.append((tag, attrs))
+
+    Tags().feed(markup)
+    return found
+
+
+def test_a_tag_in_a_sentence_word_or_replacement_comes_back_as_text():
+    from explorer.views.swap_view import words_html
 
     sentence = f"A red {TAG} cube."
     word = SimpleNamespace(start=6, end=6 + len(TAG), text=TAG, type=TAG)
-    parser = Tags()
-    parser.feed(words_html(sentence, [word], picked=TAG))
-    assert all(tag != "img" and "onerror" not in attrs for tag, attrs in parser.found), parser.found
+    assert not live_tags(words_html(sentence, [word], picked=TAG))
+
+
+def test_a_tag_in_a_caption_span_or_plugin_model_name_is_text_on_the_board_and_in_the_focus(tmp_path):
+    """A Draw whose caption carries the tag in a sentence, with the model named by a plugin as the tag: the board
+    (sentence rows, model heads, panels' alt texts) and the focus view's titles open no tag."""
+    from PIL import Image
+
+    from explorer.grounding.sentence_maps import MapCache
+    from explorer.ui import maps_board, maps_tab
+    from explorer.views.focus_view import focus_figure
+    from explorer.zoo import Zoo
+
+    photo = tmp_path / "photo.png"
+    Image.fromarray((np.random.default_rng(0).random((40, 60, 3)) * 255).astype(np.uint8)).save(photo)
+    display = ["turbo", 0.5, "contour", True, 0.5, "map", 1, 8]  # as tests/test_maps_board.py draws
+    view, settings, board, *_ = maps_tab.draw(Zoo().load, MapCache(), str(photo), f"A red {TAG} cube. A ring.",
+                                              ["tiny-untrained"], "native", "", None, *display)
+    assert "onerror" in board and not live_tags(board)  # the text is there, as text
+    view.models[0].name = TAG  # a plugin's model name
+    assert not live_tags(maps_board.board_html(view, settings))
+    titles = " ".join(a.text for a in focus_figure(view, settings, 0).layout.annotations)
+    assert "<img" not in titles and "&lt;img" in titles

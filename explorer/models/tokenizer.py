@@ -92,6 +92,17 @@ class TokenBatch:
     def any_cut(self) -> bool:
         return any(self.n_cut)
 
+    def unpadded(self) -> "TokenBatch":
+        """The batch with its ids cut after its longest text (``explorer.models.unpadded``): what every text
+        forward reads, so it costs the longest text, not the context. Counts and cuts stay as they were."""
+        import torch
+
+        from explorer.models.unpadded import unpadded
+
+        kept = torch.as_tensor([min(n, self.ids.shape[1]) for n in self.n_tokens], dtype=torch.long)
+        real = torch.arange(self.ids.shape[1])[None, :] < kept[:, None]
+        return TokenBatch(ids=unpadded(self.ids, real), n_tokens=self.n_tokens, n_cut=self.n_cut)
+
 
 @dataclass(frozen=True)
 class TokenBudget:

@@ -46,17 +46,21 @@ class Cost:
     frames: int = 1
     items: int = 0
     copied: int = 0  # bytes copied joining sub-blocks (time, not memory)
+    limit: int | None = None  # past this many bytes the walk stops at once (``check``: the verdict is known)
 
     def add(self, nbytes: int, items: int = 1) -> None:
         self.bytes += max(int(nbytes), 0)
         self.items += items
         if self.items > WALK_ITEMS:
             raise MetadataTooLarge(f"the picture has more than {WALK_ITEMS:,} metadata items")
+        if self.limit is not None and self.bytes > self.limit:
+            raise MetadataTooLarge(f"opening the picture would take more than {self.limit // MB} MB for its "
+                                   "metadata")
 
 
 def check(path: Path) -> Cost:
     """The cost of opening ``path``, or ``MetadataTooLarge`` past the bounds."""
-    cost = metadata_cost(Path(path).read_bytes())
+    cost = metadata_cost(Path(path).read_bytes(), limit=METADATA_BYTES)
     if cost.bytes > METADATA_BYTES:
         raise MetadataTooLarge(f"opening the picture would take {cost.bytes / MB:,.0f} MB for its metadata "
                                f"(at most {METADATA_BYTES // MB} MB)")
@@ -68,9 +72,10 @@ def check(path: Path) -> Cost:
     return cost
 
 
-def metadata_cost(data: bytes) -> Cost:
-    """What opening the picture in ``data`` may allocate for metadata, by its format (unknown formats: nothing)."""
-    cost = Cost()
+def metadata_cost(data: bytes, limit: int | None = None) -> Cost:
+    """What opening the picture in ``data`` may allocate for metadata, by its format (unknown formats: nothing);
+    past ``limit`` bytes, ``MetadataTooLarge`` at once."""
+    cost = Cost(limit=limit)
     try:
         if data[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
             tiff_cost(data, cost)

@@ -135,6 +135,7 @@ from explorer.models.nn.attention_pool import ATTENTION_MAP, DEFAULT_POOL_HEADS,
 from explorer.models.nn.distributed import gather_with_grad
 from explorer.models.nn.losses import diagonal_positives, sigmoid_loss, sigmoid_pairs
 from explorer.models.nn.open_clip_parts import LayerNorm, QuickGELU, Transformer
+from explorer.models.unpadded import unpadded
 
 DEFAULT_STAGES = ((64, 2), (32, 2), (16, 2))  # (tokens, ViT blocks) per grouping stage: 196 -> 64 -> 32 -> 16
 DEFAULT_ALPHA = 0.3  # CAFT++
@@ -383,7 +384,9 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
     # ---- text ----------------------------------------------------------------------------------
 
     def sub_caption_embeddings(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The sub-caption transformer: (projected token states [B, K, d], t_sub [B, d])."""
+        """The sub-caption transformer: (projected token states [B, K, d], t_sub [B, d]), K the longest chunk's
+        tokens (``unpadded``: the tower is causal, so the padding after it changes nothing)."""
+        ids = unpadded(ids)
         tokens = self.project_text(self.text_tokens(ids))
         eot = tokens[torch.arange(ids.shape[0], device=ids.device), ids.argmax(dim=-1)]
         return tokens, eot
@@ -393,6 +396,7 @@ class CaftMethod(AttentionPoolMaps, ClipFamily):
         return self.text_whole(self.text_adapter(parts), mask)
 
     def encode_text(self, ids: torch.Tensor) -> CaftTextFeatures:
+        ids = unpadded(ids)
         tokens, sub = self.sub_caption_embeddings(ids)
         one = torch.ones(ids.shape[0], 1, dtype=torch.bool, device=ids.device)
         whole = self.whole_caption(sub[:, None], one)

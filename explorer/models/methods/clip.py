@@ -209,7 +209,7 @@ class ClipFamily(ClipBackbone, Method):
 
     def encode_captions(self, captions: list[str]) -> TextFeatures:
         """Tokenize with this model's context and encode (for losses; the device is the model's)."""
-        return self.encode_text(self.tokenize(captions).ids.to(self.positional_embedding.device))
+        return self.encode_text(self.tokenize(captions).unpadded().ids.to(self.positional_embedding.device))
 
     def losses(self, batch: TrainingBatch) -> dict[str, torch.Tensor]:
         """CLIP's symmetric InfoNCE over the batch (Radford et al. 2021) on the long captions; under DDP the

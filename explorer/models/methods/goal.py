@@ -92,6 +92,7 @@ from explorer.models.nn.distributed import all_sizes, gather_with_grad, global_m
 from explorer.models.nn.losses import info_nce_pairs
 from explorer.models.nn.positional import LONG_CONTEXT, SHORT_CONTEXT
 from explorer.models.tokenizer import count_tokens, tokenize
+from explorer.models.unpadded import unpadded
 
 SELF_ATTENTION = "self-attention"
 HEAD_PREFIX = "self-attention/head-"
@@ -382,7 +383,8 @@ class GoalMethod(ClipFamily):
         image_global, image_local = cls[:n], cls[n:]
         pooled_image = self._box_pool(hidden[:n], batch.local_boxes)
         # texts: the long captions and the local sentences in one pass
-        ids = torch.cat([self.tokenize(batch.captions).ids, self.tokenize(batch.local_sentences).ids]).to(device)
+        ids = torch.cat([self.tokenize(batch.captions).ids, self.tokenize(batch.local_sentences).ids])
+        ids = unpadded(ids).to(device)  # the longest caption's length, not the context (causal tower)
         states = self._text_hidden(ids)
         eot = self.project_text(self.ln_final(states[torch.arange(2 * n, device=device), ids.argmax(dim=-1)]))
         text_global, text_local = eot[:n], eot[n:]

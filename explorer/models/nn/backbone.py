@@ -26,6 +26,7 @@ from explorer.models.nn.image_pool import PositionalAttentionPool
 from explorer.models.nn.open_clip_parts import LayerNorm, QuickGELU, Transformer, VisionTransformer
 from explorer.models.nn.positional import stretch_positions
 from explorer.models.text_tower import TextTower, text_keys
+from explorer.models.unpadded import unpadded
 
 
 class ClipBackbone(nn.Module):
@@ -156,11 +157,11 @@ class ClipBackbone(nn.Module):
         return tokens @ self.text_projection
 
     def encode_text(self, ids: torch.Tensor) -> TextFeatures:
+        # The mask is causal, so padding after the last EOT changes nothing before it: drop it
+        # (``models.unpadded``). A 20-token caption in a 248-token context then costs 20 positions, not 248.
+        ids = unpadded(ids)
         # EOT has the largest id in CLIP's vocabulary, so argmax finds it (as OpenAI CLIP does).
         eot_index = ids.argmax(dim=-1)
-        # The mask is causal, so padding after the last EOT changes nothing before it: drop it.
-        # A 20-token caption in a 248-token context then costs 20 positions, not 248.
-        ids = ids[:, : int(eot_index.max()) + 1]
         projected = self.project_text(self.text_tokens(ids))
         eot = projected[torch.arange(ids.shape[0], device=ids.device), eot_index]
         # Real tokens are SOT .. EOT. Not ``ids != 0``: id 0 is a real BPE token ("!").

@@ -57,6 +57,7 @@ from explorer.models.nn.distributed import all_sizes, gather_features, world
 from explorer.models.nn.late_interaction import token_similarity
 from explorer.models.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from explorer.models.tokenizer import TokenBatch
+from explorer.models.unpadded import unpadded
 
 KEPT_SPARSE_MAP = "kept-sparse"
 KEPT_DENSE_MAP = "kept-dense"
@@ -294,16 +295,14 @@ class SepsMethod(nn.Module, Method):
         return ImageFeatures(cls=tokens[:, 0], patches=tokens[:, 1:], grid_hw=self.grid_hw)
 
     def encode_text(self, ids: torch.Tensor) -> TextFeatures:
+        ids = unpadded(ids, ids != 0)  # BERT's padding is id 0; it changes nothing under the attention mask
         mask = ids != 0
-        used = mask.any(dim=0).nonzero()
-        length = int(used.max()) + 1 if len(used) else 1
-        ids, mask = ids[:, :length], mask[:, :length]  # padding changes nothing under the attention mask
         tokens = self.txt_enc(ids, mask)
         return TextFeatures(eot=tokens[:, 0], tokens=tokens, mask=mask)
 
     def encode_captions(self, captions: list[str]) -> TextFeatures:
         """Tokenize and encode on the model's device (for losses)."""
-        return self.encode_text(self.tokenize(captions).ids.to(self.cross_net.aggr_net.scale.device))
+        return self.encode_text(self.tokenize(captions).unpadded().ids.to(self.cross_net.aggr_net.scale.device))
 
     # ---- scores (the strategies in ``scoring``) ----------------------------------------------------
 
