@@ -11,8 +11,10 @@ import sys
 
 
 def torch_if_imported():
-    """The ``torch`` module when this process has imported it; None otherwise."""
-    return sys.modules.get("torch")
+    """The ``torch`` module when this process has imported it; None otherwise, and None while another thread is
+    still importing it (the app's warm-up): no tensor exists yet, and its ``nn`` may not be there."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and hasattr(torch, "nn") else None
 
 
 def is_tensor(value) -> bool:
