@@ -6,7 +6,8 @@
 Writes the twins once under --work (``explorer data negatives-twin``, ``classes-twin`` and, where this build
 has it, ``refer-twin``), then for each model of the demo zoo:
 
-- FG-OVD's twin (``eval-negatives --layout fg-ovd``): accuracy per split, the first --limit regions of each;
+- FG-OVD's twin (``eval-negatives --layout fg-ovd``, --region roi and --ties hit unless given): accuracy per
+  split, the first --limit regions of each;
 - the class folders (``eval-zeroshot --layout folder``, open_clip's 7 simple templates): top-1 and top-5;
 - the refer twin (``eval-grounding --layout refcoco``, RefCOCO testA): mIoU, oIoU and box accuracy of the
   model's headline map (its native map, else generic), the first --limit pictures, under the default
@@ -52,11 +53,12 @@ def twins(work: Path, scenes: int, per_class: int) -> dict:
     return made
 
 
-def negatives(model, name: str, root: Path, limit: int) -> tuple[dict, float, int]:
+def negatives(model, name: str, root: Path, limit: int, protocol: dict | None = None) -> tuple[dict, float, int]:
     from explorer.evaluation.negatives import evaluate_negatives
 
+    chosen = {k: v for k, v in (protocol or {}).items() if v is not None}  # region, ties: the defaults otherwise
     started = time.perf_counter()
-    result = evaluate_negatives({name: model}, root, progress=False, layout="fg-ovd", limit=limit)
+    result = evaluate_negatives({name: model}, root, progress=False, layout="fg-ovd", limit=limit, **chosen)
     entry = result["models"][0]
     return {k: v for k, v in entry["accuracy"].items()}, time.perf_counter() - started, sum(entry["n"].values())
 
@@ -127,6 +129,8 @@ def main() -> int:
     parser.add_argument("--text", choices=("raw", "sent"), help="refcoco: the sentence field (default raw)")
     parser.add_argument("--box-alpha", type=float, help="refcoco: the box score's alpha (default ReCLIP's 0.5)")
     parser.add_argument("--min-box-area", type=float, help="refcoco: the share a box exceeds to answer (default 0)")
+    parser.add_argument("--region", choices=("roi", "crop"), help="negatives: how a box is read (default roi)")
+    parser.add_argument("--ties", choices=("hit", "miss"), help="negatives: a tie with the best negative (default hit)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "seed-tables")
     args = parser.parse_args()
 
@@ -151,6 +155,8 @@ def main() -> int:
             limit = args.pictures if task == "zeroshot" else args.limit
             extra = {"protocol": {"text": args.text, "box_alpha": args.box_alpha,
                                   "min_box_area": args.min_box_area}} if task == "refcoco" else {}
+            if task == "negatives":
+                extra = {"protocol": {"region": args.region, "ties": args.ties}}
             scores, seconds, n = TASKS[task](model, name, made[task], limit, **extra)
             rows.append({"model": name, "method": model.method_name, "task": task, "scores": scores, "n": n,
                          "seconds": round(seconds, 2), "items_per_s": n / seconds if seconds else 0.0})

@@ -245,3 +245,14 @@ def test_cifar_reads_clips_18_cifar_templates_by_default(tmp_path):
     chosen = Recording()
     again = evaluate_zeroshot({"m": chosen}, root, templates="openai", progress=False, layout="cifar10")
     assert len(chosen.texts) == 10 * 80 and again["protocol"]["templates"] == "openai"
+
+
+def test_folder_pictures_are_read_as_stored_not_exif_turned(tmp_path):
+    from explorer.data.class_sets.base import ClassPicture
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "turn a quarter": torchvision's ImageFolder loader (clip_benchmark's) does not
+    path = tmp_path / "n01443537" / "a.jpg"
+    path.parent.mkdir()
+    Image.fromarray(np.zeros((8, 16, 3), dtype=np.uint8)).save(path, exif=exif)
+    assert ClassPicture("a", 0, path).image().size == (16, 8)

@@ -57,8 +57,11 @@ def test_no_patch_grid_gives_none():
 
 
 def save_picture(path: Path, width: int, height: int) -> None:
+    """A COCO-like JPEG whose EXIF says to turn it a quarter (orientation 6): its boxes are in the stored frame."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.full((height, width, 3), 128, np.uint8)).save(path)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(np.full((height, width, 3), 128, np.uint8)).save(path, exif=exif)
 
 
 def released_file(regions: list, word: str, image_id: int = 239627) -> dict:
@@ -158,7 +161,7 @@ def test_roi_reads_the_whole_picture_and_scales_the_box_as_fg_clip(fg_ovd):
     model = FakeRegions(scores_for(dataset, {}))
     evaluate_negatives({"fake": model}, dataset, progress=False)
     sizes, boxes = model.seen[0]
-    assert sizes == [(64, 48)]  # the picture, once, whole: no crop
+    assert sizes == [(64, 48)]  # the picture, once, whole (no crop), as stored (not EXIF-turned to 48 x 64)
     # FG-CLIP: (x / W, y / H, (x + w) / W, (y + h) / H), later times the grid's side
     assert boxes[1] == pytest.approx((0, 32.5 / 64, 0 / 48, 52.75 / 64, 30 / 48))
     crop_model = FakeRegions(scores_for(dataset, {}))

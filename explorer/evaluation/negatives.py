@@ -5,6 +5,8 @@ a ``NegativesSet`` (``explorer.data.negatives_sets``) against its positive capti
 picture without a box (SugarCrepe) is read with the method's own preprocessing and scored with the model's own
 score (``Model.similarity``). A region (FG-OVD) is read by one of two protocols (``REGIONS``):
 
+Pictures are read in their stored pixel frame (no EXIF turn), as the boxes are and as the official codes read them.
+
 - ``roi`` (default; FG-CLIP's, qihoo360/FG-CLIP ``fgclip/eval/fgovd_eval.py``, which MulCLIP follows): the
   whole picture squashed to the model's input square, the box's embedding pooled from the projected patch grid
   with RoIAlign (``Model.region_features``), scored by its cosine with each caption's text embedding. A method
@@ -140,7 +142,9 @@ def score_group(name: str, model, items, work, region: str = "roi") -> None:
     for item in items:
         try:
             if item.picture not in opened:
-                opened[item.picture] = load_image(item.picture, max_side=PICTURE_SIDE)
+                # as stored, not EXIF-turned: the boxes are in the file's pixel frame (COCO's), and both official
+                # codes open the picture with PIL alone
+                opened[item.picture] = load_image(item.picture, max_side=PICTURE_SIDE, exif=False)
             picture = opened[item.picture]
             if region == "roi" and item.box is not None:
                 by_roi.append((item, picture))

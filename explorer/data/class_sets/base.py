@@ -31,7 +31,7 @@ class ClassPicture:
             return Image.fromarray(self.pixels, "RGB")
         from explorer.core.images import load_image
 
-        return load_image(self.path).image
+        return load_image(self.path, exif=False).image  # as stored: torchvision's ImageFolder loader (clip_benchmark)
 
 
 @dataclass(frozen=True)
