@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from explorer.data.coco_masks import SegmentationIssue, decode
+from explorer.data.coco_masks import SegmentationIssue, decode, pycocotools_mask
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import (MASK, SENTENCE, STORED, GroundingPicture, GroundingSet,
                                                SetBuilder, canonical_id, check_units, clean_text)
@@ -254,7 +254,7 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
              "proposals": "coco" if proposals is None else str(Path(proposals).resolve()),
              "images": str(picture_dir.resolve()),
              "protocol": {"text": field, "lowercased": False, "proposals": shape,
-                          "whole_picture_pictures": len(whole), "polygons": "clipped to the picture (pycocotools)"}}
+                          "whole_picture_pictures": len(whole), "polygons": polygon_decoder()}}
     # the set's root is the dataset's own folder: what reads this very set again (a results file names it)
     return builder.build(NAME, folder, split, units, notes=notes, extra=extra, orientation=STORED)
 
@@ -301,6 +301,12 @@ def _read_picture(builder: SetBuilder, entry: Picture, detections, picture_dir: 
     picture = GroundingPicture(id=image_id, path=path, caption="", size=size, source=folder / "instances.json",
                                proposals=tuple(boxes), regions=regions)
     builder.add(picture, units)
+
+
+def polygon_decoder() -> str:
+    """How polygons become masks in this run, for the results' protocol block."""
+    return "clipped to the picture: " + ("pycocotools" if pycocotools_mask() is not None
+                                         else "explorer's rasterizer (pycocotools is not installed)")
 
 
 def picture_masks(picture: GroundingPicture, keys) -> dict:
