@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from explorer.cli import main
-from explorer.jobs.eval_tasks import EvalJob, run_task, task_names
+from explorer.evaluation.tasks import EvalJob, run_task, task_names
 from explorer.views import results_table as rt
 
 DEMO = Path(__file__).resolve().parents[1] / "checkpoints" / "demo"

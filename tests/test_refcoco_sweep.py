@@ -13,7 +13,8 @@ from explorer.cli import main
 from explorer.data.grounding_sets import read_grounding_set
 from explorer.data.refer_twin import write_refer_twin
 from explorer.evaluation.real_grounding import evaluate_grounding
-from explorer.jobs import JobManager, eval_tasks, launcher
+from explorer.evaluation.tasks import EvalJob
+from explorer.jobs import JobManager, launcher
 from explorer.jobs.queue import claim_runs
 from explorer.jobs.sweeps import children
 from explorer.jobs.worker import run_job
@@ -36,7 +37,7 @@ class CornerModel:
 
 @pytest.fixture
 def jobs(isolated_home, monkeypatch):
-    monkeypatch.setattr(eval_tasks, "load_model", lambda job: CornerModel())
+    monkeypatch.setattr(EvalJob, "load_model", lambda job: CornerModel())
     manager = JobManager(gpu_ids=[], max_running=1, grace_s=60, subreaper=False)
     yield manager
     for run in manager.list(reconcile=False):

@@ -18,8 +18,10 @@ from explorer.cli import export, figures, generation, grounding, jobs, methods, 
 from explorer.cli import refer_data  # `explorer data refer-twin`
 from explorer.cli import negatives, zeroshot  # `explorer eval-negatives | eval-zeroshot`, their data twins
 from explorer.cli.common import add_precision_argument, zoo_from_args
+from explorer.cli.task_options import add_task_options, task_values
 from explorer.core.errors import ExplorerError
 from explorer.core.runtime import prepare_process
+from explorer.evaluation.tasks.synthetic import OPTIONS as SYNTHETIC_OPTIONS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,17 +160,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", type=Path, help="dataset folder written by `explorer data synth` (default: the "
                                                     "held-out world of seed 1, which no demo model trained on, "
                                                     "regenerated if absent)")
-    evaluate.add_argument("--split", default="test", choices=("train", "val", "test"))
-    evaluate.add_argument("--limit", type=int, help="scenes for retrieval and hard negatives (default 300)")
-    evaluate.add_argument("--grounding-limit", type=int,
-                          help="the first scenes used for grounding and FLISM (default 80)")
-    evaluate.add_argument("--quick", action="store_true",
-                          help="a first look: the first 60 scenes for retrieval and hard negatives and the first 6 "
-                               "for grounding (unless --limit / --grounding-limit say otherwise); under 2 minutes "
-                               "for two demo-size models on 2 CPU cores")
+    add_task_options(evaluate, SYNTHETIC_OPTIONS)  # split, limit, grounding-limit, quick, seed: declared once
     evaluate.add_argument("--model", action="append", dest="models", metavar="NAME",
                           help="evaluate only this zoo model (repeat for several; default: all)")
-    evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--device", default="auto")
     add_precision_argument(evaluate, "fp32")
     evaluate.add_argument("--out", type=Path, default=Path("results.json"), help="results JSON (default results.json)")
@@ -346,6 +340,7 @@ def _run_eval(args) -> int:
     from explorer.evaluation.runner import evaluate_zoo
     from explorer.training.demo_world import write_eval_world
 
+    task_values(args, SYNTHETIC_OPTIONS)  # a split, a limit out of range: one line before any work
     zoo = paths.demo_zoo_root() if args.zoo == "demo" else (args.zoo or args.checkpoints)
     data = args.data or write_eval_world(paths.demo_build_dir(), print)
     limit, grounding_limit = _eval_limits(args)

@@ -56,20 +56,22 @@ def read_text(path: Path) -> str:
         raise ExplorerError(f"cannot read the caption file {path}: {error}") from error
 
 
-def add_evaluation_arguments(parser, layouts, limit_help: str) -> None:
-    """The options every dataset evaluation takes (``eval-negatives``, ``eval-zeroshot``)."""
+def add_evaluation_command(parser, options, data_help: str = "the dataset folder", resumable: bool = True) -> None:
+    """What every dataset evaluation command takes (``eval-retrieval``, ``eval-grounding``, ``eval-negatives``,
+    ``eval-zeroshot``): the models, the dataset, where the results go, the device and precision; then its task's
+    declared ``options`` (``explorer.evaluation.tasks``)."""
+    from explorer.cli.task_options import add_task_options
+
     parser.add_argument("--model", action="append", dest="models", required=True, metavar="NAME",
                         help="zoo name, manifest .json or weights file; repeat for several")
-    parser.add_argument("--data", type=Path, required=True, help="the dataset folder")
-    parser.add_argument("--layout", choices=layouts, help="the dataset's layout (default: detected from its names)")
-    parser.add_argument("--limit", type=int, metavar="N", help=limit_help)
-    parser.add_argument("--out", type=Path, required=True, help="results JSON (per-item work: <out>.work.jsonl, "
-                                                                "read again to resume)")
+    parser.add_argument("--data", type=Path, required=True, help=data_help)
+    parser.add_argument("--out", type=Path, required=True, help="results JSON" + (
+        " (per-item work: <out>.work.jsonl, read again to resume)" if resumable else ""))
     parser.add_argument("--csv", type=Path, help="also write the results as CSV rows")
     parser.add_argument("--device", default="auto")
     add_precision_argument(parser, "fp32")
-    parser.add_argument("--allow-pickle", action="store_true", help="trust files that need unpickling")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_task_options(parser, options)
 
 
 def add_twin_arguments(parser, size_help: str, overwrite_help: str) -> None:

@@ -21,7 +21,8 @@ FOLLOW_POLL_S = 0.5
 
 
 def add_commands(commands) -> None:
-    from explorer.jobs.eval_tasks import BOTH, task_names  # the tasks a sweep runs: one registry, no list here
+    from explorer.cli.task_options import add_sweep_options
+    from explorer.evaluation.tasks import BOTH, task_names  # the tasks a sweep runs: one registry, no list here
 
     jobs = commands.add_parser("jobs", help="background training runs: submit, list, show, logs, cancel, resume, "
                                             "delete").add_subparsers(title="jobs")
@@ -54,33 +55,7 @@ def add_commands(commands) -> None:
                        metavar="DIR", help="dataset folders, any retrieval layout (several, or the flag repeated)")
     sweep.add_argument("--task", choices=(*task_names(), BOTH), default="retrieval",
                        help="refcoco: every column of CAFT's Table 2 / SEPS's Table 4 the refer folder holds")
-    sweep.add_argument("--split", help="default: each layout's (test; 'all' where it has no splits)")
-    sweep.add_argument("--layout", help="read every dataset in this layout (default: detected)")
-    sweep.add_argument("--limit", type=int, metavar="N", help="only the first N pictures of each dataset")
-    sweep.add_argument("--k", type=int, nargs="+", dest="ks", help="the Ks of R@K (default 1 5 10 25 50)")
-    sweep.add_argument("--shortlist", type=int, help="candidates re-ranked per query on large datasets")
-    sweep.add_argument("--no-queries", action="store_true", help="leave per-query records out of results.json")
-    sweep.add_argument("--kind", action="extend", nargs="+", dest="kinds", metavar="K",
-                       help="grounding: the map kinds to score (default: every kind each model offers)")
-    sweep.add_argument("--units", choices=("sentence", "phrase"), help="grounding: the unit (default: the layout's)")
-    sweep.add_argument("--allow-pickle", action="store_true")
-    sweep.add_argument("--dataset", choices=("refcoco", "refcoco+", "refcocog"), help="refcoco: only this dataset")
-    sweep.add_argument("--split-by", choices=("unc", "umd", "google"), help="refcoco: the refs file (default: "
-                                                                            "unc; refcocog: umd)")
-    sweep.add_argument("--images", type=Path, metavar="DIR", help="refcoco: the COCO train2014 pictures")
-    sweep.add_argument("--proposals", type=Path, metavar="FILE", help="refcoco: detections to pick boxes among "
-                                                                      "(MAttNet's list, ReCLIP's dict or {\"dets\"})")
-    sweep.add_argument("--text", choices=("raw", "sent"), help="refcoco: the sentence field (default raw)")
-    sweep.add_argument("--box-alpha", type=float, metavar="A",
-                       help="grounding, refcoco: a proposal scores its map sum / area**A (default ReCLIP's 0.5)")
-    sweep.add_argument("--min-box-area", type=float, metavar="S",
-                       help="grounding, refcoco: only a box over this share of the picture answers (default 0; "
-                            "ReCLIP's method: 0.05)")
-    sweep.add_argument("--splits", nargs="+", metavar="NAME", help="negatives: the splits (FG-OVD hard medium easy "
-                                                                   "trivial ...; default every file present)")
-    sweep.add_argument("--templates", help="zeroshot: openai (default), simple, or a file of templates with {}")
-    sweep.add_argument("--classnames", type=Path, metavar="FILE", help="zeroshot: class names (imagenet-o: "
-                                                                       "'wnid name' lines)")
+    add_sweep_options(sweep)  # every task's declared options, each flag once
     for flag in ("--name", "--gpus", "--processes", "--slurm", "--partition", "--time", "--no-start", "--json"):
         sweep._add_action(next(a for a in submit._actions if flag in a.option_strings))  # the same as submit's
     sweep.set_defaults(run=_run_submit_eval)
@@ -159,21 +134,10 @@ def _slurm_settings(args) -> dict | None:
 
 
 def _run_submit_eval(args) -> int:
-    from explorer.evaluation.box_grounding import DEFAULT_ALPHA, DEFAULT_MIN_AREA, box_rule
+    from explorer.cli.task_options import sweep_values
     from explorer.jobs.sweeps import children
 
-    # refused here, not in every evaluation of the sweep
-    box_rule(DEFAULT_ALPHA if args.box_alpha is None else args.box_alpha,
-             DEFAULT_MIN_AREA if args.min_box_area is None else args.min_box_area)
-
-    options = {"split": args.split, "layout": args.layout, "limit": args.limit, "ks": args.ks,
-               "shortlist": args.shortlist, "queries": not args.no_queries, "allow_pickle": args.allow_pickle,
-               "kinds": args.kinds, "units": args.units, "dataset": args.dataset, "split_by": args.split_by,
-               "images": args.images and str(args.images), "proposals": args.proposals and str(args.proposals),
-               "text": args.text, "box_alpha": args.box_alpha, "min_box_area": args.min_box_area,
-               "splits": args.splits, "classnames": args.classnames and str(args.classnames.resolve()),
-               "templates": str(Path(args.templates).resolve()) if args.templates and Path(args.templates).is_file()
-               else args.templates}
+    options = sweep_values(args)  # typed and checked by each task's declaration when the sweep is recorded
     jobs = _manager(args)
     sweep = jobs.submit_eval(args.models, args.datasets, task=args.task, name=args.name, gpus=args.gpus,
                              processes=args.processes, backend="slurm" if args.slurm else "local",

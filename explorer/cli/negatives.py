@@ -3,45 +3,34 @@ a CSV optionally; resumable through `<out>.work.jsonl`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from explorer.cli.common import (add_evaluation_arguments, add_twin_arguments, evaluation_models,
+from explorer.cli.common import (add_evaluation_command, add_twin_arguments, evaluation_models,
                                  evaluation_work_path, write_outputs)
 
 
 def add_commands(commands) -> None:
-    from explorer.data.negatives_sets import LAYOUTS
+    from explorer.evaluation.tasks.negatives import OPTIONS
 
     parser = commands.add_parser("eval-negatives", help="does each picture's or region's true caption beat its hard "
                                                         "negatives (FG-OVD, SugarCrepe, synthetic); write JSON")
     parser.set_defaults(run=_run)
-    add_evaluation_arguments(parser, tuple(LAYOUTS), "only the first N items of each split")
-    parser.add_argument("--split", action="append", dest="splits", metavar="NAME",
-                        help="FG-OVD: hard, medium, easy, trivial, color, material, pattern, transparency; "
-                             "SugarCrepe: replace_obj, swap_att, add_obj, ...; repeat for several (default: every "
-                             "file present)")
-    parser.add_argument("--images", type=Path, help="where the pictures are (FG-OVD: the COCO root holding val2017/; "
-                                                    "SugarCrepe: COCO's val2017/; default: under --data)")
-    parser.add_argument("--region", default="roi", help="how a box is read: roi (FG-CLIP's, the default: the whole "
-                                                        "picture, the box's patch features pooled with RoIAlign) or "
-                                                        "crop (Bianchi et al.'s CLIP baseline: the box cut out)")
-    parser.add_argument("--ties", default="hit", help="a positive that ties the best negative: hit (both official "
-                                                      "codes, the default) or miss (explorer eval's rule)")
+    add_evaluation_command(parser, OPTIONS)
 
 
 def _run(args) -> int:
+    from explorer.cli.task_options import task_values
     from explorer.data.negatives_sets import read_negatives_set
-    from explorer.evaluation.negatives import REGIONS, check_protocol, csv_rows, evaluate_negatives, table
+    from explorer.evaluation.negatives import REGIONS, csv_rows, evaluate_negatives, table
+    from explorer.evaluation.tasks.negatives import OPTIONS
 
-    check_protocol(args.region, args.ties)  # before any dataset or model work
-    dataset = read_negatives_set(args.data, layout=args.layout, splits=args.splits, images=args.images,
-                                 limit=args.limit)
+    values = task_values(args, OPTIONS)  # checked before any dataset or model work
+    dataset = read_negatives_set(args.data, layout=values["layout"], splits=values["splits"], images=values["images"],
+                                 limit=values["limit"])
     print(dataset.summary())
     if any(item.box is not None for item in dataset.items):
-        print(f"regions: --region {args.region}, {REGIONS[args.region]}; ties: {args.ties}")
+        print(f"regions: --region {values['region']}, {REGIONS[values['region']]}; ties: {values['ties']}")
     models = evaluation_models(args)
     result = evaluate_negatives(models, dataset, work_file=evaluation_work_path(args.out),
-                                progress=not args.no_progress, region=args.region, ties=args.ties)
+                                progress=not args.no_progress, region=values["region"], ties=values["ties"])
     for entry in result["models"]:
         for note in entry["notes"]:
             print(note)

@@ -7,11 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.cli.common import add_precision_argument, model_loader, zoo_from_args
+from explorer.cli.common import add_evaluation_command, add_precision_argument, model_loader, zoo_from_args
 from explorer.core.errors import CaptionError, ExplorerError
 
 
 def add_commands(commands) -> None:
+    from explorer.evaluation.tasks.retrieval import OPTIONS
+
     _add_retrieval_arguments(commands.add_parser("index", help="embed a retrieval dataset into the cache"), True,
                              _run_index)
     search = commands.add_parser("search", help="the top k of a retrieval dataset for a text or a picture")
@@ -24,29 +26,27 @@ def add_commands(commands) -> None:
     search.add_argument("--k", type=int, default=10, help="results shown (default 10)")
     search.add_argument("--json", action="store_true", help="print one JSON object")
     retrieval = commands.add_parser("eval-retrieval", help="Recall@K both ways on a retrieval dataset; write JSON")
-    _add_retrieval_arguments(retrieval, True, _run_eval_retrieval)
-    retrieval.add_argument("--out", type=Path, required=True, help="results JSON")
-    retrieval.add_argument("--k", type=int, nargs="+", help="the Ks of R@K (default 1 5 10 25 50)")
-    retrieval.add_argument("--csv", type=Path, help="also write one row per model as CSV")
-    retrieval.add_argument("--no-queries", action="store_true", help="leave the per-query records out of the JSON")
-    retrieval.add_argument("--shortlist", type=int, help="candidates re-ranked per query on datasets too large to "
-                                                         "score every pair (default: the library's, 100)")
+    retrieval.set_defaults(run=_run_eval_retrieval)
+    add_evaluation_command(retrieval, OPTIONS, data_help=DATA_HELP, resumable=False)
+
+
+DATA_HELP = "the dataset: a folder (or index file) in one of the layouts (docci, urban1k, karpathy, folder, ...)"
 
 
 def _add_retrieval_arguments(parser: argparse.ArgumentParser, several: bool, run) -> None:
+    """``index`` and ``search``: a model, the dataset and how it is read (the retrieval task's ``READING``)."""
+    from explorer.cli.task_options import add_task_options
+    from explorer.evaluation.tasks.options import ALLOW_PICKLE
+    from explorer.evaluation.tasks.retrieval import READING
+
     parser.set_defaults(run=run)
     parser.add_argument("--model", required=True, metavar="NAME", help="zoo name, manifest .json or weights file"
                         + ("; repeat for several" if several else ""),
                         **({"action": "append", "dest": "models"} if several else {}))
-    parser.add_argument("--data", type=Path, required=True, help="the dataset: a folder (or index file) in one of "
-                                                                 "the layouts (docci, urban1k, karpathy, folder, ...)")
-    parser.add_argument("--split", help="default: the layout's (test; 'all' where the layout has no splits)")
-    parser.add_argument("--layout", help="read the dataset in this layout (default: detected)")
-    parser.add_argument("--limit", type=int, metavar="N", help="only the first N pictures, with their captions "
-                                                               "(as `explorer eval --limit N`)")
+    parser.add_argument("--data", type=Path, required=True, help=DATA_HELP)
+    add_task_options(parser, (*READING, ALLOW_PICKLE))
     parser.add_argument("--device", default="auto")
     add_precision_argument(parser, "fp32")
-    parser.add_argument("--allow-pickle", action="store_true")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -161,21 +161,22 @@ def _run_search(args) -> int:
 
 
 def _run_eval_retrieval(args) -> int:
+    from explorer.cli.task_options import task_values
     from explorer.core.files import write_text_atomic
     from explorer.evaluation.retrieval import (DEFAULT_KS, evaluate_retrieval, results_document, results_rows,
-                                             write_results_csv)
+                                               write_results_csv)
+    from explorer.evaluation.tasks.retrieval import OPTIONS
     from explorer.retrieval.search import DEFAULT_SHORTLIST
 
-    ks = sorted(set(args.k or DEFAULT_KS))
-    shortlist = DEFAULT_SHORTLIST if args.shortlist is None else args.shortlist
-    if ks[0] < 1 or shortlist < 1:
-        raise ExplorerError("every --k and --shortlist must be at least 1")
+    values = task_values(args, OPTIONS)  # every K and the shortlist at least 1: said before any work
+    ks = sorted(set(values["ks"] or DEFAULT_KS))
+    shortlist = values["shortlist"] or DEFAULT_SHORTLIST
     dataset = _retrieval_set(args)
     load = _retrieval_models(args, args.models)
     entries = {}
     for name in args.models:
         store = _indexed(args, load(name), name, dataset)
-        entries[name] = evaluate_retrieval(store.model, store, ks, shortlist=shortlist, queries=not args.no_queries)
+        entries[name] = evaluate_retrieval(store.model, store, ks, shortlist=shortlist, queries=values["queries"])
         usable = store.usable_set()
     results = results_document(usable, ks, entries)
     results["precision"] = {name: load(name).precision for name in args.models}  # what each model computed in

@@ -3,38 +3,32 @@ classes; JSON out, a CSV optionally; resumable through `<out>.work.jsonl`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from explorer.cli.common import (add_evaluation_arguments, add_twin_arguments, evaluation_models,
+from explorer.cli.common import (add_evaluation_command, add_twin_arguments, evaluation_models,
                                  evaluation_work_path, write_outputs)
 
 
 def add_commands(commands) -> None:
-    from explorer.data.class_sets import LAYOUTS
+    from explorer.evaluation.tasks.zeroshot import OPTIONS
 
     parser = commands.add_parser("eval-zeroshot", help="zero-shot classification top-1/top-5 (CIFAR-10/100, "
                                                        "ImageNet-V2/O, a folder of classes); write JSON")
     parser.set_defaults(run=_run)
-    add_evaluation_arguments(parser, LAYOUTS, "only N pictures, spread evenly over the set")
-    parser.add_argument("--templates", help="cifar (CLIP's 18, the default for cifar10/cifar100), openai (CLIP's 80, "
-                                            "the default otherwise), simple (7), or a file: one template a line, {} "
-                                            "where the class name goes")
-    parser.add_argument("--classnames", type=Path, help="class names file: 'wnid name' lines (imagenet-o) or one "
-                                                        "name a line in class-index order (imagenet-v2)")
-    parser.add_argument("--class-set", default="fixed", help="imagenet-o: fixed (clip_benchmark's 200 classes, the "
-                                                             "default) or present (the WordNet id folders there)")
+    add_evaluation_command(parser, OPTIONS)
 
 
 def _run(args) -> int:
+    from explorer.cli.task_options import task_values
     from explorer.data.class_sets import read_class_set
+    from explorer.evaluation.tasks.zeroshot import OPTIONS
     from explorer.evaluation.zeroshot import csv_rows, evaluate_zeroshot, table
 
-    dataset = read_class_set(args.data, args.layout, limit=args.limit, allow_pickle=args.allow_pickle,
-                             classnames=args.classnames, class_set=args.class_set)
+    values = task_values(args, OPTIONS)  # checked before any dataset or model work
+    dataset = read_class_set(args.data, values["layout"], limit=values["limit"], allow_pickle=values["allow_pickle"],
+                             classnames=values["classnames"], class_set=values["class_set"])
     print(dataset.summary())
     models = evaluation_models(args)
-    result = evaluate_zeroshot(models, dataset, templates=args.templates, work_file=evaluation_work_path(args.out),
-                               progress=not args.no_progress)
+    result = evaluate_zeroshot(models, dataset, templates=values["templates"],
+                               work_file=evaluation_work_path(args.out), progress=not args.no_progress)
     print(f"templates: {result['dataset']['templates_from']}")
     write_outputs(result, models, args, csv_rows(result), table(result), result["skipped_pictures"], "pictures")
     return 0

@@ -36,7 +36,7 @@ Modules, one concept each (lowest first):
     publish       the finished checkpoint's manifest in the zoo
     worker        the run process itself (``python -m explorer.jobs.worker RUN_ID --root DIR``)
     manager       JobManager: submit, list, cancel, resume, delete, logs, metrics, reconcile
-    eval_tasks    evaluation tasks by name (a registry): retrieval (eval-retrieval's library), grounding
+    (the evaluation tasks a sweep runs, and their options, are ``explorer.evaluation.tasks``)
     eval_child    one evaluation (kind EVAL) in its run process: torchrun ranks, results.json, results rows
     sweeps        a sweep (kind SWEEP): one child per (model, dataset, task); status from its children;
                   cancel / resume / delete over them (``JobManager.submit_eval``)

@@ -2,7 +2,7 @@
 
 1. Under torchrun, a process group (Gloo on CPU, NCCL on GPUs: ``training.ddp.setup``): the ranks agree
    on failures and wait for each other before rank 0 scores.
-2. The task's runner (``eval_tasks``) does the work. A SIGTERM while embedding stops at the next batch
+2. The task's runner (``explorer.evaluation.tasks``) does the work. A SIGTERM while embedding stops at the next batch
    (the embedding cache keeps every shard written, so a resume embeds only the rest); during the
    scoring it stops at once.
 3. Rank 0 writes ``results.json`` in the child's folder (the foreground command's document), the
@@ -23,7 +23,7 @@ RESULTS_FILE = "results.json"
 def run_child(job) -> int:
     """The evaluation of ``job.record`` (a ``worker._Job``); its exit code."""
     from explorer.core.files import write_text_atomic
-    from explorer.jobs.eval_tasks import EvalJob, model_label, run_task
+    from explorer.evaluation.tasks import EvalJob, model_label, run_task
 
     run, stop = job.record, job.stop
     ranks = _process_group(run)

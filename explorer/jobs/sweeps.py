@@ -22,22 +22,24 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from explorer.jobs.eval_tasks import RETRIEVAL, model_label
+from explorer.core.errors import ExplorerError
+from explorer.evaluation.tasks import model_label
 from explorer.jobs.records import (ACTIVE, CANCELLED, DONE, EVAL, FAILED, FINAL, LOCAL, QUEUED, RESUMABLE, RUNNING,
-                                   SWEEP, JobError, Run, int_list, name_list, typed_settings)
+                                   SWEEP, JobError, Run)
 
-# the options of a sweep passed to each child (EvalJob.options), with their types
-OPTIONS = {"split": str, "layout": str, "limit": int, "ks": int_list, "shortlist": int, "queries": bool,
-           "allow_pickle": bool, "kinds": name_list, "units": str,
-           "dataset": str, "split_by": str, "images": str, "proposals": str,  # the refcoco layout's
-           "splits": name_list, "templates": str, "classnames": str}  # negatives' splits, zeroshot's names
+def check_options(options: dict | None, tasks: list[str]) -> dict:
+    """The sweep's options, typed and checked by the declarations of ``tasks`` (``evaluation.tasks``); an option
+    of another task is typed by its own and left to the children that do not read it. ``JobError`` for an
+    unknown option or a bad value, before anything is recorded."""
+    from explorer.evaluation.tasks import checked_options, get_task, sweep_options
 
-
-def check_options(options: dict | None) -> dict:
-    """The sweep's options, typed; ``JobError`` for an unknown one or a bad value."""
-    values = typed_settings(options, OPTIONS, "evaluation option")
-    if any(k < 1 for k in values.get("ks", [])) or values.get("shortlist", 1) < 1 or values.get("limit", 1) < 1:
-        raise JobError("ks, shortlist and limit must be at least 1")
+    try:
+        values = checked_options(sweep_options(), dict(options or {}))
+        for name in tasks:
+            task = get_task(name)
+            task.check({key: value for key, value in values.items() if key in {o.name for o in task.options}})
+    except ExplorerError as error:
+        raise JobError(str(error)) from None
     return values
 
 
@@ -48,21 +50,27 @@ def model_reference(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
-def submit(jobs, models: Sequence[str], datasets: Sequence, task: str = RETRIEVAL, name: str | None = None,
+def submit(jobs, models: Sequence[str], datasets: Sequence, task: str = "retrieval", name: str | None = None,
            gpus: int | None = None, processes: int | None = None, backend: str = LOCAL, slurm=None,
            options=None, start: bool = True) -> Run:
     """Record a sweep and its children (queued); start what the queue allows. Refused (nothing recorded)
     only for what is wrong with the sweep itself: no model or dataset, an unknown task or option, devices
     this machine lacks. A model that does not load or a dataset that does not read fails its children."""
-    from explorer.jobs.eval_tasks import expand_tasks
+    from explorer.evaluation.tasks import expand_tasks, sweep_options
 
     models = [str(m).strip() for m in models if str(m).strip()]
     datasets = [str(Path(d).expanduser().resolve()) for d in datasets if str(d).strip()]
     if not models or not datasets:
         raise JobError("an evaluation sweep needs at least one model and one dataset")
-    tasks = expand_tasks(task)
-    values = check_options(options)
-    for key in ("images", "proposals"):  # files the children read from their own folders
+    try:
+        tasks = expand_tasks(task)
+    except ExplorerError as error:
+        raise JobError(str(error)) from None
+    values = check_options(options, tasks)
+    files = [option.name for option in sweep_options() if option.kind == "path"]
+    if Path(str(values.get("templates"))).is_file():  # a templates file, or a name (openai, cifar, ...)
+        files.append("templates")
+    for key in files:  # files the children read from their own folders
         if key in values:
             values[key] = str(Path(values[key]).expanduser().resolve())
     values["zoo"] = None if jobs.zoo_root is None else str(Path(jobs.zoo_root).expanduser().resolve())  # children run elsewhere
@@ -164,5 +172,5 @@ def delete(jobs, sweep: Run) -> dict:
     return {"id": sweep.id, "removed": removed, "kept": kept}
 
 
-__all__ = ["OPTIONS", "cancel", "check_options", "children", "delete", "model_reference", "refresh", "refresh_all",
+__all__ = ["cancel", "check_options", "children", "delete", "model_reference", "refresh", "refresh_all",
            "resume", "rollup", "submit"]

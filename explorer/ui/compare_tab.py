@@ -17,7 +17,7 @@ import pandas as pd
 
 from explorer.core.errors import InputError
 from explorer.jobs import JobManager
-from explorer.jobs.eval_tasks import BOTH, task_names
+from explorer.evaluation.tasks import BOTH, sweep_help, takers, task_names
 from explorer.jobs.sweeps import children
 from explorer.serve.access import Access
 from explorer.serve.messages import explain
@@ -26,6 +26,7 @@ from explorer.views import jobs_view as view
 from explorer.zoo import Zoo
 
 TASKS = [*task_names(), BOTH]  # every registered evaluation task (retrieval, grounding, refcoco...)
+FORM_OPTIONS = view.FORM_OPTIONS  # the form's fields: every sweep task's declared options, but unpickling
 EXPORT_SUFFIX = {"csv": ".csv", "latex": ".tex", "markdown": ".md"}
 
 
@@ -46,21 +47,42 @@ def checked_models(access: Access, zoo: Zoo, picked, typed) -> list[str]:
     return picked + [str(access.path(line, "model file")) for line in lines(typed)]
 
 
-def submit_sweep(access: Access, jobs: JobManager, zoo: Zoo, picked, typed, datasets, task, split, limit, devices):
-    """The Submit sweep button: a message (nothing is recorded when refused)."""
+def submit_sweep(access: Access, jobs: JobManager, zoo: Zoo, picked, typed, datasets, task, devices, *values):
+    """The Submit sweep button: a message (nothing is recorded when refused). ``values``: the fields of
+    ``FORM_OPTIONS``, in order."""
     try:
         access.owner_only("evaluation sweeps")
         models = checked_models(access, zoo, picked, typed)
         folders = [str(access.path(line, "dataset folder")) for line in lines(datasets)]
         if task not in TASKS:
             raise InputError(f"the task is one of {', '.join(TASKS)}")
-        options = {"split": split.strip() if isinstance(split, str) else None,
-                   "limit": None if limit in (None, "") else view.whole(limit, "limit")}
+        options = view.form_options(access, values)
         sweep = jobs.submit_eval(models, folders, task=task, options=options, **view.device_request(devices))
     except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
         return explain(error)
     return (f"Submitted sweep **{sweep.name}** (`{sweep.id}`): {len(children(jobs.store, sweep.id))} "
             f"evaluation(s), {sweep.status}. Pick it under Compare when they are done.")
+
+
+def option_field(option):
+    """A form field for a declared option, shown while the task picked reads it."""
+    label, visible = sweep_help(option.name), "retrieval" in takers(option.name)
+    elem_id = "sweep-" + option.name.replace("_", "-")
+    if option.kind == "flag":
+        return gr.Checkbox(bool(option.default), label=label, visible=visible, elem_id=elem_id)
+    if option.choices:
+        return gr.Dropdown(list(option.choices), value=None, label=label, visible=visible, elem_id=elem_id)
+    if option.kind in ("int", "float"):
+        return gr.Number(None, precision=0 if option.kind == "int" else None, minimum=option.minimum, label=label,
+                         visible=visible, elem_id=elem_id)
+    spaced = " (several: spaces between)" if option.kind in ("names", "ints") else ""
+    return gr.Textbox(label=label + spaced, visible=visible, elem_id=elem_id)
+
+
+def shown_fields(task: str) -> list:
+    """Each field shown while ``task`` (or both of ``both``) reads its option."""
+    asked = ["retrieval", "grounding"] if task == BOTH else [task]
+    return [gr.update(visible=any(t in takers(option.name) for t in asked)) for option in FORM_OPTIONS]
 
 
 # ---- the board ----------------------------------------------------------------------------------------
@@ -133,10 +155,10 @@ def build(jobs: JobManager, zoo: Zoo, access: Access):
                                   elem_id="sweep-datasets")
         with gr.Row():
             task = gr.Radio(TASKS, value="retrieval", label="Task", elem_id="sweep-task")
-            split = gr.Textbox(label="Split (empty: each layout's)", elem_id="sweep-split")
-            limit = gr.Number(None, precision=0, minimum=1, label="Only the first N pictures", elem_id="sweep-limit")
             devices = gr.Dropdown(view.device_choices(jobs), value=0, label="Devices (each evaluation)",
                                   elem_id="sweep-devices")
+        with gr.Group(elem_id="sweep-options"):  # the task's declared options (explorer.evaluation.tasks)
+            fields = [option_field(option) for option in FORM_OPTIONS]
         submit = gr.Button("Submit sweep", variant="primary", elem_id="sweep-submit")
         submit_note = gr.Markdown(elem_id="sweep-note")
     with gr.Accordion("Compare: results of sweeps", open=False):
@@ -157,8 +179,9 @@ def build(jobs: JobManager, zoo: Zoo, access: Access):
             export = gr.Button("Export table", elem_id="compare-export")
         export_note = gr.Markdown(elem_id="compare-export-note")
         exported = gr.File(label="Table", interactive=False, elem_id="compare-file")
+    task.change(shown_fields, inputs=task, outputs=fields, api_name=False)
     submit.click(lambda *values: submit_sweep(access, jobs, zoo, *values), api_name="jobs_submit_eval",
-                 inputs=[picked, typed, datasets, task, split, limit, devices], outputs=submit_note)
+                 inputs=[picked, typed, datasets, task, devices, *fields], outputs=submit_note)
     refresh.click(lambda current: run_choices(jobs, current), inputs=runs, outputs=runs, api_name="compare_runs")
     shown = [note, pivot, curves, bars, set_filter, metric_filter]
     for control in (runs, set_filter, metric_filter):

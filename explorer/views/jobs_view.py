@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from explorer.core import paths
+from explorer.evaluation.tasks import sweep_options
 from explorer.jobs import JobManager, method_defaults
 from explorer.jobs.queue import gpu_pool
 from explorer.jobs.records import DONE, FINAL, JobError, Run
@@ -441,7 +442,30 @@ def grounding_model(run: Run) -> str:
     return run.zoo_name
 
 
-__all__ = ["COLUMNS", "CPU_PROCESSES", "DEFAULT_COLUMNS", "DEFAULT_MAX_STEPS", "DEFAULT_METHOD", "DEFAULT_SIZE",
+# ---- the sweep form's task options (declared by explorer.evaluation.tasks) --------------------------------
+
+# every sweep task's declared options, but unpickling (never allowed from the page)
+FORM_OPTIONS = tuple(option for option in sweep_options() if option.name != "allow_pickle")
+
+
+def form_options(access, values) -> dict:
+    """The sweep form's fields (``FORM_OPTIONS``, in order) as the sweep's options: empty ones and switches at
+    their default left out, files through ``access.path``; the sweep checks the rest by the declarations."""
+    options = {}
+    for option, value in zip(FORM_OPTIONS, values):
+        if isinstance(value, str):
+            value = value.strip()
+        if value is None or value == "" or (option.kind == "flag" and value == bool(option.default)):
+            continue
+        if option.kind == "path":
+            value = str(access.path(value, option.name))
+        elif option.kind == "int":
+            value = whole(value, option.name)
+        options[option.name] = value
+    return options
+
+
+__all__ = ["COLUMNS", "CPU_PROCESSES", "DEFAULT_COLUMNS", "FORM_OPTIONS", "form_options", "DEFAULT_MAX_STEPS", "DEFAULT_METHOD", "DEFAULT_SIZE",
            "FROM_SCRATCH", "Form", "LOG_TAIL", "curve_panels", "curves_figure", "defaults_note", "defaults_rows",
            "delete_question", "delete_report", "details_markdown", "detail_signature", "device_choices",
            "device_request", "duration",
