@@ -118,3 +118,11 @@ def test_an_option_declares_a_known_kind():
     with pytest.raises(ValueError, match="kind"):
         Option("x", "help", kind="colour")
     assert all(option.kind != "colour" for task in TASKS.values() for option in task.options)
+
+
+def test_the_refer_options_declared_are_what_its_reader_takes():
+    from explorer.data.grounding_sets import layout_options
+    from explorer.evaluation.tasks.grounding import REFER
+
+    assert layout_options("refcoco") == tuple(option.name for option in REFER)
+    assert layout_options("dci") == ()

@@ -11,6 +11,7 @@ unpickled but RefCOCO's refs pickle, and that with no global resolved (``explore
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -21,9 +22,15 @@ from explorer.data.layouts import Layouts, check_split
 LAYOUTS = ("dci", "png", "flickr30k_entities", "iiw", "refcoco")
 
 
-LAYOUT_OPTIONS = {"refcoco": ("dataset", "split_by", "images", "proposals", "text")}
 REGISTRY = Layouts(__name__, LAYOUTS, "grounding", folders_only=True)
 layout_module, detect = REGISTRY.module, REGISTRY.detect
+
+
+def layout_options(name: str) -> tuple[str, ...]:
+    """The options a layout takes: its reader's keyword-only parameters (RefCOCO's dataset, split_by, images,
+    proposals, text); what they mean is declared once, by the grounding task (``evaluation.tasks.grounding``)."""
+    signature = inspect.signature(layout_module(name).read)
+    return tuple(p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def read_grounding_set(root: str | os.PathLike, split: str | None = None, units: str | None = None,
@@ -36,14 +43,16 @@ def read_grounding_set(root: str | os.PathLike, split: str | None = None, units:
     split = check_split(split)
     name = layout or detect(root)
     options = {key: value for key, value in (options or {}).items() if value is not None}
-    if options and name not in LAYOUT_OPTIONS:
+    takes = layout_options(name)
+    if options and not takes:
+        with_options = [layout for layout in LAYOUTS if layout_options(layout)]
         raise DatasetError(f"the {name} layout takes no {', '.join(sorted(options))}: these are for "
-                           f"{', '.join(LAYOUT_OPTIONS)}")
-    unknown = sorted(set(options) - set(LAYOUT_OPTIONS.get(name, ())))
+                           f"{', '.join(with_options)}")
+    unknown = sorted(set(options) - set(takes))
     if unknown:
-        raise DatasetError(f"the {name} layout takes {', '.join(LAYOUT_OPTIONS[name])}, not {', '.join(unknown)}")
+        raise DatasetError(f"the {name} layout takes {', '.join(takes)}, not {', '.join(unknown)}")
     return layout_module(name).read(Path(root), split, units, limit, **options)
 
 
-__all__ = ["LAYOUTS", "LAYOUT_OPTIONS", "GroundingPicture", "GroundingSet", "GroundingUnit", "detect", "layout_module",
-           "read_grounding_set"]
+__all__ = ["LAYOUTS", "GroundingPicture", "GroundingSet", "GroundingUnit", "detect", "layout_module",
+           "layout_options", "read_grounding_set"]
