@@ -1,0 +1,117 @@
+"""Shared fixtures for tests that serve the page or drive it in Chromium (issue 65: one app server and one
+Chromium per test module, not one per test). Import the fixtures you use by name into your module
+(``from page_fixtures import chromium, served_page  # noqa: F401``), as the browser modules import
+``app_url`` from ``test_browser``.
+
+- ``free_port()``: a free loopback port.
+- ``copy_of_the_zoo(folder)``: the repository's manifests in ``folder``, pointing at the same weights, so a
+  test may add and remove models without touching the checkout.
+- ``serving(app, access=None)``: a built ``gr.Blocks`` served on 127.0.0.1 (``start_page``, the app's own
+  patient start), its URL yielded; closed after.
+- ``served_page`` (module fixture): the owner's page on a copy of the zoo, ``$EXPLORER_HOME`` its own:
+  a dict with ``url``, ``zoo``, ``home``. One per module: a module that changes the zoo or the home changes
+  it for its own tests only.
+- ``chromium`` (module fixture): one Playwright Chromium for the module's tests (skipped when no Chromium is
+  installed). Not per session: Playwright's sync API leaves its event loop set as the running one in the
+  main thread while it is open, and any later test on the same worker that calls ``asyncio.run`` would fail.
+- ``open_tab(browser, url, width=1400, height=1100)``: a fresh browser context and page on ``url`` (cookies
+  and storage of its own: a new visitor), loaded up to the Draw button; closed after. Launching Chromium took
+  0.7-7 s on the shared 2-core machine, a new context well under a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def copy_of_the_zoo(folder: Path) -> Path:
+    """The repository's manifests, pointing at the same weights (absolute paths), in ``folder``: tests
+    that add and remove models change this copy, never the checkout."""
+    from explorer.zoo import Manifest, Zoo
+
+    for manifest in Zoo(REPO / "checkpoints").manifests():
+        copy = Manifest(**{**{k: v for k, v in vars(manifest).items() if k != "path"},
+                           "weights": manifest.display_weights(), "options": manifest.resolved_options()})
+        copy.write(folder / f"{manifest.name}.json")
+    return folder
+
+
+@contextlib.contextmanager
+def serving(app, access=None, **options):
+    """``app`` on a free loopback port, its URL yielded; ``access`` gives the page's options (public or owner)."""
+    from explorer.serve.startup import start_page
+    from explorer.ui.app import page_options
+
+    port = free_port()
+    start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+               **(page_options(access) if access is not None else page_options()), **options)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        app.close()
+
+
+@pytest.fixture(scope="module")
+def served_page(tmp_path_factory):
+    """The owner's page on a copy of the zoo (the repository's demo weights may be added by their path), with
+    its own ``$EXPLORER_HOME``: ``{"url", "zoo", "home"}``, one server for the module's tests."""
+    from explorer.serve.access import Access
+    from explorer.ui.app import build_app
+    from explorer.zoo import Zoo
+
+    zoo, home = copy_of_the_zoo(tmp_path_factory.mktemp("zoo")), tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:  # uploads, exports and caches of this app stay in the test
+        patch.setenv("EXPLORER_HOME", str(home))
+        access = Access.for_app(zoo, allow_roots=[REPO / "checkpoints"])
+        app = build_app(Zoo(zoo), access=access)
+        app.queue()
+        with serving(app, access) as url:
+            yield {"url": url, "zoo": zoo, "home": home}
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium for the module's tests (see the module's note on why not one per session)."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@contextlib.contextmanager
+def open_tab(browser, url: str, width: int = 1400, height: int = 1100, ready: str | None = "#grounding-run"):
+    """A new visitor (its own context) on ``url``, loaded until ``ready`` shows; ``page.outside_requests``
+    collects every request it makes to anywhere but the app."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        page.outside_requests = []
+        page.on("request", lambda request: None if request.url.startswith((url, "data:", "blob:"))
+                else page.outside_requests.append(request.url))
+        page.goto(url, wait_until="domcontentloaded")
+        if ready:
+            page.locator(ready).wait_for(timeout=60_000)
+        yield page
+    finally:
+        context.close()
