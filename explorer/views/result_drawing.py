@@ -4,7 +4,7 @@ The unit is drawn as the evaluation drew it: the picture shrunk to the working s
 mapped in one ``sentence_maps`` call of the unit's kind (a method whose maps depend on the other sentences
 gives the evaluation's map), the unit's row kept. Its truth is the dataset's own (``unit_truths``), so the
 board's IoU and hit are the work file's. Where the unit names a target box among proposals (RefCOCO), the
-picture is drawn again with the true box (green) and the box the map picks (red: ``box_grounding.pick_box``).
+picture is drawn again with the true box (green) and the box the map picks (red: ``metrics.boxes.pick_box``).
 Baselines (centre box, uniform map) are no models: they are left out of the drawing, and said so.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from explorer.evaluation.box_grounding import box_iou, pick_box
+from explorer.core.errors import ExplorerError
+from explorer.evaluation.metrics.boxes import pair_iou, pick_box
 from explorer.evaluation.real_grounding import BASELINES
 from explorer.grounding.budget import analyse_caption
 from explorer.grounding.sentence_maps import GroundingResult, working_picture
@@ -71,7 +72,11 @@ def draw_unit(results: Results, row: dict, models: list[str], load, folder=None,
         if name in BASELINES:
             notes.append(f"{name} is a baseline (no model): not drawn")
             continue
-        model = load(name)
+        try:
+            model = load(name)
+        except ExplorerError as error:  # scored elsewhere (a plugin not installed here, a file gone): said, not drawn
+            notes.append(f"{name} cannot be loaded here: {error}")
+            continue
         if row["kind"] not in model.map_kinds:
             notes.append(f"{name} offers no {row['kind']} map")
             continue
@@ -80,7 +85,7 @@ def draw_unit(results: Results, row: dict, models: list[str], load, folder=None,
         if unit.target is not None:
             picked = pick_box(np.asarray(one.maps[0], dtype=np.float64), picture.proposals, picture.size)
             picks[name] = (None if picked is None else picture.proposals[picked],
-                           0.0 if picked is None else box_iou(picture.proposals[picked], unit.target))
+                           0.0 if picked is None else pair_iou(picture.proposals[picked], unit.target))
         result = GroundingResult(image=working.image, analysis=analyse_caption(unit.text), maps=one, model_name=name)
         drawn.append(ModelMaps(name=name, result=result, trained=getattr(model, "trained", True),
                                synthetic_only=getattr(model, "synthetic_only", False),

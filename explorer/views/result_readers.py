@@ -18,7 +18,7 @@ import pandas as pd
 
 from explorer.core.jsonl import read_jsonl
 from explorer.views.result_cells import (BENCHMARK, GROUNDING, GROUNDING_METRICS, GROUNDING_UNIT_METRIC, NEGATIVES,
-                                         PAST_TOP, RETRIEVAL, RIGHT_AT, ZEROSHOT, Cell, Part,
+                                         PAST_TOP, RETRIEVAL, RIGHT_AT, ZEROSHOT, Cell, Part, loads,
                                          column_name)
 
 WORK_SUFFIX = ".work.jsonl"  # ``explorer eval-*``'s: beside --out
@@ -52,10 +52,14 @@ def work_records(path: Path | None):
     """(header, records) of a work file; (None, []) when there is none."""
     if path is None:
         return None, []
-    lines = iter(read_jsonl(path))
-    _, first = next(lines, (0, None))
+    lines = [line for line in Path(path).read_bytes().splitlines() if line.strip()]
+    try:  # one parse of the whole file as an array: a 100,000-line file in a fraction of a line-by-line read
+        values = loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:  # a line torn by a kill (the evaluation drops it when it resumes), or worse: said by line
+        values = [record for _, record in read_jsonl(path, skip_torn_tail=True)]
+    first = values[0] if values else None
     header = first.get("header") if isinstance(first, dict) else None
-    return header, [record for _, record in lines if isinstance(record, dict) and "key" in record]
+    return header, [record for record in values[1:] if isinstance(record, dict) and "key" in record]
 
 
 def header_of(path: Path | None) -> dict | None:
@@ -71,12 +75,8 @@ def header_of(path: Path | None) -> dict | None:
 
 
 def frame(columns: dict) -> pd.DataFrame:
-    """A units frame from equal-length columns; the id columns as strings."""
-    units = pd.DataFrame(columns)
-    for name in ("unit_id", "dataset", "model", "kind", "picture", "text"):
-        if name in units:
-            units[name] = units[name].astype(str)
-    return units
+    """A units frame from equal-length columns (the readers give the id columns as strings)."""
+    return pd.DataFrame(columns)
 
 
 def number(value) -> float:
@@ -92,8 +92,7 @@ def read_grounding(path: Path | None, document: dict) -> Read:
         pieces = list((document.get("results") or {}).items())
     else:
         pieces = [(None, document)]
-    columns = {name: [] for name in ("unit_id", "dataset", "model", "kind", "picture", "text", "picture_index",
-                                     "position", *GROUNDING_METRICS)}
+    blocks = []
     for label, piece in pieces:
         block = piece.get("dataset") or {}
         refcoco = None
@@ -117,8 +116,10 @@ def read_grounding(path: Path | None, document: dict) -> Read:
                     read.cells[(model["name"], column_name(label, column))] = Cell(
                         model["name"], column_name(label, column), label, kind, unit_metric,
                         right_at=RIGHT_AT[unit_metric])
-        _grounding_units(piece.get("units") or [], label, columns)
-    read.units = frame(columns)
+        pairs = [(model["name"], kind) for model in piece.get("models") or [] for kind in model.get("kinds") or {}]
+        blocks.append(_grounding_units(piece.get("units") or [], label, pairs))
+    read.units = pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0] if blocks else \
+        pd.DataFrame(columns=list(GROUNDING_COLUMNS))
     return read
 
 
@@ -132,32 +133,40 @@ def _refcoco_part(label: str, block: dict) -> tuple[str, str] | None:
     return (Path(root).name, split) if root and split else None
 
 
-def _grounding_units(units: list, label: str, columns: dict) -> None:
-    """A column per field, a row per (unit, model, kind); the unit id is "<picture>:<position among the
-    picture's units>", as the work file keeps each picture's units in a list."""
-    position, last = 0, None
-    for unit in units:
-        if unit.get("label_only"):  # scored apart, not in the table's numbers
-            continue
-        picture = str(unit.get("picture"))
+def _grounding_units(units: list, label: str, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """A row per (unit, model, kind) with a score; the unit id is "<picture>:<position among the picture's
+    units>", as the work file keeps each picture's units in a list. Built a column at a time (comprehensions
+    over the units, one (model, kind) at a time): 50,000 units of two models and two kinds are 200,000 rows."""
+    units = [unit for unit in units if not unit.get("label_only")]  # scored apart, not in the table's numbers
+    pictures = [str(unit.get("picture")) for unit in units]
+    positions, last, position = [], None, 0
+    for picture in pictures:
         position = position + 1 if picture == last else 0
+        positions.append(position)
         last = picture
-        unit_id, text, index = f"{picture}:{position}", unit.get("text", ""), unit.get("picture_index")
-        for model, kinds in (unit.get("scores") or {}).items():
-            for kind, scores in kinds.items():
-                columns["unit_id"].append(unit_id)
-                columns["dataset"].append(label)
-                columns["model"].append(model)
-                columns["kind"].append(kind)
-                columns["picture"].append(picture)
-                columns["text"].append(text)
-                columns["picture_index"].append(index)
-                columns["position"].append(position)
-                columns["iou"].append(number(scores.get("iou")))
-                pointing = scores.get("pointing")
-                columns["pointing"].append(np.nan if pointing is None else float(bool(pointing)))
-                columns["auroc"].append(number(scores.get("auroc")))
-                columns["box_iou"].append(number(scores.get("box_iou")))
+    base = pd.DataFrame({"unit_id": [f"{p}:{n}" for p, n in zip(pictures, positions)], "dataset": label,
+                         "picture": pictures, "text": [str(unit.get("text") or "") for unit in units],
+                         "picture_index": [unit.get("picture_index") for unit in units], "position": positions})
+    blocks = []
+    for model, kind in pairs:
+        scores = [(unit.get("scores") or {}).get(model, {}).get(kind) for unit in units]
+        kept = np.array([s is not None for s in scores], dtype=bool)
+        if not kept.any():
+            continue
+        scores = [s for s in scores if s is not None]
+        block = base[kept].assign(model=model, kind=kind)
+        for name in ("iou", "auroc", "box_iou"):
+            block[name] = np.array([s.get(name) for s in scores], dtype=float)  # None -> NaN
+        block["pointing"] = np.array([None if s.get("pointing") is None else bool(s["pointing"]) for s in scores],
+                                     dtype=float)
+        blocks.append(block)
+    if not blocks:
+        return pd.DataFrame(columns=list(GROUNDING_COLUMNS))
+    return pd.concat(blocks, ignore_index=True)[list(GROUNDING_COLUMNS)]
+
+
+GROUNDING_COLUMNS = ("unit_id", "dataset", "model", "kind", "picture", "text", "picture_index", "position",
+                     *GROUNDING_METRICS)
 
 
 # ---- negatives: eval-negatives, from its work file ---------------------------------------------------------

@@ -23,7 +23,6 @@ or answer within the cell's K).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +32,8 @@ import pandas as pd
 
 from explorer.views import result_readers
 from explorer.views import results_table as rt
-from explorer.views.result_cells import (BENCHMARK, FILTERS, FORMATS, GROUNDING, NEGATIVES, ORDERS, RETRIEVAL, STRICT,
-                                         ZEROSHOT, Cell, Part, ResultsError, column_name)
+from explorer.views.result_cells import (BENCHMARK, FILTERS, FORMATS, GROUNDING, ID_COLUMNS, NEGATIVES, ORDERS, RETRIEVAL,
+                                         STRICT, ZEROSHOT, Cell, Part, ResultsError, column_name, loads)
 
 @dataclass
 class Results:
@@ -78,9 +77,11 @@ class Results:
 # ---- reading ---------------------------------------------------------------------------------------------
 
 
+
 def read_document(path: Path) -> dict:
+    """A results file's JSON (``result_cells.loads``: orjson where installed)."""
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = loads(Path(path).read_bytes())
     except OSError as error:
         raise ResultsError(f"cannot read the results file {path}: {error.strerror or error}") from error
     except ValueError as error:
@@ -109,8 +110,10 @@ def open_results(path, documents: list[tuple[Path, dict]] | None = None) -> Resu
         for part in read.parts:
             parts.setdefault(part.label, part)
         cells.update(read.cells)
-    units = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ID_COLUMNS)
-    units = units.drop_duplicates(["unit_id", "dataset", "model", "kind"], keep="last").reset_index(drop=True)
+    units = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0] if frames else \
+        pd.DataFrame(columns=ID_COLUMNS)
+    if len(documents) > 1:  # a sweep's children may score the same units (baselines): the last one counts
+        units = units.drop_duplicates(["unit_id", "dataset", "model", "kind"], keep="last").reset_index(drop=True)
     frame = rt.results_frame(long_rows)
     table = rt.pivot(frame, rt.choices(frame)[1]) if not frame.empty else pd.DataFrame()
     for (model, column), cell in list(cells.items()):

@@ -1,0 +1,91 @@
+"""The Results view in a real browser at 1400 x 900 (issue 67), on a tiny RefCOCO-layout result.
+
+A twin of three scenes is scored by the zoo's demo-clip-base (generic maps) and by a fake model whose maps
+a blob placed by the expression's hash (not in the zoo: scored elsewhere, listed, not drawn). Asserted from
+the DOM: the view is ``#results-view``; each table cell carries ``data-result-cell="<model>|<column>"``; the
+units list's rows carry ``data-unit-id`` and show the metric as text, worst first as the work file has it; a
+click on a row shows the board with ``data-map-panel`` panels for that unit; the two-model scatter is a plotly
+graph in ``#results-scatter``. A public page has no Results view. Skipped only when no Chromium is installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_browser import ARTIFACTS, CHROMIUM, app_url, browser_page, home, zoo_root  # noqa: F401
+from test_results_units import BlobModel
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+MODEL = "demo-clip-base"
+CELL = f"{MODEL}|RefCOCO testA generic/miou"
+
+
+@pytest.fixture(scope="module")
+def tiny_result(home, zoo_root):  # noqa: F811 - fixtures imported from test_browser
+    """A results JSON (and its work file) of the twin's RefCOCO testA, under the page's allowed home."""
+    from explorer.data.grounding_sets import read_grounding_set
+    from explorer.data.refer_twin import write_refer_twin
+    from explorer.evaluation.real_grounding import evaluate_grounding
+    from explorer.evaluation.results import write_results
+    from explorer.zoo import Zoo
+
+    twin = home / "twin"
+    write_refer_twin(twin, n_scenes=3, image_size=96)
+    dataset = read_grounding_set(twin, split="testA", layout="refcoco")
+    out = home / "refcoco.json"
+    models = {MODEL: Zoo(zoo_root, precision="fp32").load(MODEL), "blob": BlobModel("blob", 3)}
+    write_results(evaluate_grounding(models, dataset, kinds=["generic"], progress=False,
+                                     work_file=out.with_name(out.name + ".work.jsonl")), out)
+    return out
+
+
+def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(app_url, tiny_result):  # noqa: F811
+    from explorer.ui.results_html import number
+    from explorer.views.result_units import open_results, pick_units
+
+    results = open_results(tiny_result)
+    worst = pick_units(results, results.cell(*CELL.split("|")))
+    with browser_page(app_url) as page:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.get_by_role("tab", name="Results").click()
+        view = page.locator("#results-view")
+        view.wait_for()
+        page.locator("#results-source textarea, #results-source input").first.fill(str(tiny_result))
+        page.locator("#results-open").click()
+        cell = page.locator(f'[data-result-cell="{CELL}"]')
+        cell.wait_for(timeout=60_000)
+        cells = page.locator("#results-table [data-result-cell]").evaluate_all(
+            "(buttons) => buttons.map((b) => b.dataset.resultCell)")
+        assert all(c.split("|", 1)[0] in (MODEL, "blob", "centre-box", "uniform") for c in cells)
+        assert "blob|RefCOCO testA generic/pointing" in cells
+        cell.click()
+        rows = page.locator("#results-units [data-unit-id]")
+        rows.first.wait_for(timeout=60_000)
+        ids = rows.evaluate_all("(rows) => rows.map((r) => r.dataset.unitId)")
+        assert ids == worst["unit_id"].tolist()  # worst first, ties by unit id, as the work file has them
+        shown = rows.evaluate_all("(rows) => rows.map((r) => r.querySelector('[data-metric]').textContent)")
+        assert shown == [f"iou {number(v)}" for v in worst["iou"]]  # the metric as text, the work file's value
+        rows.first.click()
+        panel = page.locator("#results-board [data-map-panel]")
+        panel.first.wait_for(timeout=120_000)
+        assert panel.first.get_attribute("data-map-panel") == f"{MODEL}|1"
+        assert worst["text"].iloc[0] in page.locator("#results-board [data-sentence]").first.inner_text()
+        versus = page.locator("#results-versus input")
+        versus.click()
+        versus.fill("blob")
+        page.get_by_role("option", name="blob").first.click()
+        page.locator("#results-scatter .js-plotly-plot").wait_for(timeout=60_000)
+        page.wait_for_timeout(500)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        view.screenshot(path=str(ARTIFACTS / "results-view.png"))
+
+
+def test_a_public_page_has_no_results_view(zoo_root):  # noqa: F811
+    from explorer.serve.access import Access
+    from explorer.ui.app import build_app
+    from explorer.zoo import Zoo
+
+    app = build_app(Zoo(zoo_root), access=Access.for_app(zoo_root, public=True))
+    ids = {c.get("props", {}).get("elem_id") for c in app.config["components"]}
+    assert "results-view" not in ids and "results-table" not in ids and "grounding-run" in ids
