@@ -58,11 +58,56 @@ def test_every_colour_swapped_for_four_models_and_a_row_shows_its_maps(page):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.locator("#swap-note").evaluate("e => e.scrollIntoView({block: 'start'})")
     page.screenshot(path=str(ARTIFACTS / "swap-panel.png"), full_page=False)
+    # issue 66.4: every row and cell is a button (Tab reaches it, Enter opens its maps); a cell's tooltip names
+    # both scores
+    cell = panel.locator('[data-swap-cell="demo-caft|orange"] button')
+    assert "original sentence" in cell.get_attribute("title") and "with “orange”" in cell.get_attribute("title")
+    cell.focus()
+    page.keyboard.press("Enter")
+    expect(pair).to_have_attribute("data-swap-maps", "orange", timeout=60_000)
+    panel.locator('[data-swap-row="red"] th button').focus()
+    page.keyboard.press("Enter")
+    expect(pair).to_have_attribute("data-swap-maps", "red", timeout=60_000)
+    heads = page.locator("#maps-board [data-map-model]").all_inner_texts()
+    status = page.locator("#grounding-status").inner_text()
     panel.locator("#swap-span textarea, #swap-span input").first.fill("medium dotted blue cross")
     panel.get_by_role("button", name="Add the span to the board").click()  # a span of sentence 2: a 7th row
     expect(page.locator('[data-sentence="7"]')).to_contain_text("medium dotted blue cross", timeout=60_000)
     expect(page.locator('[data-map-panel="demo-caft|7"] figcaption')).to_contain_text("IoU")  # its truth
-    number.fill("99")  # past the caption: one line next to the control, the table stays
-    number.press("Enter")
-    expect(panel.locator("#swap-note")).to_contain_text("past the caption", timeout=30_000)
-    expect(rows).to_have_count(10)
+    # issue 66.1: a span row of its own: the headers' figures and the status line's count do not move
+    expect(page.locator('[data-sentence="7"]')).to_have_attribute("data-span", "2")
+    assert page.locator("#maps-board [data-map-model]").all_inner_texts() == heads
+    expect(page.locator("#grounding-status")).to_contain_text("6 sentence(s) · 1 span row(s)")
+    assert page.locator("#grounding-status").inner_text().split("\n")[1:] == status.split("\n")[1:]
+    replayed_rows(page)
+    for bad in ("0", "-1", "99"):  # not a sentence: one line next to the control (never a toast), the table stays
+        number.fill(bad)
+        number.press("Enter")
+        expect(panel.locator("#swap-note")).to_contain_text(f"sentence {bad}", timeout=30_000)
+        expect(panel.locator("#swap-note")).to_contain_text("numbered from 1")
+        expect(rows).to_have_count(10)
+    assert page.locator(".toast-body").count() == 0
+
+
+def replayed_rows(page) -> None:
+    """The maps export's settings record the span; replayed, they draw the page's rows (one model is enough:
+    the rows are the caption's sentences and the spans)."""
+    import json
+    from pathlib import Path
+    from urllib.parse import unquote
+
+    from playwright.sync_api import expect
+
+    from explorer.views.maps_view import compute_maps
+    from explorer.views.settings import ViewSettings
+    from explorer.zoo import Zoo
+
+    page.locator("#maps-export").click()
+    expect(page.locator("#maps-export-note")).to_contain_text(".json", timeout=90_000)
+    link = page.locator('#maps-export-files a[href$=".json"]').first.get_attribute("href")
+    path = Path(unquote(link.split("file=", 1)[1]))  # the file the page wrote (this test shares its disk)
+    assert json.loads(path.read_text())["spans"] == [{"sentence": 2, "words": "medium dotted blue cross"}]
+    settings = ViewSettings.load(path)  # as `explorer figure replay` reads it: the inputs copied beside it
+    settings.models = settings.models[:1]
+    shown = [t.strip() for t in page.locator("#maps-board .mb-text").all_inner_texts()]
+    assert compute_maps(Zoo().load, settings).sentences == shown

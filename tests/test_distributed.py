@@ -154,6 +154,11 @@ def test_the_helpers_are_identities_in_one_process():
     values = torch.randn(5)
     assert torch.equal(global_mean(values), values.mean())
     assert torch.equal(diagonal_positives(3, 3), torch.eye(3, dtype=torch.bool))
+    from explorer.models.features import TextFeatures
+    from explorer.models.nn.distributed import same_token_length
+
+    text = TextFeatures(eot=torch.randn(2, 4), tokens=torch.randn(2, 5, 4), mask=torch.ones(2, 5, dtype=torch.bool))
+    assert same_token_length(text) is text  # (two ranks: the SEPS case pads through it, test below)
 
 
 # ---- two processes ------------------------------------------------------------------------------

@@ -294,7 +294,12 @@ def test_the_export_command(tmp_path, capsys):
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "--backbone-only" in error and "attention pooling" in error
     assert not (tmp_path / "flair").exists()
-    assert main([*refused, "--backbone-only", "--accept-disagreement"]) == 0  # its scores are not FLAIR's
+    # issue 66: the refusal names the exact command that succeeds (its scores are not FLAIR's: both flags)
+    import shlex
+
+    command = shlex.split(error.split("The command that writes it: ", 1)[1].split(" (its backbone", 1)[0])
+    assert command == ["explorer", *refused, "--backbone-only", "--accept-disagreement"], command
+    assert main(command[1:]) == 0
     out, err = capsys.readouterr()
     assert {line for line in out.splitlines()} == {str(tmp_path / "flair" / name) for name in
                                                   ("open_clip_config.json", "open_clip_model.safetensors", ABOUT,

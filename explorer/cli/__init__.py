@@ -58,7 +58,8 @@ def print_internal_error() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="explorer", description="See what long-text CLIP models see.")
-    parser.add_argument("--checkpoints", help="zoo folder of manifests (default: the repo's checkpoints/)")
+    parser.add_argument("--checkpoints", help="zoo folder of manifests (default: $EXPLORER_CHECKPOINTS, else the "
+                                              "source checkout's checkpoints/, else ./checkpoints)")
     commands = parser.add_subparsers(title="commands")
 
     app = commands.add_parser("app", help="open the web app")
@@ -165,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="evaluate only this zoo model (repeat for several; default: all)")
     evaluate.add_argument("--device", default="auto")
     add_precision_argument(evaluate, "fp32")
-    evaluate.add_argument("--out", type=Path, default=Path("results.json"), help="results JSON (default results.json)")
+    evaluate.add_argument("--out", type=Path, default=Path("results.json"),
+                          help="results JSON (default: results.json in the current folder)")
     evaluate.add_argument("--readme", type=Path, help="also write the table between <!-- eval-table:start --> and "
                                                       "<!-- eval-table:end --> of this file")
     evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -357,7 +359,7 @@ def _run_eval(args) -> int:
     print(results_table(results), end="")
     print("\n" + hard_negatives_table(results), end="")  # the fair hard-negative test, per attribute
     print("\n" + shared_context_table(results), end="")  # the same, on the changes every model reads
-    print(f"wrote {args.out}")
+    print(f"wrote {Path(args.out).absolute()}")  # the default lands in the current folder: say where that is
     if args.readme:
         changed = update_readme(args.readme, results_markdown(results))
         print(f"{'updated' if changed else 'unchanged'}: {args.readme}")

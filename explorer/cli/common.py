@@ -116,4 +116,4 @@ def write_outputs(result: dict, models: dict, args, rows: list[list], table: str
     for reason, n in skipped.items():
         print(f"skipped at scoring: {n} {unit} ({reason})", file=sys.stderr)
     print("".join(f"note: {note}\n" for note in notes), end="")
-    print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))
+    print(f"wrote {Path(args.out).absolute()}" + (f" and {Path(args.csv).absolute()}" if args.csv else ""))

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from explorer.cli.common import model_loader, zoo_from_args
+from explorer.core.errors import ExportError
 from explorer.models.export import FORMATS
 
 
@@ -44,7 +45,13 @@ def _run_export(args) -> int:
     started = time.perf_counter()
     model = model_loader(args, zoo_from_args(args))(args.model)
     loaded = time.perf_counter()
-    result = export_model(model.method, args.format, args.out, backbone_only=args.backbone_only, name=model.name)
+    try:
+        result = export_model(model.method, args.format, args.out, backbone_only=args.backbone_only,
+                              name=model.name)
+    except ExportError as error:
+        if args.backbone_only or "--backbone-only" not in str(error):
+            raise
+        raise ExportError(f"{error} The command that writes it: {succeeding_command(args, model)}") from error
     for path in result.files:
         print(path)
     if result.left_out:
@@ -71,5 +78,23 @@ def _check_agreement(args, model, result) -> int:
     print(f"warning: {model.name}'s export does not keep its ranking (under {100 * AGREEMENT_FLOOR:.0f} % of caption "
           f"pairs in the same order): the folder's scores are not the method's; its README says so. "
           + ("Accepted (--accept-disagreement)." if args.accept_disagreement else
-             "Exit 3; add --accept-disagreement to keep it as a backbone anyway."), file=sys.stderr)
+             f"Exit 3; keep it as a backbone anyway with {succeeding_command(args, model, disagreeing=True)}"),
+          file=sys.stderr)
     return 0 if args.accept_disagreement else 3
+
+
+def succeeding_command(args, model, disagreeing: bool | None = None) -> str:
+    """The export command that will succeed (exit 0) for ``model``: its backbone alone, and, where the method's
+    own score is not the backbone's cosine (``disagreeing`` None: judged by ``global_score``), accepting that the
+    backbone ranks captions otherwise (the agreement check would exit 3)."""
+    import shlex
+
+    if disagreeing is None:
+        disagreeing = not getattr(model.method, "global_score", True)
+    words = ["explorer", "export", "--model", args.model, "--format", args.format, "--out", str(args.out),
+             "--backbone-only"] + (["--accept-disagreement"] if disagreeing else [])
+    if getattr(args, "checkpoints", None):
+        words[1:1] = ["--checkpoints", str(args.checkpoints)]  # an option before the command
+    return shlex.join(words) + (" (its backbone's cosine is not the method's own score, so the two may rank "
+                                "captions apart: the agreement check would exit 3 without --accept-disagreement)"
+                                if disagreeing else "")

@@ -30,7 +30,8 @@ def add_commands(commands) -> None:
     add_figure_command(figure)  # `explorer figure swaps`: the swap probe's margins and map pairs
     gallery = figure.add_parser("gallery", help="one figure of each kind from the demo zoo, with settings that "
                                                  "replay from any clone (the docs' gallery, docs/figures.md)")
-    gallery.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: docs/figures")
+    gallery.add_argument("--out", type=Path, default=Path("docs/figures"),
+                         help="default: docs/figures under the current folder")
     gallery.add_argument("--device", default="auto")
     add_precision_argument(gallery, "fp32")  # docs/figures was drawn in fp32, byte for byte
     gallery.add_argument("--allow-pickle", action="store_true")
@@ -86,7 +87,8 @@ def add_figure_arguments(parser: argparse.ArgumentParser, view: str) -> None:
     parser.add_argument("--settings", type=Path, help="start from a saved settings JSON; flags given here win")
     parser.add_argument("--model", action="append", dest="models", metavar="MODEL",
                         help="zoo name, manifest .json or weights file; repeat to compare (at most 4)")
-    parser.add_argument("--out", type=Path, default=Path(f"{view}.png"), help=".png (300 dpi), .pdf or .svg")
+    parser.add_argument("--out", type=Path, default=Path(f"{view}.png"),
+                        help=f".png (300 dpi), .pdf or .svg (default: {view}.png in the current folder)")
     add_style_arguments(parser)
     parser.add_argument("--device", default="auto")
     add_precision_argument(parser, None)

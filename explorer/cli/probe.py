@@ -154,7 +154,8 @@ def add_figure_command(figure) -> None:
                                              "map pair of one swap, per model")
     add_swap_arguments(parser)
     parser.add_argument("--pair", help="the swap whose maps are shown (default: the first)")
-    parser.add_argument("--out", type=Path, default=Path("swaps.pdf"), help=".pdf, .svg or .png (300 dpi)")
+    parser.add_argument("--out", type=Path, default=Path("swaps.pdf"),
+                        help=".pdf, .svg or .png (300 dpi; default: swaps.pdf in the current folder)")
     parser.add_argument("--preset", choices=list(PRESETS), default="column")
     parser.add_argument("--width", type=float)
     parser.add_argument("--font", choices=FONTS, default="sans")

@@ -38,7 +38,7 @@ def page_options(access: Access | None = None, any_host: bool = False, uploads: 
     public = access is not None and access.public
     guard = host_guard.middleware(public, access.hosts if access else (), any_host)
     options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],
-               "css": PAGE_CSS, "app_kwargs": {"middleware": guard}}
+               "css": PAGE_CSS, "head": PAGE_HEAD, "app_kwargs": {"middleware": guard}}
     if access is not None:
         # Inside the host guard, in front of Gradio's routes: sessions, uploads, request bodies, links.
         guard.append(Middleware(PageGuard, budget=access.budget, public=access.public, uploads=uploads))
@@ -72,6 +72,9 @@ PAGE_CSS = """
 /* A folded accordion's header overflowed its block by 2-3 px (494 px in 491 at 1400 px): a stray sideways
    scroll bar under "Token budget", "Dense caption", "Ground truth"... Nothing in them scrolls sideways. */
 .gr-accordion { overflow-x: hidden !important; }
+/* A one-line note (Markdown, no container) while its handler runs holds Gradio's progress timer, taller than the
+   line: the note became a scrolling region no key can reach (axe: scrollable-region-focusable, serious). */
+.block.hide-container { overflow: visible !important; }
 /* A phone (390 px): Gradio's paddings leave the page's content 287 px; give the board and tables the width. */
 @media (max-width: 640px) {
   .gradio-container { padding-left: 4px !important; padding-right: 4px !important; }
@@ -79,6 +82,17 @@ PAGE_CSS = """
     padding-right: 0 !important; }
 }
 """
+
+
+# Gradio's empty output boxes (a file, image or plot not filled yet) carry an aria-label on a plain div, which
+# ARIA does not allow (axe: aria-prohibited-attr, serious): named as the picture-like placeholder they are.
+PAGE_HEAD = """<script>
+(() => {
+  const name = () => document.querySelectorAll('.empty[aria-label]:not([role])')
+    .forEach(box => box.setAttribute('role', 'img'));
+  new MutationObserver(name).observe(document.documentElement, {childList: true, subtree: true});
+})();
+</script>"""
 
 
 def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobManager | None = None,

@@ -120,7 +120,10 @@ def choose_sentence(view, settings, number):
     try:
         _check_view(view)
         count = _sentences(view)  # the caption's sentences: a span row is swapped in its own sentence
-        if not 1 <= _number(number) <= count:
+        if _number(number) < 1:
+            raise SwapError(f"there is no sentence {_number(number)}: the caption's {count} sentence(s) are "
+                            "numbered from 1")
+        if _number(number) > count:
             raise SwapError(f"sentence {_number(number)} is past the caption: it has {count} sentence(s), "
                             "numbered from 1")
         sentence = view.sentences[_number(number) - 1]
@@ -283,7 +286,7 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
     budget, public = (access.budget, access.public) if access is not None else (None, False)
     limit = budget.swaps_per_request if budget is not None else MAX_SWAPS  # each request is HEAVY: counted too
     with gr.Column(elem_id="swap-panel"):
-        gr.Markdown("### Swap: what one word changes\nEach model's own score of a sentence against the picture, "
+        gr.Markdown("## Swap: what one word changes\nEach model's own score of a sentence against the picture, "
                     "with one word swapped; the margin is original minus swapped.", elem_id="swap-title")
         with gr.Row(equal_height=True):
             # No minimum: Gradio would refuse 0 or -1 with a toast (and a traceback in the log); the handler's

@@ -15,6 +15,8 @@ rank must see the other ranks' features, not only its own; otherwise it trains o
 - ``batch_offset(B)``: rank * B, where this rank's rows sit in the global matrix (the targets: the
   positive of local row i is global column rank * B + i).
 - ``gather_features(f)``: ``gather_with_grad`` over every tensor field of a features dataclass.
+- ``same_token_length(text)``: a ``TextFeatures`` padded (masked) to the longest token axis over ranks, which a
+  token-level gather needs: each rank encodes its captions at its own longest caption's length.
 - ``global_mean(v)``: the mean over every rank's values, for a term whose count differs per rank.
 - ``use_group(g)``: the process group the gathers run on (default: the default group). The training
   loop gives them one of their own, so that their backward collectives never interleave with DDP's
@@ -87,6 +89,18 @@ def gather_with_grad(tensor: torch.Tensor, uneven: bool | list[int] = False) -> 
         for part in parts:  # grad's strides and then holds the bytes in the wrong order: give it row-major grads
             part.register_hook(torch.Tensor.contiguous)
     return torch.cat([part[:n] for part, n in zip(parts, counts)] if uneven else parts)
+
+
+def same_token_length(text):
+    """``text`` (``TextFeatures``: ``tokens`` [B, K, D], ``mask`` [B, K]) with its token axis padded to the
+    longest K over ranks (zero tokens, masked out), so that ``gather_features`` can gather it: each rank encodes
+    its captions at the length of its own longest one. Padded by 0 too, so every rank builds the same graph (the
+    gathers' backward collectives then run in one order). At world size 1: ``text`` itself."""
+    if world()[1] == 1:
+        return text
+    extra = max(all_sizes(text.tokens.shape[1])) - text.tokens.shape[1]
+    return replace(text, tokens=torch.nn.functional.pad(text.tokens, (0, 0, 0, extra)),
+                   mask=torch.nn.functional.pad(text.mask, (0, extra), value=False))
 
 
 def all_sizes(count: int) -> list[int]:

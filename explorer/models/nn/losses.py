@@ -105,7 +105,16 @@ def diagonal_positives(n_rows: int, n_columns: int, device=None) -> torch.Tensor
 
 
 def info_nce_pairs(images, texts, score: Score) -> torch.Tensor:
-    """``info_nce`` over the global batch; ``score`` gives the logits (temperature included)."""
+    """``info_nce`` over the global batch; ``score`` gives the logits (temperature included).
+
+    ``images`` and ``texts`` are what ``score`` takes: tensors whose first axis is the batch ([B, D] global
+    embeddings, or [B, P, D] / [B, K, D] tokens), or features dataclasses (``ImageFeatures``, ``TextFeatures``:
+    every tensor field is gathered along its first axis, the others kept). A token-level score (FILIP's
+    late interaction, say) takes the whole features: ``info_nce_pairs(image, same_token_length(text),
+    late_interaction)``, where ``same_token_length`` (``nn.distributed``) pads the token axis to the longest
+    over ranks first (each rank's captions are encoded at their own longest length, and a gather needs one
+    shape); in one process both are the plain call. ``score(rows, columns)`` is then called with this rank's
+    images and every rank's texts, and every rank's images and this rank's texts."""
     if world()[1] == 1:
         return info_nce(score(images, texts))
     return info_nce_blocks(score(images, gather_features(texts)), score(gather_features(images), texts))

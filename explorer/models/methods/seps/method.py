@@ -53,7 +53,7 @@ from explorer.models.methods.seps.losses import RECIPES, seps_loss_terms, uses_h
 from explorer.models.methods.seps.scoring import (PRIOR_HIDDEN_DIVISOR, SCORINGS, OfficialScoring, PairOutputs,
                                                   PaperScoring, calibrated_scores, checked_dense_text, make_scoring)
 from explorer.models.methods.seps.tokenizer import WordPieceCounter, bert_token_batch, build_bert_tokenizer, read_vocab
-from explorer.models.nn.distributed import all_sizes, gather_features, world
+from explorer.models.nn.distributed import gather_features, same_token_length, world
 from explorer.models.nn.late_interaction import token_similarity
 from explorer.models.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from explorer.models.tokenizer import TokenBatch
@@ -482,18 +482,10 @@ class SepsMethod(nn.Module, Method):
         token axes are padded to the longest over ranks first (masked padding changes no score). With the
         paper's Gumbel selection the two blocks draw their own samples, so there the loss is not the
         single-process one draw for draw."""
-        text, dense_text = (_pad_tokens(t, max(all_sizes(t.tokens.shape[1]))) for t in (text, dense_text))
+        text, dense_text = (same_token_length(t) for t in (text, dense_text))
         every_image, every_text, every_dense = (gather_features(f) for f in (image, text, dense_text))
         by_caption = dense_for == "caption"  # the dense text goes with its caption, else with its image
         rows = self.pair_outputs(image, every_text, every_dense if by_caption else dense_text, dense_for)
         columns = self.pair_outputs(every_image, text, dense_text if by_caption else every_dense, dense_for)
         return seps_loss_terms(rows.scores, rows.keep_sparse, rows.keep_dense, self.sparse_ratio,
                                column_scores=columns.scores, hardest=hardest)
-
-
-def _pad_tokens(text: TextFeatures, length: int) -> TextFeatures:
-    """``text`` with its token axis padded to ``length`` (zero tokens, masked out); padded by 0 too, so
-    that every rank builds the same graph (the gathers' backward collectives then run in one order)."""
-    extra = length - text.tokens.shape[1]
-    return TextFeatures(eot=text.eot, tokens=torch.nn.functional.pad(text.tokens, (0, 0, 0, extra)),
-                        mask=torch.nn.functional.pad(text.mask, (0, extra), value=False))
