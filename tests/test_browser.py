@@ -19,7 +19,7 @@ import pytest
 
 from explorer.serve.startup import start_page
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page that draws real maps")]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("EXPLORER_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))

@@ -16,7 +16,7 @@ import pytest
 
 from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four models' maps drawn on a served page")]
 
 FOUR = ["demo-mulclip", "demo-clip-base", "demo-caft", "demo-flair"]
 EXAMPLE = Path(__file__).resolve().parents[1] / "assets" / "synthetic-test-000000"

@@ -8,7 +8,7 @@ import pytest
 
 from test_browser import ARTIFACTS, app_url, browser_page, home, photo, upload, zoo_root  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page")]
 
 WINDOW = {"width": 1400, "height": 900}
 

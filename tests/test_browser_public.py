@@ -11,7 +11,7 @@ import pytest
 from explorer.serve.startup import start_page
 from test_browser import ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo, upload  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served public page")]
 
 MANAGEMENT = ["#zoo-add-path", "#zoo-add", "#zoo-upload", "#zoo-upload-add", "#zoo-remove", "#zoo-remove-name",
               "#zoo-refresh", "#memory-show", "#jobs-submit", "#jobs-cancel", "#jobs-delete", "#jobs-data"]

@@ -18,6 +18,8 @@ from PIL import Image
 
 from explorer.core.images import read_peak_bytes
 
+pytestmark = pytest.mark.slow(reason="decodes 2400-px pictures of 11 modes in a child process to read its peak memory")
+
 SIDE = 2400  # past MAX_SIDE below: every picture is reduced
 MAX_SIDE = 1024
 MB = 2**20

@@ -14,7 +14,7 @@ from explorer.training.demo_zoo import build_demo
 from explorer.training.twin_batches import TwinBatches
 from explorer.zoo import Zoo
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(reason="builds demo models: writes a world and trains them, one in a background process")
 
 
 def test_build_demo_writes_loadable_small_models(tmp_path, monkeypatch):

@@ -7,8 +7,11 @@ import socket
 import time
 
 import gradio as gr
+import pytest
 
 from explorer.serve import startup
+
+pytestmark = pytest.mark.slow(reason="serves a page and waits out its 10 s head deadline")
 
 
 def _page(monkeypatch) -> int:

@@ -82,7 +82,7 @@ def test_a_cpu_run_of_two_processes_is_torchrun_with_two_ranks(jobs, world):
 # ---- slow: real torchrun runs --------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="torchrun starts two CPU ranks that import torch and train")
 def test_a_two_process_cpu_job_finishes_with_one_checkpoint_and_rank_0_writes(jobs, world):
     run = jobs.submit("clip", world, max_steps=4, overrides=TINY, processes=2, name="ddp")
     assert run.status == "running"
@@ -104,7 +104,7 @@ def test_a_two_process_cpu_job_finishes_with_one_checkpoint_and_rank_0_writes(jo
     assert_no_process_left(done)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="torchrun starts two CPU ranks that import torch and train")
 def test_cancel_of_a_two_process_job_stops_both_ranks_and_resume_continues(jobs, world, wait_for):
     run = jobs.submit("clip", world, max_steps=1000, overrides={**TINY, "checkpoint_every": 10000}, processes=2)
     wait_for(lambda: jobs.metrics(run.id), what="the first logged step")
@@ -134,7 +134,7 @@ def test_cancel_of_a_two_process_job_stops_both_ranks_and_resume_continues(jobs,
     assert_no_process_left(again)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="torchrun starts two CPU ranks that import torch and train")
 def test_a_torchrun_killed_with_sigkill_takes_its_ranks_with_it(jobs, world, wait_for):
     run = jobs.submit("clip", world, max_steps=1000, overrides={**TINY, "checkpoint_every": 10000}, processes=2)
     wait_for(lambda: jobs.metrics(run.id), what="the first logged step")

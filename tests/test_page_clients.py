@@ -27,6 +27,7 @@ from explorer.serve.budget import HEAVY, PUBLIC
 from explorer.serve.clients import Clients
 from explorer.serve.startup import start_page
 
+pytestmark = pytest.mark.slow(reason="serves pages and floods them from two loopback addresses")
 VISITOR, ABUSER = "127.0.0.2", "127.0.0.3"
 
 

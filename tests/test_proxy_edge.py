@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow(reason="runs nginx and the app, and 1,000 slow-header connections")
 ROOT = Path(__file__).resolve().parent.parent
 SLOW, VISITOR = "127.0.0.2", "127.0.0.3"
 CONNECTIONS = 1000

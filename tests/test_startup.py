@@ -12,6 +12,7 @@ import time
 
 import gradio as gr
 import httpx
+import pytest
 from gradio import blocks, networking
 from starlette.middleware import Middleware
 
@@ -33,6 +34,7 @@ print(json.dumps([name for name in {HEAVY!r} if name in sys.modules]))
 """
 
 
+@pytest.mark.slow(reason="builds the page in a fresh Python to list what it imported")
 def test_building_the_page_imports_no_heavy_library(tmp_path):
     # A fresh process: this one has imported everything already.
     env_home = {"EXPLORER_HOME": str(tmp_path), "PATH": "", "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -108,6 +110,7 @@ class SlowFirstAnswer:
         await self.app(scope, receive, send)
 
 
+@pytest.mark.slow(reason="serves a page whose first answer takes 3.5 s on purpose")
 def test_a_page_slower_than_gradios_three_seconds_still_starts():
     with gr.Blocks() as app:
         gr.Textbox("hello")

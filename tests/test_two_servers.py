@@ -14,7 +14,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 from PIL import Image
+
+pytestmark = pytest.mark.slow(reason="starts two real page servers in child processes")
 
 SERVER = r"""
 import json, sys
