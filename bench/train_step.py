@@ -14,7 +14,17 @@
    (CPU) until its first optimizer step is in metrics.jsonl, split into the submit call, process
    start to the worker's first line, and the worker's setup to the first step.
 
+3. ``--profile``: where a step of the demo base goes (issue 63): the demo zoo's base CLIP (ViT width 128,
+   3 layers, 64 px) stretched to 248 tokens as a long-text job starts from it, CLIP's InfoNCE on the
+   synthetic world's long captions (43-160 tokens), batch 32, read from disk as a job reads it. Per phase,
+   the best of ``--repeats`` (wall seconds on this machine, and CPU seconds): the data (decode and
+   preprocess a batch), the towers (forward and backward of each alone; the text tower also padded to 248,
+   what it cost before every path cut the padding), the loss (the whole forward and backward less the
+   towers), the optimizer (zero_grad, clip, AdamW, schedule); then the whole step with torch's thread count
+   and with the count a job measures (``explorer.training.threads``), alternated.
+
     python bench/train_step.py [--methods clip finelip] [--size tiny] [--batch 16] [--steps 60] [--rounds 4]
+    python bench/train_step.py --profile [--batch 32] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -157,18 +167,125 @@ def launch_overhead(repeats: int) -> list[dict]:
     return results
 
 
+def demo_base_job(batch_size: int, folder: Path):
+    """The demo base stretched to 248 tokens, its optimizer, and a loader over a written synthetic world."""
+    from explorer.data import write_dataset
+    from explorer.training.demo_world import write_samples
+    from explorer.training.samples import SampleFolder, SampleLoader
+    from explorer.training.warm_start import init_from
+
+    write_dataset(folder, n_scenes=2 * batch_size, seed=0, image_size=64, split_fractions=(1.0, 0.0, 0.0),
+                  n_objects=(2, 6))
+    write_samples(folder)
+    method, _ = init_from("longclip", Path(__file__).resolve().parents[1] / "checkpoints/demo/clip-base.safetensors")
+    method.train()
+    loader = SampleLoader(SampleFolder(folder), method.preprocess, batch_size, shuffle=False)
+    config = TrainConfig(max_steps=10**6, batch_size=batch_size, device="cpu", precision="fp32", lr_backbone=1e-4,
+                         lr_new=1e-4, clip_grad_norm=1.0)
+    return method, loader, BareStep(method, next(iter(loader.batches(0))), config)
+
+
+def best_of(call, repeats: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of the fastest of ``repeats`` calls after one warm-up; CPU is this process's."""
+    call()
+    runs = []
+    for _ in range(repeats):
+        start, cpu = time.perf_counter(), time.process_time()
+        call()
+        runs.append((time.perf_counter() - start, time.process_time() - cpu))
+    return min(runs)
+
+
+def tower_pass(encode):
+    """Forward and backward of one tower alone (the gradient of a fixed weighting of its output)."""
+    def run():
+        output = encode()
+        output.float().square().mean().backward()
+    return run
+
+
+def profile_step(args) -> int:
+    from explorer.models.unpadded import padding_kept
+    from explorer.training.threads import measure_threads
+
+    default_threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as tmp:
+        method, loader, step = demo_base_job(args.batch, Path(tmp) / "world")
+        batch = step.batch
+        ids = method.tokenize(batch.captions)
+        longest = max(ids.n_tokens)
+        print(f"demo base at {method.context_length} tokens (ViT width {method.arch.vision_width}, "
+              f"{method.arch.vision_layers} layers, {method.arch.image_size} px, {method.grid_hw[0] ** 2} patches), "
+              f"batch {args.batch}, longest caption {longest} tokens; torch {torch.__version__}, "
+              f"{default_threads} threads, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        print("best of", args.repeats, "(wall s | CPU s); a machine shared with other work stretches the wall time")
+        pixels = batch.pixels
+
+        def losses_pass():
+            sum(method.losses(batch).values()).backward()
+
+        def padded_text():
+            with padding_kept():
+                return method.encode_text(ids.ids).eot
+
+        phases = {
+            "data (decode + preprocess a batch)": lambda: next(iter(loader.batches(0))),
+            "tokenize the captions": lambda: method.tokenize(batch.captions),
+            "image tower, forward + backward": tower_pass(lambda: method.encode_image(pixels).cls),
+            "text tower, forward + backward": tower_pass(lambda: method.encode_captions(batch.captions).eot),
+            "text tower padded to 248 (before)": tower_pass(padded_text),
+            "whole forward + backward": losses_pass,
+            "optimizer (zero_grad, clip, AdamW, schedule)": lambda: (
+                step.optimizer.step(), step.scheduler.step(), step.optimizer.zero_grad(set_to_none=False)),
+        }
+        measured = {}
+        for label, call in phases.items():
+            if not label.startswith("optimizer"):  # the optimizer steps on the gradients the last pass left
+                method.zero_grad(set_to_none=True)
+            measured[label] = best_of(call, args.repeats)
+        towers = [measured[k] for k in ("image tower, forward + backward", "text tower, forward + backward")]
+        whole = measured["whole forward + backward"]
+        measured["loss (whole less the towers)"] = tuple(max(0.0, whole[i] - towers[0][i] - towers[1][i])
+                                                         for i in (0, 1))
+        for label, (wall, cpu) in measured.items():
+            print(f"  {label:<48} {wall:7.3f} | {cpu:6.3f}")
+
+        choice = measure_threads(tuple(dict.fromkeys((default_threads, 1))))
+        print(f"  {choice.line()}")
+
+        def whole_step():
+            step.batch = next(iter(loader.batches(0)))
+            step()
+
+        steps = {}
+        for threads in [default_threads, choice.threads] * 2:  # alternated: the load moves under both alike
+            torch.set_num_threads(threads)
+            steps.setdefault(threads, []).append(best_of(whole_step, args.repeats))
+        torch.set_num_threads(default_threads)
+        for threads, runs in steps.items():
+            wall = min(r[0] for r in runs)
+            print(f"  whole step (data + update), {threads} thread(s): {wall:.2f} s wall, "
+                  f"{min(r[1] for r in runs):.2f} s CPU")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["clip", "finelip"])
     parser.add_argument("--size", default="tiny", choices=("tiny", "base"))
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=None, help="16; --profile: 32, the demo zoo's batch")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default); 1 keeps a "
                                                                  "shared machine's other work from skewing steps")
     parser.add_argument("--launches", type=int, default=3, help="jobs timed for the launch overhead (0: skip)")
+    parser.add_argument("--profile", action="store_true", help="where a step of the demo base at 248 tokens goes")
+    parser.add_argument("--repeats", type=int, default=5, help="--profile: runs of each phase (the best is kept)")
     args = parser.parse_args(argv)
+    args.batch = args.batch or (32 if args.profile else 16)
+    if args.profile:
+        return profile_step(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     discover_methods()

@@ -20,7 +20,8 @@ are the job's to set), plus
   sets the architecture, and a resumed run keeps its own);
 - ``context_length``: text tokens (None: the method's, or the init's);
 - ``allow_pickle``: trust an init file that needs unpickling;
-- ``cpu_threads``: torch threads of the run process (None: torch's default);
+- ``cpu_threads``: torch threads of the run process (None: on the CPU, torch's default or 1, whichever a
+  short timing at the start says is faster, ``explorer.training.threads``; on GPUs torch's default);
 - ``train_split``: the split trained on, when the data has splits;
 - ``evaluate``, ``eval_limit``, ``eval_grounding_limit``: the final evaluation (``final_eval``).
 

@@ -231,6 +231,10 @@ class _Job:
             import torch
 
             torch.set_num_threads(int(config["cpu_threads"]))
+        elif not run.gpus:  # a shared CPU may run one thread faster than all (training.threads): measured
+            from explorer.training.threads import measure_threads
+
+            self.say(measure_threads().line())
         out = Path(run.out_dir)
         plan = inspect_data(run.data, config["train_split"])
         self.say(plan.describe())

@@ -21,6 +21,9 @@ HEAVY = {"concurrency_id": "explorer-heavy"}
 # Events that read a caption without drawing (the token summary, the budget line) share another: cheap each, but
 # a visitor's text reaches them on every keystroke, so they too are counted per address (``Budget.text_*``).
 TEXT = {"concurrency_id": "explorer-text"}
+# Events that redraw what a Draw stored (the focus view of a sentence from the board's maps) run no model: a group
+# of their own, so a click never waits behind another visitor's Draw (issue 63), at most two at once.
+STORED = {"concurrency_id": "explorer-stored", "concurrency_limit": 2}
 
 
 class BudgetExceeded(ExplorerError):

@@ -18,7 +18,7 @@ from explorer.grounding.sentence_maps import MapCache
 from explorer.ui import maps_board, swap_panel
 from explorer.ui.examples import truth_dir
 from explorer.serve.messages import explain
-from explorer.serve.budget import HEAVY
+from explorer.serve.budget import HEAVY, STORED
 from explorer.ui.view_controls import Inputs, as_list, base_settings, export_row, export_view, loading_first
 from explorer.views.focus_view import check_sentence, focus_figure
 from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps
@@ -290,7 +290,7 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
                       **HEAVY)
     # A new drawing or a display change redraws the focused sentence (if one is picked) from the stored maps.
     focus_again = dict(fn=focus_by_number, inputs=[view_state, settings_state, focus_sentence],
-                       outputs=[focus, focus_note], show_progress="hidden", **HEAVY)
+                       outputs=[focus, focus_note], show_progress="hidden", **STORED)  # stored maps: no model
     # Inputs changed while a Draw or re-render ran: its result is marked out of date at once (``recheck``).
     stale_outputs = [view_state, settings_state, board, status, scores, focus_sentence, focus, focus_note]
     check_again = dict(fn=recheck, inputs=[view_state, settings_state, *inputs.components()], outputs=stale_outputs,
@@ -300,9 +300,9 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
                      render=lambda view, settings: (maps_board.board_html(view, settings), status_text(view, settings),
                                                     score_rows(view, settings)), status=status)
     scores.select(focus_from_table, inputs=[view_state, settings_state], outputs=[focus_sentence, focus, focus_note],
-                  api_name="focus_table", **HEAVY)
+                  api_name="focus_table", **STORED)
     board.select(focus_from_board, inputs=[view_state, settings_state],
-                 outputs=[focus_sentence, focus, focus_note], api_name="focus_board", **HEAVY)
+                 outputs=[focus_sentence, focus, focus_note], api_name="focus_board", **STORED)
     focus_sentence.submit(**focus_again, api_name="focus_sentence")
     for control in display:
         # A slider re-renders on "input" (a drag, or a number typed in its box and Enter) with only
