@@ -76,7 +76,14 @@ def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(app_url, ti
         versus.fill("blob")
         page.get_by_role("option", name="blob").first.click()
         page.locator("#results-scatter .js-plotly-plot").wait_for(timeout=60_000)
-        page.wait_for_timeout(500)
+        point = page.locator("#results-scatter .scatterlayer .point").first
+        point.wait_for(timeout=30_000)
+        point.click(force=True)  # a point opens its unit for both models (blob is not in the zoo: said, not drawn)
+        note = page.locator("#results-unit-note")
+        page.wait_for_function("() => /^Unit /.test(document.querySelector('#results-unit-note').innerText)",
+                               timeout=120_000)
+        assert note.inner_text().split()[1] in ids
+        assert "blob cannot be loaded here" in page.locator("#results-board").inner_text()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         view.screenshot(path=str(ARTIFACTS / "results-view.png"))
 

@@ -48,7 +48,7 @@ class BlobModel:
 def scored(tmp_path_factory):
     """(results path, twin folder): two fake models on the twin's RefCOCO testA, with the work file beside."""
     folder = tmp_path_factory.mktemp("results")
-    twin = write_refer_twin(folder / "twin", n_scenes=9, image_size=64) and folder / "twin"
+    twin = write_refer_twin(folder / "twin", n_scenes=12, image_size=64) and folder / "twin"
     dataset = read_grounding_set(twin, split="testA", layout="refcoco")
     out = folder / "refcoco.json"
     result = evaluate_grounding({"a": BlobModel("a", 1), "b": BlobModel("b", 2)}, dataset, kinds=["generic"],

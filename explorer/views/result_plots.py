@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from explorer.views.result_units import Cell, Results, ResultsError, is_right, pick_units, read_document
 
+SVG_POINTS = 5_000  # drawn as SVG up to this many points, WebGL past it
 MAX_POINTS = 20_000  # the scatter's points: a larger cell is drawn as its first units by id (said in the title)
 RIGHT_COLOURS = {(True, True): "#1a9850", (True, False): "#4575b4", (False, True): "#fdae61", (False, False): "#d73027"}
 RIGHT_NAMES = {(True, True): "both right", (True, False): "A right, B wrong", (False, True): "A wrong, B right",
@@ -45,12 +46,13 @@ def scatter(results: Results, cell: Cell, versus: str | None) -> go.Figure:
         note = f" (first {MAX_POINTS:,} units by id)"
     a, b = both[cell.metric].to_numpy(dtype=float), both[f"versus_{cell.metric}"].to_numpy(dtype=float)
     right_a, right_b = is_right(cell, a), is_right(cell, b)
+    trace = go.Scatter if len(both) <= SVG_POINTS else go.Scattergl  # SVG points up to a few thousand: each a target
     figure = go.Figure()
     for key, colour in RIGHT_COLOURS.items():
         keep = (right_a == key[0]) & (right_b == key[1])
         if not keep.any():
             continue
-        figure.add_trace(go.Scattergl(
+        figure.add_trace(trace(
             x=a[keep], y=b[keep], mode="markers", name=f"{RIGHT_NAMES[key]} ({int(keep.sum())})",
             marker=dict(color=colour, size=7, opacity=0.75), customdata=both["unit_id"].to_numpy()[keep],
             text=[str(t)[:80] for t in both["text"].to_numpy()[keep]],
