@@ -6,10 +6,13 @@ checkout for "before"), with bench/abuse.py's server and visitors; and the metad
 - state: one address sends N Draws (the page's default example), each under an invented session hash, then idles:
   the server's resident memory per session and at the end, against the ledger's caps (32 sessions and 256 MB an
   address, 1 GB the page); a second address's Draw still answers.
-- log: 300 requests from one address with a value Gradio's checks refuse (the swap panel's sentence sent as "1"):
+- log: 300 requests from one address with a value Gradio's checks refuse (the swap panel's sentence number sent as
+  the string "1"):
   the server log's growth in lines and tracebacks, and so lines a minute under the flood.
 - upload-stall: another address's GET /config timed while one address uploads four 10 MB TIFFs whose 40 tags all
   point at one 10 MB blob (the check opened them on the event loop: +703 MB each, and every request waited).
+- upload-stall-page: the same against a small page in this process, the check as it was (Pillow, on the event
+  loop) and as it is (counted first, in a thread): the full app's figures swing with the machine's load.
 - metadata (in this process, no server): per format, Pillow's peak opening the file and turning it upright (as the
   page's decode does, ``tracemalloc``), against the upload check's peak and verdict (``picture_metadata``).
 """
@@ -66,7 +69,7 @@ def log_flood(server: Server, requests: int = 300) -> dict:
         answers = {}
         for _ in range(requests):
             data = visitor.inputs("swap_sentence")
-            data = ["1" if kinds[c_id] == "dropdown" else value for c_id, value in zip(event["inputs"], data)]
+            data = ["1" if kinds[c_id] == "number" else value for c_id, value in zip(event["inputs"], data)]
             body = {"data": data, "fn_index": event["id"], "session_hash": visitor.session}
             joined = visitor.http.post("/gradio_api/queue/join", json=body)
             last = ""
@@ -118,6 +121,67 @@ def upload_stall(server: Server, uploads: int = 4, tags: int = 40, blob: int = 1
     return {"file MB": round(len(bomb) / MB, 1), "uploads": codes, "victim GET /config quiet s": round(quiet, 3),
             "victim GET /config during, worst s": round(max(loaded or [0.0]), 2),
             "victim samples": len(loaded), "resident peak over idle MB": round((server.status("VmHWM") - idle) / MB)}
+
+
+def upload_stall_page(uploads: int = 4, tags: int = 40, blob: int = 10 * MB) -> dict:
+    """The same, against a small public page in this process (the full app's figures swing with the machine's
+    load): the check as it was (Pillow opening the file, on the event loop) and as it is (the metadata counted
+    first, in a thread). "As it was" is this checkout with its check put back on the loop and its metadata
+    count taken out, so both columns share everything else."""
+    import asyncio
+    import socket
+    import threading
+
+    import gradio as gr
+
+    from explorer.serve import page_guard, picture_metadata
+    from explorer.serve.access import Access
+    from explorer.serve.budget import PUBLIC
+    from explorer.serve.startup import start_page
+    from explorer.ui.app import page_options, serve
+
+    bomb = bombs.tiff_bomb(tags, blob)
+    out = {}
+    for mode in ("as it was", "as it is"):
+        threaded, counted = asyncio.to_thread, picture_metadata.check
+        if mode == "as it was":
+            async def on_the_loop(work, *args):
+                return work(*args)
+
+            page_guard.asyncio.to_thread, picture_metadata.check = on_the_loop, lambda path: None
+        try:
+            with gr.Blocks() as blocks:
+                gr.Image()
+            access = Access(roots=(ROOT,), public=True, budget=PUBLIC)
+            serve(blocks, access)
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            start_page(blocks, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                       **page_options(access))
+            url = f"http://127.0.0.1:{port}"
+            victim = httpx.Client(base_url=url, timeout=600, transport=httpx.HTTPTransport(local_address=ORDINARY))
+            victim.get("/config")
+            codes, worst = [], 0.0
+
+            def send(i: int):
+                http = httpx.Client(base_url=url, timeout=600, transport=httpx.HTTPTransport(local_address=ABUSIVE))
+                http.get("/")
+                codes.append(http.post("/gradio_api/upload", files={"files": (f"b{i}.tif", bomb)}).status_code)
+
+            senders = [threading.Thread(target=send, args=(i,)) for i in range(uploads)]
+            for sender in senders:
+                sender.start()
+            while any(sender.is_alive() for sender in senders):
+                started = time.perf_counter()
+                victim.get("/config")
+                worst = max(worst, time.perf_counter() - started)
+                time.sleep(0.1)
+            out[mode] = {"uploads": sorted(codes), "victim GET /config worst s": round(worst, 2)}
+            blocks.close()
+        finally:
+            page_guard.asyncio.to_thread, picture_metadata.check = threaded, counted
+    return out
 
 
 def _peak(work) -> tuple[int, str]:
@@ -185,6 +249,8 @@ def main() -> None:
     names = args.only.split(",")
     if "metadata" in names:
         print("metadata", json.dumps(metadata(), indent=1), flush=True)
+    if "upload-stall-page" in names:
+        print("upload-stall-page", json.dumps(upload_stall_page(), indent=1), flush=True)
     served = [name for name in names if name in SCENARIOS]
     if served:
         with tempfile.TemporaryDirectory(prefix="abuse64-") as folder:

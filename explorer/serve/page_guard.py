@@ -13,7 +13,9 @@ Gradio's routes, so a request it refuses never reaches a parser, a handler or th
   another's; none kept past ``upload_seconds``;
 - every other body at most ``request_bytes``; no multipart body anywhere else;
 - a body nested past ``json_depth`` is refused before anything parses it (``explorer.serve.json_body``);
-- a file input given as a link (``http(s)://``) is refused before Gradio could fetch it.
+- a file input given as a link (``http(s)://``) is refused before Gradio could fetch it;
+- on a public page, the routes that run an event without the queue (``DIRECT_ROUTES``): Gradio would make the
+  session's state for any hash a client names there, outside the queue's count (``queue_guard``).
 Refusals are one line of text with an HTTP status (400, 403, 408, 413, 415, 429, 503), the connection
 closed, and a warning in the log (said once a minute with a count when it repeats: ``log_limit``).
 """
@@ -38,6 +40,9 @@ COOKIE = "explorer_session"
 UPLOAD_PATH = "/gradio_api/upload"
 SESSIONS_KEPT = 10_000  # page sessions remembered (oldest forgotten first): bounded memory
 JSON_ROUTES = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")
+# Routes that run an event (or a component's function) without the queue. Gradio makes the named session's state
+# before it even checks that the route is open, so a public page refuses them here: every event is queued there.
+DIRECT_ROUTES = ("/gradio_api/run/", "/gradio_api/api/", "/gradio_api/component_server")
 
 
 class PageGuard:
@@ -71,6 +76,8 @@ class PageGuard:
                 return await self.app(scope, receive, self._with_cookie(scope, send))
             if scope["method"] != "POST":
                 return await self.app(scope, receive, send)
+            if self.public and scope["path"].startswith(DIRECT_ROUTES):
+                raise Refusal(404, "this page answers through its queue only")
             if scope["path"] == UPLOAD_PATH:
                 return await self._upload(scope, receive, send)
             if b"multipart/" in _header(scope, b"content-type"):

@@ -30,10 +30,14 @@ IDLE_CHECK_S = 60.0  # how often idle sessions' state is looked for when no requ
 
 
 def install(app, access: Access):
-    """The app's queue: two requests at a time; on a public page no request skips it (the REST routes
-    are closed), it holds at most ``QUEUE_SIZE`` and each visitor session at most ``access.session_cap``."""
+    """The app's queue: two requests at a time; on a public page no request skips it (the REST routes are closed,
+    every event is queued, ``page_guard`` refuses the direct routes), it holds at most ``QUEUE_SIZE`` and each
+    visitor session at most ``access.session_cap``."""
     if access.public:
         app.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE, api_open=False)
+        for block_fn in app.fns.values():  # Gradio's example lists run unqueued: through the door like the rest
+            if block_fn.fn is not None:
+                block_fn.queue = True
         cap_sessions(app, access.session_cap, access.budget)
     else:
         app.queue(default_concurrency_limit=2)
