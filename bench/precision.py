@@ -340,7 +340,7 @@ def memory_part(args, log) -> dict:
 def retrieval_part(args, log) -> dict:
     from explorer.core import paths
     from explorer.data import read_dataset
-    from explorer.evaluation.retrieval_metrics import recall_at_k
+    from explorer.evaluation.metrics.retrieval import recall_at_k
     from explorer.evaluation.runner import encode_images, evaluate_model, score_captions
     from explorer.training.demo_world import write_eval_world
 

@@ -8,8 +8,8 @@ import torch
 
 from explorer.evaluation import (box_iou, flism_region_accuracy, hard_negative_accuracy, mask_iou, mean_iou,
                                  pointing_game, pointing_hits, recall_at_k)
-from explorer.evaluation.retrieval_metrics import RSUM_KS, rsum
-from explorer.grounding.metrics import score_maps
+from explorer.evaluation.metrics.retrieval import RSUM_KS, rsum
+from explorer.evaluation.metrics.maps import score_maps
 
 # ---- Recall@K ---------------------------------------------------------------------------------------
 
@@ -201,7 +201,7 @@ def test_flism_region_accuracy():
 
 
 def test_pixel_auroc_on_crafted_maps():
-    from explorer.grounding.metrics import pixel_auroc
+    from explorer.evaluation.metrics.maps import pixel_auroc
 
     truth = np.zeros((6, 6), dtype=bool)
     truth[1:3, 1:4] = True

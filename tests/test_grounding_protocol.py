@@ -20,7 +20,7 @@ from explorer.core.images import load_image
 from explorer.data import coco_masks
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets import read_grounding_set
-from explorer.evaluation.box_grounding import BoxRule, box_rule, box_scores, check_alpha, pick_box
+from explorer.evaluation.metrics.boxes import BoxRule, box_rule, box_scores, check_alpha, pick_box
 from explorer.evaluation.real_grounding import evaluate_grounding, summary
 
 MAPS = {"left square": (2, 2, 12, 12), "the small box": (20, 5, 30, 15), "middle square": (20, 5, 25, 15),
@@ -153,9 +153,9 @@ def test_an_iou_of_exactly_one_half_is_a_miss():
     row = [None, True, None, None, None]
     assert summary([(*row, 0.5)])["box_accuracy"] == 0.0  # ReCLIP: iou(...) > 0.5
     assert summary([(*row, 0.5 + 1e-9)])["box_accuracy"] == 1.0
-    from explorer.evaluation.box_grounding import box_iou
+    from explorer.evaluation.metrics.boxes import pair_iou
 
-    assert box_iou((0, 0, 10, 5), (0, 0, 10, 10)) == 0.5  # the pick that ties the threshold, exactly
+    assert pair_iou((0, 0, 10, 5), (0, 0, 10, 10)) == 0.5  # the pick that ties the threshold, exactly
 
 
 # ---- the text field, the polygons, the orientation ---------------------------------------------------------

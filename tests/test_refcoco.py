@@ -18,7 +18,7 @@ from explorer.data import coco_masks
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets import read_grounding_set
 from explorer.data.plain_pickle import load_plain, loads_plain
-from explorer.evaluation.box_grounding import BoxRule, box_iou, pick_box
+from explorer.evaluation.metrics.boxes import BoxRule, pair_iou, pick_box
 from explorer.evaluation.real_grounding import evaluate_grounding
 
 # the map each expression gets from the fake model: 1 inside the rectangle, 0 elsewhere (Otsu: that rectangle)
@@ -238,7 +238,7 @@ MEAN = BoxRule(alpha=1, min_area=0)  # the mean over the box, every box may answ
 
 
 def test_box_iou_and_pick_by_hand():
-    assert box_iou((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(50 / 150)
+    assert pair_iou((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(50 / 150)
     values = np.zeros((10, 10))
     values[0:2, 0:2] = 1.0
     values[5:10, 5:10] = 0.5

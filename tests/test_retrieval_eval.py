@@ -1,5 +1,5 @@
 """Retrieval evaluation, search and background indexing (explorer/retrieval/: evaluate, search, truncation,
-indexing; explorer/evaluation/retrieval_metrics: recall_from_ranks, rank_statistics).
+indexing; explorer/evaluation/metrics/retrieval: recall_from_ranks, rank_statistics).
 
 A tiny synthetic world (12 scenes, 64 px, every one in the test split) and the demo models. The
 exact evaluation is checked against ``explorer eval`` itself (``evaluate_model``), the shortlist path
@@ -26,7 +26,7 @@ from explorer.data import read_dataset, write_dataset
 from explorer.data.retrieval_sets import RetrievalSet, read_retrieval_set
 from explorer.data.retrieval_sets.base import Skipped, skipped_by_reason
 from explorer.evaluation import runner
-from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, recall_from_ranks
+from explorer.evaluation.metrics.retrieval import rank_statistics, recall_at_k, recall_from_ranks
 from explorer.evaluation.runner import evaluate_model
 from explorer.retrieval import embedding_store
 from explorer.retrieval.embedding_store import EmbeddingStore

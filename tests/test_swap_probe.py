@@ -236,7 +236,7 @@ def test_the_panels_handlers_refuse_bad_input_and_change_nothing_else(models, tm
 
 
 def test_a_span_joins_the_board_as_a_row_scored_against_its_sentences_truth(models, tmp_path):
-    from explorer.grounding.metrics import score_maps
+    from explorer.evaluation.metrics.maps import score_maps
     from explorer.grounding.truth import Truth
     from explorer.views.maps_view import compute_maps
     from explorer.views.settings import ViewSettings

@@ -10,9 +10,9 @@ from PIL import Image
 
 from explorer.core.errors import ExplorerError
 from explorer.data import generate_scenes
-from explorer.grounding.metrics import mask_iou, score_maps
-from explorer.grounding.truth import (MaskError, SentenceScore, Truth, find_truth, normalise_sentence, save_scene_truth,
-                                      score_sentences, truth_from_mask_file, truth_from_scene, truth_path)
+from explorer.evaluation.metrics.maps import SentenceScore, mask_iou, score_maps, score_sentences
+from explorer.grounding.truth import (MaskError, Truth, find_truth, normalise_sentence, save_scene_truth,
+                                      truth_from_mask_file, truth_from_scene, truth_path)
 
 
 @pytest.fixture(scope="module")

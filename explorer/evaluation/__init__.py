@@ -1,7 +1,7 @@
-"""Metrics: retrieval (Recall@K) and grounding (mask IoU, pointing game, hard negatives, FLISM regions).
-
-Plain functions over arrays and tensors; no model, no UI. Masks from maps come
-from ``explorer.grounding.masks`` (Otsu).
+"""Evaluation: the metrics (``metrics/``: maps, boxes, retrieval, classification; pure functions over arrays and
+tensors, no model, no UI), the tasks (``tasks/``: each one's options, declared once, and its run), and the
+libraries the tasks run (retrieval, real_grounding, negatives, zeroshot). Masks from maps come from
+``explorer.grounding.masks`` (Otsu).
 
 The benchmark over a zoo (``explorer eval``) is in the modules, imported by name:
 
@@ -18,9 +18,10 @@ from explorer.core.lazy import lazy_exports
 
 # Imported on first use: the recall module computes with torch, and the page is built (it imports
 # ``grounding_eval``) before torch is imported.
-_MODULES = {".retrieval_metrics": ("DEFAULT_KS", "RetrievalRecall", "recall_at_k"),
-            "..grounding.metrics": ("RegionAccuracy", "box_iou", "flism_region_accuracy", "hard_negative_accuracy",
-                                    "mask_iou", "mean_iou", "pointing_game", "pointing_hits")}
+_MODULES = {".metrics.retrieval": ("DEFAULT_KS", "RetrievalRecall", "recall_at_k"),
+            ".metrics.boxes": ("RegionAccuracy", "box_iou", "flism_region_accuracy"),
+            ".metrics.classification": ("hard_negative_accuracy",),
+            ".metrics.maps": ("mask_iou", "mean_iou", "pointing_game", "pointing_hits")}
 _EXPORTS = {name: module.removeprefix(".") for module, names in _MODULES.items() for name in names}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

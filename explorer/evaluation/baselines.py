@@ -24,7 +24,8 @@ import numpy as np
 from explorer.core.regions import spatial_regions
 from explorer.evaluation.grounding_eval import map_aurocs, object_masks, object_sentences, sentence_boxes
 from explorer.evaluation.results import ATTRIBUTES, METRIC_KEYS, finite_or_none
-from explorer.grounding.metrics import box_iou, flism_region_accuracy, score_maps
+from explorer.evaluation.metrics.boxes import box_iou, flism_region_accuracy
+from explorer.evaluation.metrics.maps import score_maps
 
 
 def centre_box_mask(height: int, width: int) -> np.ndarray:

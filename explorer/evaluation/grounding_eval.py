@@ -32,7 +32,8 @@ import numpy as np
 
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import GROUNDING_KEYS
-from explorer.grounding.metrics import flism_region_accuracy, pixel_auroc, score_maps
+from explorer.evaluation.metrics.boxes import flism_region_accuracy
+from explorer.evaluation.metrics.maps import pixel_auroc, score_maps
 
 GENERIC_KIND = "generic"
 

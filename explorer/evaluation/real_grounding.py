@@ -8,7 +8,7 @@ kind the model offers, per-head variants left out, as ``explorer eval`` does), e
   mask's intersection and union pixel counts too, for the cumulative IoU (``oiou`` = the sum of the
   intersections over the sum of the unions, the referring-segmentation literature's second figure);
 - ``box_iou``: where the unit names a ``target`` box among its picture's proposals (RefCOCO), the IoU
-  of the proposal its map picks (``box_grounding``: ReCLIP's protocol, each box scored ``sum / area **
+  of the proposal its map picks (``metrics.boxes``: ReCLIP's protocol, each box scored ``sum / area **
   box_alpha``, ReCLIP's alpha 0.5 by default, among the boxes larger than ``min_box_area`` of the picture)
   with that box;
 - ``pointing``: the map's peak lies in the truth (mask or box; ``pointing_hits``: every peak pixel);
@@ -51,13 +51,13 @@ from explorer.data.grounding_sets import read_grounding_set
 from explorer.data.grounding_sets.base import BOX, EXIF, GroundingSet, skipped_by_reason
 from explorer.data.grounding_sets.truth import RESIZE_NOTE, unit_truths
 from explorer.evaluation.baselines import centre_box_mask, centre_point_map
-from explorer.evaluation.box_grounding import (DEFAULT_ALPHA, DEFAULT_MIN_AREA, RECLIP, BoxRule, box_rule, is_hit,
+from explorer.evaluation.metrics.boxes import (DEFAULT_ALPHA, DEFAULT_MIN_AREA, RECLIP, BoxRule, box_rule, is_hit,
                                                picked_iou, protocol)
 from explorer.evaluation.grounding_eval import native_kind, scored_kinds
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile
-from explorer.grounding.metrics import otsu_masks, pixel_auroc, score_maps
+from explorer.evaluation.metrics.maps import otsu_masks, pixel_auroc, score_maps
 from explorer.grounding.sentence_maps import WORKING_SIDE, working_picture
 from explorer.grounding.truth import ASPECT_TOLERANCE
 
@@ -75,7 +75,7 @@ def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | Non
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``grounding_set`` (a
     ``GroundingSet``, or a folder read with ``split``, ``units`` and ``limit``); ``box_alpha``: the power of
     the box's area a proposal's map sum is divided by, ``min_box_area``: the share of the picture a box must
-    exceed to be the answer (``box_grounding``; an ``InputError`` out of (0, 2], [0, 1))."""
+    exceed to be the answer (``metrics.boxes``; an ``InputError`` out of (0, 2], [0, 1))."""
     rule = box_rule(box_alpha, min_box_area)
     dataset = _dataset(grounding_set, split, units, limit)
     plan = {name: kinds_for(model, kinds) for name, model in models.items()}
@@ -176,7 +176,7 @@ def unit_scores(maps, truth: np.ndarray, boxes: list[bool], predicted=None, pick
                 rule: BoxRule = RECLIP) -> list[list]:
     """[iou or None, pointing hit, auroc or None, intersection, union, box_iou or None] per unit; iou,
     intersection and union are None for box truth. ``picks``: (proposals, target box per unit, frame) for
-    box grounding (``box_grounding.picked_iou`` by ``rule``); box_iou is None for a unit without a
+    box grounding (``metrics.boxes.picked_iou`` by ``rule``); box_iou is None for a unit without a
     target."""
     if predicted is None:  # no mIoU to report for box truth: spare the Otsu thresholds
         predicted = np.zeros(truth.shape, dtype=bool) if all(boxes) else otsu_masks(maps)

@@ -7,7 +7,7 @@
 - text -> image: each caption is a query; right when its own image is in the top K.
 - image -> text: each image is a query; right when any of its captions is in the top K.
 - Ranks are 0-based in the arrays and 1-based in what people read (``mean_rank``, ``median_rank``,
-  the per-query records: 1 = top); ties count against the model (``retrieval_metrics``).
+  the per-query records: 1 = top); ties count against the model (``metrics.retrieval``).
 
 Scores are the method's own (``Model.similarity``: FineLIP*, CAFT++, SEPS's late interaction, ...):
 
@@ -35,7 +35,7 @@ import torch
 from explorer.core.errors import ExplorerError, InputError
 from explorer.core.files import write_text_atomic
 from explorer.data.retrieval_sets.base import skipped_by_reason
-from explorer.evaluation.retrieval_metrics import rank_statistics, recall_at_k, recall_from_ranks, rsum
+from explorer.evaluation.metrics.retrieval import rank_statistics, recall_at_k, recall_from_ranks, rsum
 from explorer.evaluation.runner import DEFAULT_CAPTION_CHUNK, score_captions
 from explorer.retrieval.embedding_store import EmbeddingStore, StoreError
 from explorer.retrieval.search import DEFAULT_SHORTLIST

@@ -63,8 +63,8 @@ from explorer.evaluation.grounding_eval import (flism_metrics, grounding_metrics
                                                 object_sentences)
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import ATTRIBUTES, DEFAULT_LIMIT, FORMAT, METRIC_KEYS, VERSION, finite_or_none
-from explorer.evaluation.retrieval_metrics import recall_at_k
-from explorer.grounding.metrics import hard_negative_accuracy
+from explorer.evaluation.metrics.retrieval import recall_at_k
+from explorer.evaluation.metrics.classification import hard_negative_accuracy
 
 DEFAULT_GROUNDING_LIMIT = 100  # the first scenes, for grounding and FLISM
 DEFAULT_CAPTION_CHUNK = 64  # captions scored against all images at once

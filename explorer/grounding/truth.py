@@ -1,8 +1,8 @@
-"""Ground truth for the picture being grounded, and how the maps score against it.
+"""Ground truth for the picture being grounded.
 
 When the truth of a picture is known, the Grounding view shows, per sentence,
 the IoU of the predicted mask with the true one and whether the map's peak
-lies inside it (``explorer.grounding.metrics``). Truth comes from:
+lies inside it (``explorer.evaluation.metrics.maps.score_sentences``). Truth comes from:
 
 - a synthetic scene (``truth_from_scene``): each caption sentence takes the
   mask of the scene sentence with the same text (``normalise_sentence``), so
@@ -33,7 +33,6 @@ from PIL import Image
 from explorer.core.errors import ExplorerError, ImageError
 from explorer.core.files import atomic_write
 from explorer.core.images import decode_image, decode_slot, image_digest, open_image
-from explorer.grounding.metrics import score_maps
 
 log = logging.getLogger(__name__)
 
@@ -195,44 +194,6 @@ def _fit(labels: np.ndarray, name: str, size: tuple[int, int], original_size: tu
 # ---- scores ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class SentenceScore:
-    index: int  # 0-based position of the sentence in the caption
-    iou: float | None  # IoU of the predicted mask with the truth; None: no truth for this sentence
-    hit: bool | None  # pointing game: the map's peak lies in the truth; None: no truth for this sentence
-
-
-def score_sentences(maps, predicted, truth: Truth) -> tuple[list[SentenceScore], dict]:
-    """Per-sentence IoU and pointing hit, and the summary ``{"miou", "pointing", "n"}``.
-
-    ``maps`` [M, H, W] float, ``predicted`` [M, H, W] bool (Otsu or a threshold), one truth
-    mask (or None) per sentence. Sentences without truth score None and are left out of the
-    means; the means are None when no sentence has truth. ``n`` counts the sentences with truth.
-    NaN pixels, flat maps and empty masks score as in the benchmark (``score_maps``).
-    """
-    values = _as_numpy(maps).astype(np.float64, copy=False)
-    guesses = _as_numpy(predicted)
-    if values.ndim != 3:
-        raise ValueError(f"expected a stack of maps [M, H, W], got shape {values.shape}")
-    if guesses.shape != values.shape:
-        raise ValueError(f"predicted masks {guesses.shape} and maps {values.shape} differ in shape")
-    if len(truth.masks) != len(values):
-        raise ValueError(f"{len(values)} maps for {len(truth.masks)} truth entries")
-    scores = [SentenceScore(index=i, iou=None, hit=None) for i in range(len(values))]
-    known = [i for i, mask in enumerate(truth.masks) if mask is not None]
-    if known:
-        ious, hits = score_maps(values[known], np.stack([np.asarray(truth.masks[i]) for i in known]),
-                                guesses[known])
-        for i, iou, hit in zip(known, ious, hits):
-            scores[i] = SentenceScore(index=i, iou=iou, hit=hit)
-    ious = [s.iou for s in scores if s.iou is not None]
-    hits = [s.hit for s in scores if s.hit is not None]
-    summary = {"miou": float(np.mean(ious)) if ious else None,
-               "pointing": float(np.mean(hits)) if hits else None,
-               "n": len(ious)}
-    return scores, summary
-
-
 # ---- registry of the example scenes ----------------------------------------------------------------
 
 
@@ -313,12 +274,6 @@ def _resize_nearest(array: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     rows = np.minimum(((np.arange(height) + 0.5) * array.shape[0] / height).astype(np.int64), array.shape[0] - 1)
     cols = np.minimum(((np.arange(width) + 0.5) * array.shape[1] / width).astype(np.int64), array.shape[1] - 1)
     return array[rows[:, None], cols[None, :]]
-
-
-def _as_numpy(values) -> np.ndarray:
-    if hasattr(values, "detach"):  # a torch tensor
-        values = values.detach().cpu().numpy()
-    return np.asarray(values)
 
 
 def _size(size) -> str:

@@ -4,7 +4,7 @@
   first ``eval_limit`` scenes of the ``test`` split, grounding and FLISM on the first
   ``eval_grounding_limit`` of them: the same numbers as the demo zoo's table (docs/demo-zoo.md) for a zoo model.
 - A retrieval layout with a ``test`` split it did not train on: Recall@1/5/10 both ways
-  (``explorer.evaluation.retrieval_metrics``) on its first ``eval_limit`` images and their
+  (``explorer.evaluation.metrics.retrieval``) on its first ``eval_limit`` images and their
   captions, scored with the method's own caption score (``model.similarity``).
 - Otherwise (a sample folder, a set with one split): nothing is held out, and the record says so
   rather than scoring the training data.
@@ -57,7 +57,7 @@ def _retrieval(model, plan: DataPlan, limit: int) -> dict:
     from PIL import Image
 
     from explorer.data.retrieval_sets import read_retrieval_set
-    from explorer.evaluation.retrieval_metrics import recall_at_k
+    from explorer.evaluation.metrics.retrieval import recall_at_k
     from explorer.evaluation.runner import encode_images, score_captions
 
     data = read_retrieval_set(plan.path, plan.eval_split, layout=plan.kind)
@@ -74,7 +74,7 @@ def _retrieval(model, plan: DataPlan, limit: int) -> dict:
     metrics = {f"t2i_R@{k}": v for k, v in recall.text_to_image.items()}
     metrics.update({f"i2t_R@{k}": v for k, v in recall.image_to_text.items()})
     return {"kind": "retrieval", "split": plan.eval_split, "layout": plan.kind,
-            "measures": "Recall@K both ways (explorer.evaluation.retrieval_metrics)", "metrics": metrics,
+            "measures": "Recall@K both ways (explorer.evaluation.metrics.retrieval)", "metrics": metrics,
             "counts": {"images": len(images), "captions": len(kept)},
             "seconds": {"retrieval": round(time.perf_counter() - started, 3)},
             "score": str(getattr(model, "score_label", "") or "")}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from explorer.grounding.metrics import score_maps
+from explorer.evaluation.metrics.maps import score_maps
 from explorer.models.map_kinds import GENERIC_MAP
 from explorer.probe.swaps import as_picture
 from explorer.probe.text import span_text, words

@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image
 
 from explorer.grounding.masks import otsu_mask
-from explorer.grounding.metrics import mask_iou
+from explorer.evaluation.metrics.maps import mask_iou
 from explorer.grounding.sentence_maps import WorkingPicture, working_picture
 from explorer.models.map_kinds import GENERIC_MAP
 from explorer.probe.text import SwapError, find_word, swap_text

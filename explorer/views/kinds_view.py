@@ -95,7 +95,7 @@ def _scores(maps: ModelMaps, truth, settings: ViewSettings) -> list[str]:
     """Per sentence "IoU 0.42, hit" against the truth ("" without truth)."""
     if truth is None:
         return [""] * len(maps.maps)
-    from explorer.grounding.truth import score_sentences
+    from explorer.evaluation.metrics.maps import score_sentences
 
     scored = score_sentences(maps.maps, maps.masks(settings.threshold), truth)[0]
     return ["" if s.iou is None else score_note(s.iou, s.hit) for s in scored]

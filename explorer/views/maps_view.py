@@ -211,7 +211,7 @@ class MapsView:
         return self._memo.get(("scores", _threshold_key(fraction)), lambda: self._score_rows(fraction))
 
     def _score_rows(self, fraction: float | None) -> list[dict]:
-        from explorer.grounding.truth import score_sentences
+        from explorer.evaluation.metrics.maps import score_sentences
 
         rows = []
         for m, model in enumerate(self.models):
@@ -235,7 +235,7 @@ class MapsView:
         def compute():
             from dataclasses import replace
 
-            from explorer.grounding.truth import score_sentences
+            from explorer.evaluation.metrics.maps import score_sentences
 
             n = self.n_sentences  # the caption's sentences only: a span row does not move the model's figures
             truth = replace(self.truth, masks=self.truth.masks[:n])

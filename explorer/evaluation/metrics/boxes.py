@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from explorer.core.errors import InputError
+from explorer.evaluation.metrics.maps import as_float
 
 HIT_IOU = 0.5  # a hit is IoU > HIT_IOU (ReCLIP's main.py)
 HIT_RULE = "iou > 0.5"
@@ -82,14 +83,10 @@ def is_hit(iou: float) -> bool:
     return iou > HIT_IOU
 
 
-def box_iou(a, b) -> float:
+def pair_iou(a, b) -> float:
     """IoU of two (x0, y0, x1, y1) boxes in continuous coordinates (0 for two empty boxes), as ReCLIP's
     ``interpreter.iou`` counts it (no +1 on the sides)."""
-    width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = width * height
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return float(inter / union) if union > 0 else 0.0
+    return float(box_iou(a, b)[0, 0])
 
 
 def box_score(values: np.ndarray, box, scale: tuple[float, float], alpha: float) -> float:
@@ -138,7 +135,7 @@ def picked_iou(values: np.ndarray, boxes, target, frame: tuple[int, int], rule: 
     if target is None:
         return None
     index = pick_box(values, boxes, frame, rule)
-    return 0.0 if index is None else box_iou(boxes[index], target)
+    return 0.0 if index is None else pair_iou(boxes[index], target)
 
 
 def protocol(rule: BoxRule) -> dict:
@@ -148,6 +145,62 @@ def protocol(rule: BoxRule) -> dict:
             "ties": "the first proposal", "head_noun": "not used (ReCLIP's baseline multiplies in its scores)"}
 
 
-__all__ = ["ALPHA_RANGE", "DEFAULT_ALPHA", "DEFAULT_MIN_AREA", "HIT_IOU", "HIT_RULE", "RECLIP", "BoxRule", "box_iou",
-           "box_rule", "box_score", "box_scores", "candidates", "check_alpha", "is_hit", "pick_box", "picked_iou",
+def box_iou(a, b) -> np.ndarray:
+    """[N, R] IoU of boxes (x0, y0, x1, y1) in the same units; empty boxes overlap nothing."""
+    a, b = _boxes(a), _boxes(b)
+    x0 = np.maximum(a[:, None, 0], b[None, :, 0])
+    y0 = np.maximum(a[:, None, 1], b[None, :, 1])
+    x1 = np.minimum(a[:, None, 2], b[None, :, 2])
+    y1 = np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+@dataclass
+class RegionAccuracy:
+    accuracy: float  # hits / scored (NaN when no sentence could be scored)
+    hits: int
+    scored: int  # sentences whose box overlaps some region
+    skipped: int  # sentences whose box overlaps no region (no right answer)
+    targets: np.ndarray  # [M] index of the best-overlapping region, -1 where none
+
+
+def flism_region_accuracy(predicted_regions, sentence_boxes, region_boxes) -> RegionAccuracy:
+    """Sentence-to-region accuracy: the region chosen for each sentence vs the one its object box overlaps most.
+
+    ``predicted_regions`` [M] region index chosen per sentence (FLISM: each sentence's best
+    region); ``sentence_boxes`` [M, 4] the object box each sentence describes;
+    ``region_boxes`` [R, 4] the proposals. Boxes in the same units.
+    """
+    chosen = np.asarray(predicted_regions, dtype=np.int64).reshape(-1)
+    overlap = box_iou(sentence_boxes, region_boxes)  # [M, R]
+    if overlap.shape[0] != chosen.shape[0]:
+        raise ValueError(f"{chosen.shape[0]} predicted regions for {overlap.shape[0]} sentence boxes")
+    if overlap.shape[1] == 0:
+        raise ValueError("no region boxes")
+    if ((chosen < 0) | (chosen >= overlap.shape[1])).any():
+        raise ValueError(f"predicted regions must index 0..{overlap.shape[1] - 1}")
+    best = overlap.max(axis=1)
+    scorable = best > 0
+    targets = np.where(scorable, overlap.argmax(axis=1), -1)
+    hit = scorable & (overlap[np.arange(len(chosen)), chosen] == best)
+    scored = int(scorable.sum())
+    return RegionAccuracy(accuracy=float(hit.sum() / scored) if scored else float("nan"), hits=int(hit.sum()),
+                          scored=scored, skipped=int((~scorable).sum()), targets=targets)
+
+
+def _boxes(values) -> np.ndarray:
+    boxes = as_float(values)
+    if boxes.ndim == 1:
+        boxes = boxes[None]
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise ValueError(f"boxes must be [N, 4] (x0, y0, x1, y1), got shape {boxes.shape}")
+    return boxes
+
+
+__all__ = ["ALPHA_RANGE", "DEFAULT_ALPHA", "DEFAULT_MIN_AREA", "HIT_IOU", "HIT_RULE", "RECLIP", "BoxRule", "RegionAccuracy", "box_iou",
+           "box_rule", "box_score", "box_scores", "candidates", "check_alpha", "flism_region_accuracy", "is_hit", "pair_iou", "pick_box", "picked_iou",
            "protocol"]

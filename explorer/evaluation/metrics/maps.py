@@ -1,4 +1,4 @@
-"""How well per-sentence maps, scores and region choices agree with the truth.
+"""How well per-sentence maps agree with the truth: pure functions on arrays.
 
 - ``mask_iou`` / ``mean_iou``: intersection over union of a predicted mask
   (e.g. the Otsu mask of a sentence map, ``explorer.grounding.masks``) with the
@@ -18,13 +18,10 @@
   the ROC curve, i.e. the chance that a random object pixel outscores a random
   other pixel (ties count half). 0.5 = no preference; threshold-free, so it
   says whether a map knows where the object is even when its Otsu mask is poor.
-- ``hard_negative_accuracy``: the score of the true caption beats the score of
-  its hard negative(s) strictly (a tie is a miss).
-- ``flism_region_accuracy``: for each sentence, FLISM picks one region; the
-  right region is the one overlapping the sentence's object box best (box
-  IoU). Regions tied for the best overlap are all right. Sentences whose box
-  overlaps no region have no right answer and are left out (counted in the
-  result).
+- ``score_sentences``: ``score_maps`` for a caption's sentences, some without truth (the page's scores).
+
+Boxes (IoU, the box a map picks, FLISM's regions) are ``metrics.boxes``; caption scores against their
+hard negatives ``metrics.classification``.
 
 Masks and maps are numpy arrays or tensors; masks and maps that are compared
 must have the same shape (upsample a grid map to the image first).
@@ -60,7 +57,7 @@ def mean_iou(predicted, truth) -> float:
 
 def pointing_hits(maps, truth, tolerance: int = 0) -> np.ndarray:
     """[M] bool: whether each map's peak lies in its true mask (stacks [M, H, W])."""
-    values = _as_float(maps)
+    values = as_float(maps)
     masks = _as_bool(truth)
     if values.ndim == 2:
         values, masks = values[None], masks[None]
@@ -88,7 +85,7 @@ def otsu_masks(maps) -> np.ndarray:
     """bool [M, H, W]: each map's Otsu mask, empty for a map with no finite value (``score_maps``'s masks)."""
     from explorer.grounding.masks import otsu_mask
 
-    values = _as_float(maps)
+    values = as_float(maps)
     return np.stack([otsu_mask(one)[0] if np.isfinite(one).any() else np.zeros(one.shape, dtype=bool)
                      for one in values]) if len(values) else np.zeros(values.shape, dtype=bool)
 
@@ -113,7 +110,7 @@ def score_maps(maps, truth, predicted=None) -> tuple[list[float], list[bool]]:
     #   leave an all-NaN map out of its pointing mean; it now counts it, as the benchmark does.)
     # - An empty truth mask: IoU 1 when the predicted mask is empty too (nothing to find, nothing
     #   found: ``mask_iou``), else 0; the pointing game misses (no peak pixel lies inside it).
-    values, masks = _as_float(maps), _as_bool(truth)
+    values, masks = as_float(maps), _as_bool(truth)
     if values.ndim != 3:
         raise ValueError(f"expected a stack of maps [M, H, W], got shape {values.shape}")
     _same_shape(values, masks, "maps", "truth masks")
@@ -136,7 +133,7 @@ def pixel_auroc(values, positive, negative) -> float | None:
     """
     from scipy.stats import rankdata
 
-    values = _as_float(values)
+    values = as_float(values)
     positive, negative = _as_bool(positive), _as_bool(negative)
     _same_shape(values, positive, "map", "positive mask")
     _same_shape(values, negative, "map", "negative mask")
@@ -151,74 +148,52 @@ def pixel_auroc(values, positive, negative) -> float | None:
     return float(u / (n_pos * n_neg))
 
 
-def hard_negative_accuracy(true_scores, negative_scores) -> float:
-    """Share of items whose true caption outscores every hard negative.
 
-    ``true_scores`` [N]; ``negative_scores`` [N] (one negative each) or [N, K] (K each).
-    """
-    positive = _as_float(true_scores).reshape(-1)
-    negative = _as_float(negative_scores)
-    if negative.ndim == 1:
-        negative = negative[:, None]
-    if negative.ndim != 2 or negative.shape[0] != positive.shape[0] or negative.shape[1] == 0:
-        raise ValueError(f"negative scores must be [N] or [N, K] with N = {positive.shape[0]}, "
-                         f"got shape {negative.shape}")
-    if positive.size == 0:
-        raise ValueError("no items to score")
-    return float((positive[:, None] > negative).all(axis=1).mean())
-
-
-def box_iou(a, b) -> np.ndarray:
-    """[N, R] IoU of boxes (x0, y0, x1, y1) in the same units; empty boxes overlap nothing."""
-    a, b = _boxes(a), _boxes(b)
-    x0 = np.maximum(a[:, None, 0], b[None, :, 0])
-    y0 = np.maximum(a[:, None, 1], b[None, :, 1])
-    x1 = np.minimum(a[:, None, 2], b[None, :, 2])
-    y1 = np.minimum(a[:, None, 3], b[None, :, 3])
-    inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
 
 
 @dataclass
-class RegionAccuracy:
-    accuracy: float  # hits / scored (NaN when no sentence could be scored)
-    hits: int
-    scored: int  # sentences whose box overlaps some region
-    skipped: int  # sentences whose box overlaps no region (no right answer)
-    targets: np.ndarray  # [M] index of the best-overlapping region, -1 where none
+class SentenceScore:
+    index: int  # 0-based position of the sentence in the caption
+    iou: float | None  # IoU of the predicted mask with the truth; None: no truth for this sentence
+    hit: bool | None  # pointing game: the map's peak lies in the truth; None: no truth for this sentence
 
 
-def flism_region_accuracy(predicted_regions, sentence_boxes, region_boxes) -> RegionAccuracy:
-    """Sentence-to-region accuracy: the region chosen for each sentence vs the one its object box overlaps most.
+def score_sentences(maps, predicted, truth) -> tuple[list[SentenceScore], dict]:
+    """Per-sentence IoU and pointing hit, and the summary ``{"miou", "pointing", "n"}``.
 
-    ``predicted_regions`` [M] region index chosen per sentence (FLISM: each sentence's best
-    region); ``sentence_boxes`` [M, 4] the object box each sentence describes;
-    ``region_boxes`` [R, 4] the proposals. Boxes in the same units.
+    ``maps`` [M, H, W] float, ``predicted`` [M, H, W] bool (Otsu or a threshold), ``truth`` a
+    ``grounding.truth.Truth`` (its ``masks``: one truth mask, or None, per sentence). Sentences without truth score None and are left out of the
+    means; the means are None when no sentence has truth. ``n`` counts the sentences with truth.
+    NaN pixels, flat maps and empty masks score as in the benchmark (``score_maps``).
     """
-    chosen = np.asarray(predicted_regions, dtype=np.int64).reshape(-1)
-    overlap = box_iou(sentence_boxes, region_boxes)  # [M, R]
-    if overlap.shape[0] != chosen.shape[0]:
-        raise ValueError(f"{chosen.shape[0]} predicted regions for {overlap.shape[0]} sentence boxes")
-    if overlap.shape[1] == 0:
-        raise ValueError("no region boxes")
-    if ((chosen < 0) | (chosen >= overlap.shape[1])).any():
-        raise ValueError(f"predicted regions must index 0..{overlap.shape[1] - 1}")
-    best = overlap.max(axis=1)
-    scorable = best > 0
-    targets = np.where(scorable, overlap.argmax(axis=1), -1)
-    hit = scorable & (overlap[np.arange(len(chosen)), chosen] == best)
-    scored = int(scorable.sum())
-    return RegionAccuracy(accuracy=float(hit.sum() / scored) if scored else float("nan"), hits=int(hit.sum()),
-                          scored=scored, skipped=int((~scorable).sum()), targets=targets)
+    values = as_float(maps)
+    guesses = predicted.detach().cpu().numpy() if is_tensor(predicted) else np.asarray(predicted)
+    if values.ndim != 3:
+        raise ValueError(f"expected a stack of maps [M, H, W], got shape {values.shape}")
+    if guesses.shape != values.shape:
+        raise ValueError(f"predicted masks {guesses.shape} and maps {values.shape} differ in shape")
+    if len(truth.masks) != len(values):
+        raise ValueError(f"{len(values)} maps for {len(truth.masks)} truth entries")
+    scores = [SentenceScore(index=i, iou=None, hit=None) for i in range(len(values))]
+    known = [i for i, mask in enumerate(truth.masks) if mask is not None]
+    if known:
+        ious, hits = score_maps(values[known], np.stack([np.asarray(truth.masks[i]) for i in known]),
+                                guesses[known])
+        for i, iou, hit in zip(known, ious, hits):
+            scores[i] = SentenceScore(index=i, iou=iou, hit=hit)
+    ious = [s.iou for s in scores if s.iou is not None]
+    hits = [s.hit for s in scores if s.hit is not None]
+    summary = {"miou": float(np.mean(ious)) if ious else None,
+               "pointing": float(np.mean(hits)) if hits else None,
+               "n": len(ious)}
+    return scores, summary
 
 
 # ---- inputs ---------------------------------------------------------------------------------------
 
 
-def _as_float(values) -> np.ndarray:
+def as_float(values) -> np.ndarray:
+    """Maps, boxes or scores as a float64 array (a tensor read exactly, on the CPU)."""
     if is_tensor(values):
         values = values.detach().double().cpu().numpy()  # float64 directly: exact for every float dtype
     return np.asarray(values, dtype=np.float64)
@@ -233,15 +208,6 @@ def _as_bool(values) -> np.ndarray:
             raise ValueError("a mask must be boolean (or hold only 0 and 1)")
         array = array.astype(bool)
     return array
-
-
-def _boxes(values) -> np.ndarray:
-    boxes = _as_float(values)
-    if boxes.ndim == 1:
-        boxes = boxes[None]
-    if boxes.ndim != 2 or boxes.shape[1] != 4:
-        raise ValueError(f"boxes must be [N, 4] (x0, y0, x1, y1), got shape {boxes.shape}")
-    return boxes
 
 
 def _same_shape(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from explorer.evaluation.box_grounding import DEFAULT_ALPHA, DEFAULT_MIN_AREA, box_rule, check_alpha
+from explorer.evaluation.metrics.boxes import DEFAULT_ALPHA, DEFAULT_MIN_AREA, box_rule, check_alpha
 from explorer.evaluation.tasks.base import EvalJob, EvalOutcome, Task, numeric_metrics, register
 from explorer.evaluation.tasks.options import ALLOW_PICKLE, KINDS_OPTION, LIMIT, SPLIT, Option
 
