@@ -12,7 +12,7 @@
 - ``chance``: the expected value of random scores: R@K = K / N, hard negatives
   1 / (1 + negatives of the scene), FLISM (best regions) / (regions) per sentence.
 
-Masks and maps are scored as the models' are (``explorer.grounding.metrics.score_maps``).
+Masks and maps are scored as the models' are (``explorer.evaluation.metrics.maps.score_maps``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The benchmark's grounding and FLISM metrics: a model's maps and regions against the scenes' truth.
 
-Grounding (``grounding_metrics``; scoring: ``explorer.grounding.metrics.score_maps``)
+Grounding (``grounding_metrics``; scoring: ``explorer.evaluation.metrics.maps.score_maps``)
     Each OBJECT sentence (kind "object", one object) of a scene gets its map from one call
     ``model.sentence_maps(scene.image, object_sentences, kind)`` (all object sentences of
     the scene at once); the map's Otsu mask is compared with the object's mask.

@@ -13,7 +13,7 @@ kind the model offers, per-head variants left out, as ``explorer eval`` does), e
   with that box;
 - ``pointing``: the map's peak lies in the truth (mask or box; ``pointing_hits``: every peak pixel);
 - ``auroc``: pixel AUROC of the truth against the rest of the picture (None when the truth covers it).
-Scoring goes through ``explorer.grounding.metrics.score_maps`` / ``pixel_auroc``, as the benchmark's.
+Scoring goes through ``explorer.evaluation.metrics.maps.score_maps`` / ``pixel_auroc``, as the benchmark's.
 
 Each picture is decoded and shrunk once to the working size (``WORKING_SIDE``, as the Grounding tab);
 the maps are drawn there, all units of the picture in one ``sentence_maps`` call per kind (one image
