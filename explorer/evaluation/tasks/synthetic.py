@@ -9,8 +9,8 @@ from explorer.evaluation.tasks.options import Option
 
 OPTIONS = (Option("split", "the world's split scored (default test)", choices=("train", "val", "test"), default="test"),
            Option("limit", "scenes for retrieval and hard negatives (default 300)", kind="int", minimum=1),
-           Option("grounding_limit", "the first scenes used for grounding and FLISM (default 80)", kind="int",
-                  minimum=1),
+           Option("grounding_limit", "the first scenes used for grounding and FLISM (default 80; 0: no grounding)",
+                  kind="int", minimum=0),
            Option("quick", "a first look: the first 60 scenes for retrieval and hard negatives and the first 6 for "
                            "grounding (unless --limit / --grounding-limit say otherwise); under 2 minutes for two "
                            "demo-size models on 2 CPU cores", kind="flag"),
