@@ -116,6 +116,7 @@ def test_index_then_search_finds_the_captions_own_picture_without_embedding_agai
 # ---- eval-retrieval: JSON, CSV, and explorer eval's numbers ------------------------------------------
 
 
+@pytest.mark.slow(reason="embeds an 80-picture split with two demo models, through the CLI and explorer eval")
 def test_eval_retrieval_writes_recall_both_ways_and_matches_explorer_eval(larger_world, tmp_path, capsys):
     world, limit = larger_world, 80  # the whole train split
     models = ("demo-caft", "demo-finelip")  # methods that rank by their own score, not the global cosine

@@ -142,6 +142,7 @@ def test_a_cancelled_sweep_resumes_without_redoing_finished_children(jobs, world
     assert jobs.list() == [] and jobs.store.results([sweep.id]) == [] and report["id"] == sweep.id
 
 
+@pytest.mark.slow(reason="a grounding child and eval-grounding each draw two map kinds on the same data")
 def test_a_grounding_child_scores_what_eval_grounding_scores(jobs, tmp_path):
     from grounding_fixtures import write_dci
 
@@ -272,6 +273,7 @@ def test_csv_and_markdown_carry_the_same_numbers():
         rt.export(table, "html")
 
 
+@pytest.mark.slow(reason="draws the compare board's figures and exports them")
 def test_the_compare_board_draws_and_exports_from_the_store(jobs, tmp_path):
     from explorer.ui import compare_tab
     from explorer.serve.access import Access
