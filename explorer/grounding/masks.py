@@ -32,9 +32,10 @@ def otsu_mask(values, nbins: int = 256) -> tuple[np.ndarray, float]:
     """
     array = _as_array(values)
     finite = np.isfinite(array)
-    if not finite.any():
+    whole = bool(finite.all())  # the usual map: no copy of its finite values needed
+    if not whole and not finite.any():
         raise ValueError("the map has no finite value to threshold")
-    inside = array[finite]
+    inside = array.ravel() if whole else array[finite]
     low, high = float(inside.min()), float(inside.max())
     if low == high:  # flat map: one class only
         return np.zeros(array.shape, dtype=bool), low
@@ -43,9 +44,14 @@ def otsu_mask(values, nbins: int = 256) -> tuple[np.ndarray, float]:
     from skimage.filters import threshold_otsu  # ~0.5 s: on the first mask, not when the page starts
 
     split = int(np.searchsorted(centers, threshold_otsu(hist=(counts, centers))))  # last background bin
-    bins = np.clip(np.searchsorted(edges, inside, side="right") - 1, 0, nbins - 1)  # as np.histogram bins them
-    above = bins > split
-    threshold = (float(inside[~above].max()) + float(inside[above].min())) / 2
+    # A value lies in a bin past the split (bins counted as ``searchsorted(edges, value, "right") - 1``, the last
+    # bin closed) exactly when it reaches the split bin's upper edge: one comparison, where sorting every pixel
+    # into its bin took 60% of a mask's time (30-40 ms of a 768 px map on a 2-core machine; a Draw makes dozens).
+    above = inside >= edges[split + 1] if split < nbins - 1 else np.zeros(inside.shape, dtype=bool)
+    threshold = (float(np.max(inside, where=~above, initial=-np.inf))
+                 + float(np.min(inside, where=above, initial=np.inf))) / 2
+    if whole:
+        return above.reshape(array.shape), threshold
     mask = np.zeros(array.shape, dtype=bool)
     mask[finite] = above
     return mask, threshold
