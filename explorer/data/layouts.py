@@ -1,12 +1,16 @@
-"""Dataset layouts as a registry: one module per layout in a package, tried in a fixed order.
+"""Dataset layouts as a registry: one module per released layout in a package, tried in a fixed order.
 
-Each layout module has ``EXPECTS`` (what it looks for, said when nothing matches) and ``matches(root)``
-(cheap: file names only). The retrieval sets and the grounding sets are two such registries.
+Each layout module has ``EXPECTS`` (what it looks for, said when nothing matches), ``matches(root)``
+(cheap: file names only) and ``read(root, ...)``, whose keyword-only parameters are the layout's own options
+(``options``). A layout named with a dash lives in a module named with an underscore (``fg-ovd``:
+``fg_ovd.py``). Every family picks its reader through one: retrieval sets, grounding sets, hard-negative
+sets and class sets.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 from pathlib import Path
@@ -34,7 +38,17 @@ class Layouts:
     def module(self, name: str):
         if name not in self.names:
             raise DatasetError(f"unknown {self.what} layout {name!r}; known: {', '.join(self.names)}")
-        return importlib.import_module(f"{self.package}.{name}")
+        return importlib.import_module(f"{self.package}.{name.replace('-', '_')}")
+
+    def options(self, name: str) -> tuple[str, ...]:
+        """The options ``name`` takes: its reader's keyword-only parameters."""
+        parameters = inspect.signature(self.module(name).read).parameters.values()
+        return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+    def read(self, name: str, root: Path, *args, **options):
+        """``name``'s reader on ``root`` with the ``options`` it takes (the others, None or not, left out)."""
+        taken = self.options(name)
+        return self.module(name).read(root, *args, **{k: v for k, v in options.items() if k in taken})
 
     def detect(self, root: str | os.PathLike) -> str:
         """The first layout whose files ``root`` holds; a ``DatasetError`` listing what every layout looks for."""

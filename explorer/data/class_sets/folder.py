@@ -9,7 +9,13 @@ from pathlib import Path
 from explorer.data.class_sets.base import ClassPicture, ClassSet, Skipped, class_folders, pictures_in, spoken
 from explorer.data.errors import DatasetError
 
+NAME = "folder"
 EXPECTS = "one folder per class, pictures inside (the folder's name is the class name)"
+
+
+def matches(root: Path) -> bool:
+    """Any folder: the layout tried last."""
+    return root.is_dir()
 
 
 def read(root: Path) -> ClassSet:

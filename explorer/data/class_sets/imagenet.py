@@ -41,6 +41,14 @@ def _root(root: Path, wanted) -> Path:
     return inner[0] if len(inner) == 1 else root
 
 
+def mostly(root: Path, wanted) -> bool:
+    """Whether most class folders of ``root`` (or of its one top folder, a tarball's) have ``wanted`` names."""
+    folders = [f.name for f in class_folders(root)] if root.is_dir() else []
+    if len(folders) == 1 and class_folders(root / folders[0]):  # a tarball's top folder
+        folders = [f.name for f in class_folders(root / folders[0])]
+    return bool(folders) and sum(bool(wanted(name)) for name in folders) > len(folders) / 2
+
+
 def read_v2(root: Path, classnames_file: Path | None = None) -> ClassSet:
     root = _root(root, str.isdigit)
     names = read_classnames(classnames_file) if classnames_file else imagenet_classnames()

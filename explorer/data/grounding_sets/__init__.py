@@ -11,7 +11,6 @@ unpickled but RefCOCO's refs pickle, and that with no global resolved (``explore
 
 from __future__ import annotations
 
-import inspect
 import os
 from pathlib import Path
 
@@ -27,10 +26,9 @@ layout_module, detect = REGISTRY.module, REGISTRY.detect
 
 
 def layout_options(name: str) -> tuple[str, ...]:
-    """The options a layout takes: its reader's keyword-only parameters (RefCOCO's dataset, split_by, images,
-    proposals, text); what they mean is declared once, by the grounding task (``evaluation.tasks.grounding``)."""
-    signature = inspect.signature(layout_module(name).read)
-    return tuple(p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    """The options a layout takes (RefCOCO's dataset, split_by, images, proposals, text); what they mean is
+    declared once, by the grounding task (``evaluation.tasks.grounding``)."""
+    return REGISTRY.options(name)
 
 
 def read_grounding_set(root: str | os.PathLike, split: str | None = None, units: str | None = None,

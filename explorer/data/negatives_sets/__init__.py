@@ -1,34 +1,22 @@
 """Hard-negative benchmarks as they sit on disk, read into one ``NegativesSet`` (``explorer eval-negatives``).
 
-One module per layout, each with ``NAME``, ``EXPECTS``, ``matches(root)`` and ``read(root, splits,
+One module per layout (chosen through ``data.layouts.Layouts``), each with ``NAME``, ``EXPECTS``, ``matches(root)`` and ``read(root, splits,
 images)``: ``fg-ovd`` (FG-OVD's benchmark JSONs), ``sugarcrepe`` (SugarCrepe's JSON files) and
 ``synthetic`` (the synthetic world's objects, FG-OVD's twin). Readers list pictures, never decode them.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
 from explorer.data.errors import DatasetError
+from explorer.data.layouts import Layouts
 from explorer.data.negatives_sets.base import NegativeItem, NegativesSet
 
-LAYOUTS = {"fg-ovd": "fg_ovd", "sugarcrepe": "sugarcrepe", "synthetic": "synthetic"}
-
-
-def layout_module(name: str):
-    if name not in LAYOUTS:
-        raise DatasetError(f"unknown hard-negative layout {name!r}; known: {', '.join(LAYOUTS)}")
-    return importlib.import_module(f"{__name__}.{LAYOUTS[name]}")
-
-
-def detect(root: Path) -> str:
-    for name in LAYOUTS:
-        if layout_module(name).matches(root):
-            return name
-    tried = "; ".join(f"{name}: {layout_module(name).EXPECTS}" for name in LAYOUTS)
-    raise DatasetError(f"{root} matches no hard-negative layout. Tried: {tried}")
+LAYOUTS = ("fg-ovd", "sugarcrepe", "synthetic")
+REGISTRY = Layouts(__name__, LAYOUTS, "hard-negative")
+layout_module, detect = REGISTRY.module, REGISTRY.detect
 
 
 def read_negatives_set(root: str | os.PathLike, layout: str | None = None, splits=None,

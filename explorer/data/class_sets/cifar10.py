@@ -1,0 +1,23 @@
+"""CIFAR-10's test set as Krizhevsky releases it (the binary release; the python pickle only with
+``allow_pickle``): the reading is ``cifar``'s, shared with CIFAR-100."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from explorer.data.class_sets import cifar
+from explorer.data.class_sets.base import ClassSet
+
+NAME = "cifar10"
+EXPECTS = cifar.expects(NAME)
+
+
+def matches(root: Path) -> bool:
+    return cifar.matches(root, NAME)
+
+
+def read(root: Path, *, allow_pickle: bool = False) -> ClassSet:
+    return cifar.read(root, NAME, allow_pickle)
+
+
+__all__ = ["EXPECTS", "NAME", "matches", "read"]

@@ -1,0 +1,24 @@
+"""ImageNet-V2 (Recht et al., 2019; any of its three test sets): folders ``0`` .. ``999`` named by the ImageNet
+class index (``imagenet``'s reading, shared with ImageNet-O)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from explorer.data.class_sets import imagenet
+from explorer.data.class_sets.base import ClassSet
+
+NAME = "imagenet-v2"
+EXPECTS = imagenet.EXPECTS[NAME]
+
+
+def matches(root: Path) -> bool:
+    """Most class folders (or those of its one top folder, as the tarball unpacks) are class indices."""
+    return imagenet.mostly(root, str.isdigit)
+
+
+def read(root: Path, *, classnames: str | Path | None = None) -> ClassSet:
+    return imagenet.read_v2(root, Path(classnames) if classnames is not None else None)
+
+
+__all__ = ["EXPECTS", "NAME", "matches", "read"]
