@@ -33,6 +33,8 @@ def zoo(tmp_path_factory) -> Path:
 def test_the_plan_counts_what_the_run_scores_and_grows_with_it(world, zoo):
     plan = plan_eval(zoo, world, "test", limit=300, grounding_limit=80)
     assert plan.models == ["tiny"] and plan.retrieval_scenes == 40 and plan.grounding_scenes == 40
+    assert plan.picture_forwards == 40 and plan.text_forwards > 2 * 40  # long, short, long again + its negatives
+    assert f"({plan.picture_forwards} picture and at most {plan.text_forwards} text forwards a model" in plan.line()
     quick = plan_eval(zoo, world, "test", limit=12, grounding_limit=3, quick=True)
     assert (quick.retrieval_scenes, quick.grounding_scenes) == (12, 3) and "--quick" in quick.line()
     assert quick.seconds < plan.seconds

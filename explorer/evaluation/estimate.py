@@ -31,6 +31,11 @@ class EvalPlan:
     retrieval_scenes: int
     grounding_scenes: int
     quick: bool = False
+    # Forwards per model for retrieval and hard negatives, as the runner makes them: each picture once; the long
+    # and short captions, then each scene's long caption again beside its hard negatives, those out of its reach left
+    # out by the run (0: not counted).
+    picture_forwards: int = 0
+    text_forwards: int = 0
 
     @property
     def seconds(self) -> float:
@@ -41,9 +46,11 @@ class EvalPlan:
 
     def line(self) -> str:
         share = " (--quick: a first look; drop it for the full benchmark)" if self.quick else ""
+        forwards = (f" ({self.picture_forwards} picture and at most {self.text_forwards} text forwards a model for "
+                    "retrieval and hard negatives)" if self.text_forwards else "")
         return (f"scoring {len(self.models)} model(s) ({', '.join(self.models)}) on {self.retrieval_scenes} scenes "
-                f"for retrieval and hard negatives and the first {self.grounding_scenes} for grounding and FLISM"
-                f"{share}; estimate {_minutes(self.seconds)} for demo-size models on 2 CPU cores (larger models "
+                f"for retrieval and hard negatives{forwards} and the first {self.grounding_scenes} for grounding and "
+                f"FLISM{share}; estimate {_minutes(self.seconds)} for demo-size models on 2 CPU cores (larger models "
                 "and busy machines take longer)")
 
 
@@ -53,9 +60,12 @@ def plan_eval(zoo_root, data_dir, split: str, limit: int, grounding_limit: int, 
     from explorer.data import read_dataset
     from explorer.zoo import Zoo
 
-    scenes = len(read_dataset(Path(data_dir), split)[:limit])
+    scenes = read_dataset(Path(data_dir), split)[:limit]
     names = [m.name for m in Zoo(zoo_root).manifests()] if models is None else list(models)
-    return EvalPlan(models=names, retrieval_scenes=scenes, grounding_scenes=min(scenes, grounding_limit), quick=quick)
+    with_negatives = [s for s in scenes if s.hard_negatives]
+    texts = 2 * len(scenes) + len(with_negatives) + sum(len(s.hard_negatives) for s in with_negatives)
+    return EvalPlan(models=names, retrieval_scenes=len(scenes), grounding_scenes=min(len(scenes), grounding_limit),
+                    quick=quick, picture_forwards=len(scenes), text_forwards=texts)
 
 
 def _minutes(seconds: float) -> str:
