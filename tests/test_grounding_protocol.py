@@ -17,7 +17,7 @@ from refer_fixtures import H, TRAIN2014, W, rect, write_refer
 from explorer.cli import main
 from explorer.core.errors import InputError
 from explorer.core.images import load_image
-from explorer.data import coco_masks
+from explorer.data.readers import coco_masks
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets import read_grounding_set
 from explorer.evaluation.metrics.boxes import BoxRule, box_rule, box_scores, check_alpha, pick_box

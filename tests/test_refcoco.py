@@ -14,10 +14,10 @@ import pytest
 from refer_fixtures import H, W, compressed, counts, rect, write_detections, write_refer
 
 from explorer.cli import main
-from explorer.data import coco_masks
+from explorer.data.readers import coco_masks
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets import read_grounding_set
-from explorer.data.plain_pickle import load_plain, loads_plain
+from explorer.data.readers.plain_pickle import load_plain, loads_plain
 from explorer.evaluation.metrics.boxes import BoxRule, pair_iou, pick_box
 from explorer.evaluation.real_grounding import evaluate_grounding
 

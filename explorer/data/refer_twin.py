@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.data.coco_masks import encode_rle
+from explorer.data.readers.coco_masks import encode_rle
 from explorer.data.drawing import unit_polygon
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.refcoco import IMAGES, refs_file

@@ -6,7 +6,7 @@ default first), ``matches(root)`` (cheap: file names only) and ``read(root, spli
 the mask layouts also ``picture_masks(picture, keys)``, which ``truth`` calls when a picture is
 scored. ``detect`` says what each layout looks for when a folder matches none. A layout may take
 options of its own (``options``: RefCOCO's dataset, split_by, images, proposals, text). Nothing is
-unpickled but RefCOCO's refs pickle, and that with no global resolved (``explorer.data.plain_pickle``).
+unpickled but RefCOCO's refs pickle, and that with no global resolved (``explorer.data.readers.plain_pickle``).
 """
 
 from __future__ import annotations

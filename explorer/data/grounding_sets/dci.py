@@ -34,7 +34,7 @@ from PIL import Image
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import (MASK, SENTENCE, GroundingPicture, GroundingSet, SetBuilder,
                                                canonical_id, check_units, clean_text, header_size)
-from explorer.data.retrieval_sets.manifest import read_json
+from explorer.data.readers.json_files import read_json
 
 NAME = "dci"
 FOLDER = "densely_captioned_images"

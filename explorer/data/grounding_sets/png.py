@@ -29,7 +29,7 @@ from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import (MASK, PHRASE, SENTENCE, GroundingPicture, GroundingSet, SetBuilder,
                                                canonical_id, check_units, clean_text, header_size,
                                                sentence_spans)
-from explorer.data.retrieval_sets.manifest import read_json
+from explorer.data.readers.json_files import read_json
 
 NAME = "png"
 EXPECTS = "annotations/png_coco_{train,val}2017.json with annotations/panoptic_{split}2017.json"

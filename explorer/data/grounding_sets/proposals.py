@@ -23,7 +23,7 @@ from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import canonical_id
-from explorer.data.retrieval_sets.manifest import read_json
+from explorer.data.readers.json_files import read_json
 
 SHAPES = {"mattnet": "MAttNet's list [{det_id, h5_id, box: [x, y, w, h], image_id, category_id, category_name, "
                      "score}]",

@@ -16,7 +16,7 @@ be that folder itself, ``<root>/refcoco+``, which picks it), ``split_by`` the
 refs file (refcoco and refcoco+: unc; refcocog: umd; google where it is there), ``split`` one of the
 splits that the refs hold (unc: train, val, testA, testB; umd: train, val, test; default val).
 
-The refs pickle is read with ``explorer.data.plain_pickle`` (no global is resolved: a pickle naming a
+The refs pickle is read with ``explorer.data.readers.plain_pickle`` (no global is resolved: a pickle naming a
 class or a function is refused, nothing in it runs). One unit per sentence of each ref of the split: its
 ``raw`` text by default, as the reference codes read it (the RIS loaders' ``el['raw']``, ReCLIP's
 ``sentence["raw"].lower()``; the CLIP tokenizer lower-cases every text, so ReCLIP's ``lower()`` changes
@@ -31,7 +31,7 @@ pixel frame, and the refer toolkit (``io.imread``) and the RIS loaders (``Image.
 
 Skipped and counted with the reason: a ref that is malformed or names an annotation instances.json
 lacks, a referred box of zero area, a segmentation that does not decode (a polygon far outside the
-picture, an RLE of another size, an empty mask: ``explorer.data.coco_masks``), a picture that is missing,
+picture, an RLE of another size, an empty mask: ``explorer.data.readers.coco_masks``), a picture that is missing,
 a proposal of zero area, wholly outside its picture or malformed.
 """
 
@@ -40,14 +40,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from explorer.data.coco_masks import SegmentationIssue, decode, pycocotools_mask
+from explorer.data.readers.coco_masks import SegmentationIssue, decode, pycocotools_mask
 from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import (MASK, SENTENCE, STORED, GroundingPicture, GroundingSet,
                                                SetBuilder, canonical_id, check_units, clean_text)
 from explorer.data.grounding_sets.proposals import (OUTSIDE, WHOLE_PICTURE, ZERO_AREA, read_proposals, whole_picture,
                                                     within)
-from explorer.data.plain_pickle import load_plain
-from explorer.data.retrieval_sets.manifest import read_json
+from explorer.data.readers.json_files import read_json
+from explorer.data.readers.plain_pickle import load_plain
 
 NAME = "refcoco"
 DATASETS = ("refcoco", "refcoco+", "refcocog")

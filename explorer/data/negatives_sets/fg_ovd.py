@@ -21,7 +21,7 @@ from pathlib import Path
 from explorer.data.errors import DatasetError
 from explorer.data.negatives_sets.base import (NegativeItem, NegativesSet, Skipped, picture_path, region,
                                                splits_asked)
-from explorer.data.retrieval_sets.manifest import read_json
+from explorer.data.readers.json_files import read_json
 
 NAME = "fg-ovd"
 FILES = {"hard": "1_attributes.json", "medium": "2_attributes.json", "easy": "3_attributes.json",

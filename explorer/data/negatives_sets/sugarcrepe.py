@@ -16,7 +16,7 @@ from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.negatives_sets.base import NegativeItem, NegativesSet, Skipped, picture_path, splits_asked
-from explorer.data.retrieval_sets.manifest import read_json
+from explorer.data.readers.json_files import read_json
 
 NAME = "sugarcrepe"
 SPLITS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")

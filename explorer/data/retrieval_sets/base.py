@@ -7,7 +7,6 @@ each caption the index of its image (any number of captions per image: 1 for DOC
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -109,18 +108,6 @@ def find_image(folder: Path, *relatives: str) -> Path:
     return next((path for path in candidates if path.is_file()), candidates[0])
 
 
-def load_json(file: Path, expected: str = "", kind: type | None = None):
-    """A layout's JSON index file, or a ``DatasetError`` that names the file (and what it should hold)."""
-    try:
-        value = json.loads(Path(file).read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise DatasetError(f"{file} is not valid JSON ({error})" + (f"; expected {expected}" if expected else "")) \
-            from error
-    if kind is not None and not isinstance(value, kind):
-        raise DatasetError(f"{file}: expected {expected or kind.__name__}")
-    return value
-
-
 def skipped_by_reason(items: Iterable[Skipped]) -> dict[str, int]:
     """How many items were left out for each kind of reason, in the order first met: the reason's text
     before its first ':' ("image unreadable: <the decoder's words>" counts as "image unreadable")."""
@@ -131,4 +118,4 @@ def skipped_by_reason(items: Iterable[Skipped]) -> dict[str, int]:
     return counts
 
 
-__all__ = ["RetrievalSet", "Skipped", "build_set", "find_image", "load_json", "skipped_by_reason"]
+__all__ = ["RetrievalSet", "Skipped", "build_set", "find_image", "skipped_by_reason"]

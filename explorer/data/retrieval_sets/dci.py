@@ -22,7 +22,7 @@ from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set
-from explorer.data.retrieval_sets.manifest import bad_text, read_json
+from explorer.data.readers.json_files import bad_text, read_json
 
 NAME = "dci"
 FOLDER = "densely_captioned_images"

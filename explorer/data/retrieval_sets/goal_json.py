@@ -23,7 +23,8 @@ from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set, find_image
-from explorer.data.retrieval_sets.manifest import bad_text, no_usable, read_json
+from explorer.data.readers.json_files import bad_text, read_json
+from explorer.data.retrieval_sets.manifest import no_usable
 
 NAME = "goal_json"
 EXPECTS = "a *.json holding a list of {\"filename\", \"caption\"} objects (GOAL's evaluation files)"

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set, find_image
-from explorer.data.retrieval_sets.manifest import bad_text, no_usable, other_split, read_json
+from explorer.data.readers.json_files import bad_text, read_json
+from explorer.data.retrieval_sets.manifest import no_usable, other_split
 
 NAME = "karpathy"
 EXPECTS = "a Karpathy-split dataset_*.json (e.g. dataset_coco.json, dataset_flickr30k.json) with an images list"

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from explorer.data.errors import DatasetError
+from explorer.data.readers.json_files import NOT_UTF8, bad_text, read_json
 from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set
 
 NAME = "manifest"
@@ -42,7 +42,6 @@ CAPTION_KEYS = ("caption", "text")
 SUFFIXES = (".csv", ".jsonl", ".jsonlines")
 NOT_MANIFESTS = ("docci_descriptions.jsonlines", "scenes.jsonl", "samples.jsonl")
 HEAD_BYTES = 64 * 1024  # what detection looks at: the header / first usable line, never the whole file
-_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by errors="surrogateescape"
 
 
 # -- tolerant text helpers (shared by the line- and JSON-based readers) -------------------------------------
@@ -71,32 +70,6 @@ def json_lines(file: Path) -> Iterator[tuple[int, Any, str | None]]:
                     yield number, json.loads(text), None
                 except ValueError as error:
                     yield number, None, f"not JSON ({error})"
-
-
-def read_json(file: Path, expected: str = "", kind: type | None = None):
-    """A JSON index file, its bytes that are not UTF-8 kept as lone surrogates (``bad_text`` finds them,
-    so a reader can leave out just the entries they fall in); a ``DatasetError`` naming the file when it
-    is not JSON at all (or not of ``kind``)."""
-    try:
-        value = json.loads(Path(file).read_bytes().decode("utf-8-sig", errors="surrogateescape"))
-    except ValueError as error:
-        raise DatasetError(f"{file} is not valid JSON ({error})" + (f"; expected {expected}" if expected else "")) \
-            from error
-    if kind is not None and not isinstance(value, kind):
-        raise DatasetError(f"{file}: expected {expected or kind.__name__}")
-    return value
-
-
-def bad_text(*values) -> bool:
-    """Whether any of the strings (in lists and dicts too) holds bytes that were not UTF-8 (``read_json``)."""
-    for value in values:
-        if isinstance(value, str) and _NOT_UTF8.search(value):
-            return True
-        if isinstance(value, dict) and bad_text(*value.keys(), *value.values()):
-            return True
-        if isinstance(value, list) and bad_text(*value):
-            return True
-    return False
 
 
 def no_usable(file: Path, bad: list[tuple[str, str]], what: str = "line") -> DatasetError:
@@ -184,7 +157,7 @@ def _csv_rows(file: Path) -> Iterator[tuple[int, dict | None, str | None]]:
             last = reader.line_num
             if not any(cell.strip() for cell in row):
                 continue
-            if _NOT_UTF8.search("".join(row)):
+            if NOT_UTF8.search("".join(row)):
                 yield start, None, "not UTF-8"
             elif len(row) != len(fields):
                 yield start, None, f"{len(row)} columns, the header has {len(fields)}"

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from explorer.data.errors import DatasetError
 from explorer.data.retrieval_sets.base import RetrievalSet, Skipped, build_set
-from explorer.data.retrieval_sets.manifest import bad_text, no_usable, read_json
+from explorer.data.readers.json_files import bad_text, read_json
+from explorer.data.retrieval_sets.manifest import no_usable
 
 NAME = "urban1k"
 ANNOTATIONS = "annotations.json"
