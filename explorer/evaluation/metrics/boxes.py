@@ -201,6 +201,6 @@ def _boxes(values) -> np.ndarray:
     return boxes
 
 
-__all__ = ["ALPHA_RANGE", "DEFAULT_ALPHA", "DEFAULT_MIN_AREA", "HIT_IOU", "HIT_RULE", "RECLIP", "BoxRule", "RegionAccuracy", "box_iou",
-           "box_rule", "box_score", "box_scores", "candidates", "check_alpha", "flism_region_accuracy", "is_hit", "pair_iou", "pick_box", "picked_iou",
-           "protocol"]
+__all__ = ["ALPHA_RANGE", "DEFAULT_ALPHA", "DEFAULT_MIN_AREA", "HIT_IOU", "HIT_RULE", "RECLIP", "BoxRule",
+           "RegionAccuracy", "box_iou", "box_rule", "box_score", "box_scores", "candidates", "check_alpha",
+           "flism_region_accuracy", "is_hit", "pair_iou", "pick_box", "picked_iou", "protocol"]

@@ -162,8 +162,9 @@ def score_sentences(maps, predicted, truth) -> tuple[list[SentenceScore], dict]:
     """Per-sentence IoU and pointing hit, and the summary ``{"miou", "pointing", "n"}``.
 
     ``maps`` [M, H, W] float, ``predicted`` [M, H, W] bool (Otsu or a threshold), ``truth`` a
-    ``grounding.truth.Truth`` (its ``masks``: one truth mask, or None, per sentence). Sentences without truth score None and are left out of the
-    means; the means are None when no sentence has truth. ``n`` counts the sentences with truth.
+    ``grounding.truth.Truth`` (its ``masks``: one truth mask, or None, per sentence). Sentences without truth
+    score None and are left out of the means; the means are None when no sentence has truth. ``n`` counts the
+    sentences with truth.
     NaN pixels, flat maps and empty masks score as in the benchmark (``score_maps``).
     """
     values = as_float(maps)

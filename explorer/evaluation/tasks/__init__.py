@@ -43,4 +43,5 @@ def sweep_help(name: str) -> str:
 
 
 __all__ = ["BOTH", "EvalJob", "EvalOutcome", "MODULES", "Option", "TASKS", "Task", "checked_options",
-           "expand_tasks", "get_task", "model_label", "numeric_metrics", "run_task", "sweep_help", "sweep_options", "takers", "task_names"]
+           "expand_tasks", "get_task", "model_label", "numeric_metrics", "run_task", "sweep_help", "sweep_options",
+           "takers", "task_names"]

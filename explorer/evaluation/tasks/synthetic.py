@@ -14,8 +14,8 @@ OPTIONS = (Option("split", "the world's split scored (default test)", choices=("
            Option("quick", "a first look: the first 60 scenes for retrieval and hard negatives and the first 6 for "
                            "grounding (unless --limit / --grounding-limit say otherwise); under 2 minutes for two "
                            "demo-size models on 2 CPU cores", kind="flag"),
-           Option("seed", "seeds torch and numpy inside each model's run, so a run is repeatable (default 0)", kind="int",
-                  default=0))
+           Option("seed", "seeds torch and numpy inside each model's run, so a run is repeatable (default 0)",
+                  kind="int", default=0))
 
 TASK = register(Task("synthetic", "the zoo on the synthetic world (explorer eval)", OPTIONS))
 
