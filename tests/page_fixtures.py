@@ -46,7 +46,7 @@ def copy_of_the_zoo(folder: Path) -> Path:
     that add and remove models change this copy, never the checkout."""
     from explorer.zoo import Manifest, Zoo
 
-    for manifest in Zoo(REPO / "checkpoints").manifests():
+    for manifest in Zoo().manifests():  # $EXPLORER_CHECKPOINTS, else the checkout's checkpoints/
         copy = Manifest(**{**{k: v for k, v in vars(manifest).items() if k != "path"},
                            "weights": manifest.display_weights(), "options": manifest.resolved_options()})
         copy.write(folder / f"{manifest.name}.json")

@@ -12,40 +12,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
 from explorer.serve.startup import start_page
+from page_fixtures import CHROMIUM, CHROMIUM_ARGS, copy_of_the_zoo  # noqa: F401  (others import them from here)
+from page_fixtures import free_port as _free_port  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page that draws real maps")]
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("EXPLORER_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run"]
 CAPTION = ("A ginger cat looks to the left. Its whiskers are long and white. "
            "The background is a blurred wooden floor.")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def copy_of_the_zoo(folder: Path) -> Path:
-    """The repository's manifests, pointing at the same weights (absolute paths), in ``folder``: tests
-    that add and remove models change this copy, never the checkout."""
-    from explorer.zoo import Manifest, Zoo
-
-    for manifest in Zoo().manifests():
-        copy = Manifest(**{**{k: v for k, v in vars(manifest).items() if k != "path"},
-                           "weights": manifest.display_weights(), "options": manifest.resolved_options()})
-        copy.write(folder / f"{manifest.name}.json")
-    return folder
 
 
 @pytest.fixture(scope="module")
