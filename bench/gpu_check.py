@@ -144,8 +144,8 @@ def training(report: Report, args, work: Path) -> None:
     report.add("training", "job / bare", job_rate / bare_rate, "", "target >= 0.95")
     torchrun_rate, torchrun_peak = torchrun_run(world, work, args.steps, report.device)
     report.add("training", "torchrun --nproc_per_node 1, explorer train (steps/s)", torchrun_rate, "steps/s")
-    report.add("training", "peak GPU memory: job | bare | torchrun (GB)",
-               f"{job_peak:.2f} | {bare_peak:.2f} | {torchrun_peak:.2f}", "GB")
+    report.add("training", "peak GPU memory: job / bare / torchrun (GB)",
+               f"{job_peak:.2f} / {bare_peak:.2f} / {torchrun_peak:.2f}", "GB")
 
 
 def job_run(world: Path, work: Path, steps: int, gpus: int) -> tuple[float, float]:
