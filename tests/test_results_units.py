@@ -99,7 +99,7 @@ def test_wins_n_is_the_largest_a_minus_b(scored, capsys, tmp_path):
                  "--wins", "4", "--out", str(target)]) == 0
     document = json.loads(target.read_text())
     assert [u["unit_id"] for u in document["units"]] == expected
-    assert [u["margin"] for u in document["units"]] == pytest.approx([margins[u] for u in expected])
+    assert [u["a_minus_b"] for u in document["units"]] == pytest.approx([margins[u] for u in expected])
     assert document["versus"] == "b" and all("versus_iou" in u for u in document["units"])
     assert main(["results", "examples", "--results", str(out), "--model", "a", "--wins", "4", "--list"]) == 2
     assert "--versus" in capsys.readouterr().err
@@ -168,6 +168,9 @@ def test_negatives_zeroshot_and_retrieval_units(tmp_path):
     picked = pick_units(results, results.cell("a", "sugarcrepe accuracy/swap_att"))
     assert picked["unit_id"].tolist() == ["s/1", "s/2"] and picked["margin"].tolist() == pytest.approx([-0.2, 0.4])
     assert picked["negative"].tolist() == [0, 0]
+    compared = pick_units(results, results.cell("a", "sugarcrepe accuracy/swap_att"), versus="b")
+    assert compared["margin"].tolist() == pytest.approx((compared["positive_score"] - compared["negative_score"]).tolist())
+    assert compared["a_minus_b"].tolist() == pytest.approx([-0.2 - -0.2, 0.4 - -0.2])  # b: 0.2-0.4, 0.1-0.3
     from explorer.views.result_units import fooled_by_every_model
 
     assert fooled_by_every_model(results, "sugarcrepe", "swap_att")["unit_id"].tolist() == ["s/1"]

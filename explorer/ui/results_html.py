@@ -143,7 +143,7 @@ def metric_text(cell: Cell, row: dict, versus: str | None) -> str:
     """The unit's figure for the cell as a reader reads it: "iou 0.123", with B's and the margin when compared."""
     text = f"{cell.metric} {number(row.get(cell.metric))}"
     if versus and f"versus_{cell.metric}" in row:
-        text += f" · {versus} {number(row.get('versus_' + cell.metric))} · margin {number(row.get('margin'))}"
+        text += f" · {versus} {number(row.get('versus_' + cell.metric))} · A−B {number(row.get('a_minus_b'))}"
     return text
 
 

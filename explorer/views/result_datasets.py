@@ -18,6 +18,7 @@ import pandas as pd
 
 from explorer.core.cache import MB, BoundedCache
 from explorer.core.files import file_stamp
+from explorer.data.errors import DatasetError
 from explorer.views.result_units import GROUNDING, NEGATIVES, RETRIEVAL, ZEROSHOT, Part, Results, ResultsError
 
 SETS = BoundedCache("datasets of opened results", max_items=4, max_bytes=512 * MB)
@@ -79,7 +80,13 @@ def _read(family: str, part: Part, root: Path):
     if family == NEGATIVES:
         from explorer.data.negatives_sets import read_negatives_set
 
-        return read_negatives_set(root, layout=part.layout or None, splits=part.options.get("splits") or None)
+        splits = part.options.get("splits") or None
+        try:
+            return read_negatives_set(root, layout=part.layout or None, splits=splits)
+        except DatasetError:  # FG-OVD records its benchmarks/ folder; its pictures are beside it, in the folder read
+            if root.name != "benchmarks":
+                raise
+            return read_negatives_set(root.parent, layout=part.layout or None, splits=splits)
     if family == ZEROSHOT:
         from explorer.data.class_sets import read_class_set
 

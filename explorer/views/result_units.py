@@ -134,13 +134,16 @@ def _with_value(cell: Cell, table: pd.DataFrame) -> Cell:
 # ---- picking -------------------------------------------------------------------------------------------
 
 
+A_MINUS_B = "a_minus_b"  # the column of A's metric less B's (negatives' own "margin" is the positive's lead)
+
+
 def pick_units(results: Results, cell: Cell, order: str = "worst", n: int | None = None, versus: str | None = None,
                keep: str = "all") -> pd.DataFrame:
     """The cell's units in ``order`` (worst, best; with ``versus``: wins = A's metric minus B's largest first,
     losses = smallest first), the first ``n`` (all when None), ``keep`` one of ``FILTERS`` with ``versus``.
 
     Columns: ID_COLUMNS, ``cell.metric`` (the model's), with ``versus`` also ``versus_<metric>`` and
-    ``margin`` (A better by, in the metric's direction), and the family's own columns. Units without a value
+    ``a_minus_b`` (A better by, in the metric's direction), and the family's own columns. Units without a value
     of the metric (a box unit's mask IoU) are left out. Ties go by unit id."""
     if order not in ORDERS:
         raise ResultsError(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
@@ -166,11 +169,11 @@ def pick_units(results: Results, cell: Cell, order: str = "worst", n: int | None
     other = other[other[cell.metric].notna()].rename(columns={cell.metric: f"versus_{cell.metric}"})
     both = rows.merge(other, on="unit_id", how="inner")
     mine, theirs = both[cell.metric].to_numpy(dtype=float), both[f"versus_{cell.metric}"].to_numpy(dtype=float)
-    both["margin"] = sign * (mine - theirs)
+    both[A_MINUS_B] = sign * (mine - theirs)
     if keep != "all":
         right_a, right_b = is_right(cell, mine), is_right(cell, theirs)
         both = both[(right_a & ~right_b) if keep == "a_right_b_wrong" else (~right_a & ~right_b)]
-    margin = both["margin"].to_numpy(dtype=float)
+    margin = both[A_MINUS_B].to_numpy(dtype=float)
     key = {"worst": sign * both[cell.metric].to_numpy(dtype=float), "best": -sign * both[cell.metric].to_numpy(dtype=float),
            "wins": -margin, "losses": margin}[order]
     return _sorted(both, key, n)
