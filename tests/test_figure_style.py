@@ -252,3 +252,44 @@ def test_the_same_settings_give_the_same_bytes_in_every_font(grids, tmp_path):
             first = save_figure(grids["kinds"], tmp_path / f"a{suffix}", dpi=80, style=style).read_bytes()
             second = save_figure(grids["kinds"], tmp_path / f"b{suffix}", dpi=80, style=style).read_bytes()
             assert first == second, (font, suffix)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_no_model_name_is_broken_mid_word_at_any_preset(maps_view, preset):
+    """Issue 66.6: a name too wide for its column is shortened with an ellipsis after a whole part, never
+    broken across lines ("demo-clip-" / "base")."""
+    from dataclasses import replace
+
+    from explorer.views.maps_view import render_sentence_rows
+
+    names = ["demo-clip-base-with-a-long-tail", "demo-caft"]
+    view = replace(maps_view, models=[replace(m, name=n) for m, n in zip(maps_view.models, names)])
+    settings = ViewSettings(models=names, preset=preset)
+    figure = drawn(render_sentence_rows(view, settings), settings.style())
+    lines = [line for text in figure.texts for line in text.get_text().split("\n") if line.strip()]
+    assert not [line for line in lines if line.rstrip().endswith("-")], lines  # no line ends inside a name
+    for line in (line for line in lines if "demo" in line):
+        name = line.split()[0]
+        assert name in names or (name.endswith("…") and any(n.startswith(name[:-1] + "-") for n in names)), line
+
+
+def test_a_one_model_page_figure_keeps_each_sentence_beside_its_picture(maps_view):
+    """Issue 66.6: one model at the page preset shrinks its panels to the page's height; the room they leave goes
+    to the sentences and the margins, never a third of the width between a sentence and its picture."""
+    from dataclasses import replace
+
+    from explorer.views.maps_view import render_sentence_rows
+
+    view = replace(maps_view, models=maps_view.models[:1])
+    settings = ViewSettings(models=[view.models[0].name], preset="page")
+    style = settings.style()
+    grid = render_sentence_rows(view, settings)
+    grid.rows, grid.row_labels = grid.rows * 3, grid.row_labels * 3  # taller than the page: the panels shrink
+    figure = drawn(grid, style)
+    with figure_style(style):
+        renderer = FigureCanvasAgg(figure).get_renderer()
+        labels = [t.get_window_extent(renderer) for t in figure.texts if re.match(r"\d+\. ", t.get_text())]
+    pictures = [axis.get_window_extent(renderer) for axis in figure.axes if axis.images and not axis.axison]
+    assert labels and pictures
+    gap = min(p.x0 for p in pictures) - max(box.x1 for box in labels)
+    assert 0 <= gap < 0.1 * figure.bbox.width, (gap, figure.bbox.width)

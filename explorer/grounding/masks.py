@@ -96,6 +96,12 @@ class MaskSide:
         percent = f"{100 * self.share:.0f} %"
         return f"mask: the region outside the outline ({percent} of the picture)" if self.outside else f"mask {percent}"
 
+    @property
+    def key(self) -> str:
+        """The label under a figure's panel, where a column may be half an inch wide (the panel's title and the
+        page say it in full): "mask outside the outline (38 %)"; "" for a mask inside its outline."""
+        return f"mask outside the outline ({100 * self.share:.0f} %)" if self.outside else ""
+
 
 def mask_side(mask: np.ndarray) -> MaskSide:
     """The ``MaskSide`` of one bool mask [H, W]."""

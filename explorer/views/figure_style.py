@@ -26,6 +26,7 @@ SLACK = 0.5 / 72  # inches kept free at the end of a line: rounding in the rende
 GAP = 0.04  # inches between panels
 PAD = 0.03  # inches between a text and the panel it belongs to
 HEADER_LINES = 4  # a sentence header is cut with an ellipsis past this many lines
+PART_BREAKS = tuple("-_./")  # where a name's parts meet ("demo-clip-base"): a shortened name ends on one
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ class Measure:
         return _width(self.font, self.size, text)
 
     def wrap(self, text: str, width: float, max_lines: int | None = None) -> list[str]:
-        """``text`` in lines no wider than ``width`` inches (a word too long for a line is broken), cut with
-        an ellipsis after ``max_lines``."""
+        """``text`` in lines no wider than ``width`` inches, wrapped at spaces only, cut with an ellipsis after
+        ``max_lines``. A word no line holds (a model's name in a narrow column) is never broken across lines
+        ("demo-clip-" / "base" read as two words): it is shortened with an ellipsis (``shortened``)."""
         lines: list[str] = []
         width -= SLACK
         for word in text.split():
@@ -142,21 +144,20 @@ class Measure:
             if lines and self.width(f"{lines[-1]} {word}") <= width:
                 lines[-1] = f"{lines[-1]} {word}"
                 continue
-            while self.width(word) > width and len(word) > 1:  # break a word no line holds, after a hyphen if it can
-                if max_lines is not None and len(lines) > max_lines:
-                    break
-                cut = 1  # the longest prefix that fits, grown from the start (widths grow with the prefix)
-                while cut < len(word) and self.width(word[:cut + 1]) <= width:
-                    cut += 1
-                hyphen = word.rfind("-", 0, cut)
-                cut = hyphen + 1 if hyphen > 0 else cut
-                lines.append(word[:cut])
-                word = word[cut:]
-            lines.append(word)
+            lines.append(self.shortened(word, width + SLACK) if self.width(word) > width else word)
         if max_lines is not None and len(lines) > max_lines:
             lines = lines[:max_lines]
             lines[-1] = self.ellipsis(lines[-1], width)
         return lines
+
+    def shortened(self, word: str, width: float) -> str:
+        """A word too wide for ``width`` inches, cut with an ellipsis after its last whole part that fits
+        ("demo-clip…" of "demo-clip-base"), else after its longest prefix that fits."""
+        fitting = self.ellipsis(word[:200], width)[:-1]  # the longest prefix that fits with its ellipsis
+        if word[len(fitting):len(fitting) + 1] in PART_BREAKS:  # it ends on a whole part already
+            return fitting + "…"
+        parts = [i for i, c in enumerate(fitting) if c in PART_BREAKS and i > 0]
+        return (fitting[:parts[-1]] if parts else fitting) + "…"
 
     def ellipsis(self, line: str, width: float) -> str:
         """``line`` shortened until it and an ellipsis fit ``width``."""

@@ -160,7 +160,7 @@ def fitted_plan(grid: PanelGrid, style: FigureStyle, least: float | None = None)
     if shrunk is not None:
         return shrunk
     if style.height is None:
-        return make_plan(grid, _with_panel(layout, least, keep_width=True))
+        return make_plan(grid, _with_panel(layout, least, keep_width=True, label_room=_label_room(grid, style)))
     raise FigureError(f"the figure does not fit on a {style.width:g} x {style.height:g} in slide even with one "
                       "row a slide: show fewer models, or give --width to let it grow taller")
 
@@ -181,7 +181,7 @@ def _shrunk_plan(grid: PanelGrid, layout: Layout, limit: float, least: float, ke
     steps = 48
     for step in range(1, steps + 1):
         panel = layout.panel - (layout.panel - least) * step / steps
-        candidate = make_plan(grid, _with_panel(layout, panel, keep_width))
+        candidate = make_plan(grid, _with_panel(layout, panel, keep_width, _label_room(grid, layout.style)))
         if candidate.height <= limit:
             return candidate
     return None
@@ -265,12 +265,27 @@ def save_pages(grids: list[PanelGrid], out: str | Path, dpi: int = 300, style: F
     return [out]
 
 
-def _with_panel(layout: Layout, panel: float, keep_width: bool = False) -> Layout:
+def _with_panel(layout: Layout, panel: float, keep_width: bool = False, label_room: float = 0.0) -> Layout:
+    """``layout`` with ``panel``-inch panels; ``keep_width``: the figure keeps its width. Beside a label column
+    the labels take what they need of the room the smaller panels leave (up to ``label_room``, their unwrapped
+    width) and the rest goes to the margins, the content centred (``build_figure``): the sentence sits next to
+    its picture (centred panels left a one-model page a third of its width empty between them). With no label
+    column the panels are centred in the width."""
     columns = layout.columns
     width = layout.label + columns * panel + GAP * (columns - 1) + layout.matrix
+    if keep_width and layout.label > 0:
+        label = min(max(layout.label, label_room), layout.label + layout.width - width)
+        return Layout(layout.style, label, panel, layout.matrix, layout.bands, width + label - layout.label,
+                      layout.labels_on_top, 0.0)
     inset = (layout.width - width) / 2 if keep_width else 0.0
     return Layout(layout.style, layout.label, panel, layout.matrix, layout.bands,
                   layout.width if keep_width else width, layout.labels_on_top, inset)
+
+
+def _label_room(grid: PanelGrid, style: FigureStyle) -> float:
+    """Inches the row labels take on one line each (the widest), gaps included."""
+    lines = [line for label in grid.row_labels for line in label.split("\n") if line.strip()]
+    return max((style.measure().width(line) for line in lines), default=0.0) + 2 * GAP + SLACK
 
 
 def panel_pixels(grid: PanelGrid, style: FigureStyle | float | None, dpi: int) -> int:

@@ -120,7 +120,7 @@ def render_kinds(view: KindsView, settings: ViewSettings, side: int | None = Non
                 outside = side.outside and masks is not None and not maps.flat(i)
                 panel = map_panels(base, maps.resized(size)[i], None if masks is None else masks[i], settings,
                                    None, None, title=maps.kind, text=view.sentences[i], outside=outside)[0]
-                panel.key = [side.label] if outside else []  # the mask is the background: the figure says so
+                panel.key = [side.key] if outside else []  # the mask is the background: the figure says so
                 threshold = maps.thresholds(settings.threshold)[i]
                 own = maps.kind if kind == NATIVE else ""  # which of its own maps the column shows
                 panel.scores = ": ".join(part for part in (own, scores[(m, k)][i]) if part)

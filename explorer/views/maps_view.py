@@ -430,7 +430,7 @@ def _map_cells(view: MapsView, settings: ViewSettings, size: tuple[int, int], in
                 panels.append(Panel(None, f"S{i + 1} mask", view.sentences[i]))
             for panel in panels:  # what a figure prints under it, by --annotate (the mask's side always)
                 panel.scores, panel.details, panel.sentence = scores, f"t={thresholds[i]:.3g}", i
-                panel.key = [sides[i].label] if outside else []
+                panel.key = [sides[i].key] if outside else []
             row[i] = panels
         cells.append(row)
     return cells
