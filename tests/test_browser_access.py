@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from test_browser import ARTIFACTS, app_url, home, zoo_root  # noqa: F401  (fixtures)
-from test_browser_maps_board import window
+from test_browser_maps_board import FOUR, choose_exactly, window
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -140,6 +140,7 @@ def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(
     sideways with its first column fixed, the focus view's titles on lines of their own; no serious axe finding."""
     with window(app_url, **PHONE) as page:
         page.wait_for_timeout(2000)
+        choose_exactly(page, FOUR)  # four columns in the swap table: wider than a phone
         draw_default_example(page)
         page.locator(BOARD).scroll_into_view_if_needed()
         layout = page.evaluate(ROWS)
@@ -152,7 +153,7 @@ def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(
         found = violations(page)
     assert table["scroll"] > table["client"] and table["scrolled"] > 0, table  # it scrolls, inside the page
     assert table["right"] <= PHONE["width"] and abs(table["after"] - table["before"]) <= 1, table  # column fixed
-    assert len(titles) == 2 and titles[0]["bottom"] <= titles[1]["top"] + 0.5, titles  # a line each
+    assert len(titles) == 4 and all(a["bottom"] <= b["top"] + 0.5 for a, b in zip(titles, titles[1:])), titles
     assert not found, found
     board, rows = layout["board"], layout["rows"]
     assert rows and layout["scroll"] <= layout["client"] + 1, layout  # no sideways scroll inside the board
