@@ -35,7 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+from explorer.core.runtime import prepare_process
+
+prepare_process()  # as the page and the CLI run: CPU threads that sleep while they wait (set before torch loads)
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grounding_latency import SENTENCES, picture  # noqa: E402  (the same kitchen caption and picture)

@@ -32,6 +32,20 @@ def test_prepare_process_goes_offline_but_keeps_what_the_user_set(monkeypatch):
     assert os.environ["HF_HUB_OFFLINE"] == "0"
 
 
+def test_cpu_threads_sleep_while_they_wait_unless_the_user_said_otherwise(monkeypatch):
+    """OMP_WAIT_POLICY=PASSIVE (issue 63: spinning threads made a one-sentence text forward 10x dearer on a
+    loaded machine), set before torch loads: the CLI's module imports no torch before ``main`` runs it."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    runtime.prepare_process()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    runtime.prepare_process()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    code = "import sys, explorer.cli; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 def test_the_app_takes_its_zoo_folder_after_the_command_too():
     assert _parser().parse_args(["app", "--checkpoints", "zoo-a"]).checkpoints == "zoo-a"  # python app.py --checkpoints
     assert _parser().parse_args(["--checkpoints", "zoo-b", "app"]).checkpoints == "zoo-b"
