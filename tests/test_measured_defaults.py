@@ -101,3 +101,40 @@ def test_the_kind_note_names_each_models_default_with_its_figures():
     assert "**demo-clip**: `gradcam`, CLIP's best measured (mIoU 46.8 %" in note
     assert note.count("`explorer data synth") == 1 and "demo-eval-seed3.json" in note  # the command, once
     assert "lattice" in kind_note("legrad")
+
+
+def test_the_page_says_when_a_measured_default_map_points_at_nothing_on_the_picture():
+    """Issue 66: GOAL's default (ClearCLIP, its best measured on the held-out world) points at nothing on the
+    shipped default example; the board and the status line say so, for that model only."""
+    import numpy as np
+    from PIL import Image
+
+    from explorer.grounding.sentence_maps import GroundingResult
+    from explorer.grounding.truth import Truth
+    from explorer.models.model import SentenceMaps
+    from explorer.ui import maps_board, maps_tab
+    from explorer.views.maps_view import MapsView, ModelMaps
+    from explorer.views.settings import ViewSettings
+
+    side = 32
+    hot_corner = np.zeros((side, side), np.float32)
+    hot_corner[:8, :8] = 1.0
+    picture = Image.fromarray(np.full((side, side, 3), 90, np.uint8))
+    truth = np.zeros((side, side), bool)
+    truth[20:30, 20:30] = True  # the object sits elsewhere: the peak misses it
+
+    def maps(name, measured):
+        grid = np.stack([hot_corner, hot_corner * 0.5 + 0.1])
+        result = GroundingResult(image=picture, analysis=None, model_name=name, maps=SentenceMaps(
+            maps=grid, grid=grid, kind="clearclip", sentences=["A square.", "A square again."], n_cut=[0, 0]))
+        return ModelMaps(name=name, result=result, measured_default=measured)
+
+    view = MapsView(picture=picture, sentences=["A square.", "A square again."],
+                    models=[maps("demo-goal", True), maps("asked-for", False)], truth=Truth([truth, truth], "test"))
+    settings = ViewSettings(models=["demo-goal", "asked-for"])
+    notes = view.default_notes(None)
+    assert len(notes) == 1 and notes[0].startswith("demo-goal's default map (clearclip") and "pointing 0 %" in notes[0]
+    assert 'data-warning="default-map"' in maps_board.board_html(view, settings)
+    assert "**Default map:** demo-goal" in maps_tab.status_text(view, settings)
+    view.models[0].measured_default = False  # a kind the visitor asked for: no such line
+    assert view.default_notes(None) == []

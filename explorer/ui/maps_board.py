@@ -132,18 +132,20 @@ def _render(view: MapsView, settings: ViewSettings) -> str:
                   for m in range(len(view.models))]
     return (f'<div class="mb" id="{ELEM_ID}-view" data-stale="false" '
             f'data-models="{len(view.models)}" data-sentences="{len(indices)}">'
-            f'{_lines(view)}<div class="mb-grid" '
+            f'{_lines(view, settings)}<div class="mb-grid" '
             f'style="--mb-models: {len(view.models)}; grid-template-columns: {columns}">'
             f'{"".join(cells)}</div></div>')
 
 
-def _lines(view: MapsView) -> str:
-    """The lines above the grid: the synthetic-world warning, what hit / miss means (``board_html`` puts the
-    out-of-date line first when it applies)."""
+def _lines(view: MapsView, settings: ViewSettings) -> str:
+    """The lines above the grid: the synthetic-world warning, a measured default map that does not hold on
+    this picture, what hit / miss means (``board_html`` puts the out-of-date line first when it applies)."""
     lines = []
     warning = view.synthetic_warning()
     if warning:
         lines.append(f'<div class="mb-line mb-warning" data-warning="synthetic">{escape(warning)}</div>')
+    lines += [f'<div class="mb-line mb-warning" data-warning="default-map">{escape(note)}</div>'
+              for note in view.default_notes(settings.threshold)]
     if view.truth is not None:
         lines.append(f'<div class="mb-line mb-note" data-pointing-note>{escape(POINTING_NOTE)}</div>')
     return f'<div class="mb-lines">{"".join(lines)}</div>'

@@ -68,6 +68,7 @@ def status_text(view: MapsView, settings: ViewSettings) -> str:
     warning = view.synthetic_warning()
     if warning:
         lines.append(f"- **Warning:** {warning}")
+    lines += [f"- **Default map:** {note}" for note in view.default_notes(settings.threshold)]
     lines += [f"- {note}" for note in view.notes]
     lines += [f"- **{m.name}** ({m.kind}): {SAME_MAP_NOTE}: every sentence gets the same map"
               for m in view.models if m.same_for_every_sentence]

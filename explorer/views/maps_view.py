@@ -82,6 +82,7 @@ class ModelMaps:
     trained: bool = True
     synthetic_only: bool = False  # a demo model: trained on the synthetic shapes only
     precision: str = "fp32"  # the format the model computed its maps in
+    measured_default: bool = False  # its kind is "native" resolved to the kind its method measured best
     _memo: BoundedCache = field(default_factory=display_memo, repr=False, init=False)  # a copy gets its own
 
     @property
@@ -226,6 +227,20 @@ class MapsView:
                 rows.append(row)
         return rows
 
+    def default_notes(self, fraction: float | None) -> list[str]:
+        """A line per model whose map kind is its measured default (``default_kind``: the kind its method
+        grounded best on the held-out world) but whose figures on this picture say otherwise: its map points at
+        none of the sentences' objects (pointing 0 %)."""
+        notes = []
+        for s in self.summary(fraction):
+            model = self.models[s["row"]]
+            if model.measured_default and s["pointing"] == 0:
+                notes.append(f"{model.name}'s default map ({model.kind}, its best measured on the held-out synthetic "
+                             f"world) points at none of this picture's {s['n']} object(s) (pointing 0 %, mIoU "
+                             f"{s['miou']:.2f}): its measured default does not hold here; pick another map kind "
+                             "to compare.")
+        return notes
+
     def summary(self, fraction: float | None) -> list[dict]:
         """Per model (in row order): mIoU and pointing game over the caption's sentences that have truth (spans
         left out; empty without truth)."""
@@ -265,9 +280,12 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         # what "auto" chose for this model and why (the CPU's bf16 measurement), beside "computed in ..."
         notes.extend(n for n in getattr(model, "notes", []) if n.startswith("auto") and n not in notes)
         picture, sentences = result.image, result.maps.sentences
+        measured = (settings.kind == NATIVE and native_kind(model) is None and hasattr(model, "best_measured_kind")
+                    and model.best_measured_kind() == kind)
         models.append(ModelMaps(name=model.name, result=result, trained=model.trained,
                                 synthetic_only=getattr(model, "synthetic_only", False),
-                                precision=getattr(result.maps, "precision", getattr(model, "precision", "fp32"))))
+                                precision=getattr(result.maps, "precision", getattr(model, "precision", "fp32")),
+                                measured_default=measured))
     truth, truth_file = find_view_truth(settings, picture, sentences, truth_dir, working.original_size)
     if truth is not None:
         notes.extend(truth.notes)
