@@ -44,7 +44,7 @@ def twins(work: Path, scenes: int, per_class: int) -> dict:
         write_classes_twin(work / "classes", per_class=per_class)
     made["zeroshot"] = work / "classes"
     try:
-        from explorer.data.refer_twin import write_refer_twin
+        from explorer.data.grounding_sets.refer_twin import write_refer_twin
     except ImportError:
         return made
     if not (work / "refer").is_dir():

@@ -25,7 +25,7 @@ CELL = f"{MODEL}|RefCOCO testA generic/miou"
 def tiny_result(home, zoo_root):  # noqa: F811 - fixtures imported from test_browser
     """A results JSON (and its work file) of the twin's RefCOCO testA, under the page's allowed home."""
     from explorer.data.grounding_sets import read_grounding_set
-    from explorer.data.refer_twin import write_refer_twin
+    from explorer.data.grounding_sets.refer_twin import write_refer_twin
     from explorer.evaluation.real_grounding import evaluate_grounding
     from explorer.evaluation.results import write_results
     from explorer.zoo import Zoo

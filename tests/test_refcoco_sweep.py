@@ -11,7 +11,7 @@ import pytest
 
 from explorer.cli import main
 from explorer.data.grounding_sets import read_grounding_set
-from explorer.data.refer_twin import write_refer_twin
+from explorer.data.grounding_sets.refer_twin import write_refer_twin
 from explorer.evaluation.real_grounding import evaluate_grounding
 from explorer.evaluation.tasks import EvalJob
 from explorer.jobs import JobManager, launcher

@@ -18,7 +18,7 @@ import pytest
 
 from explorer.cli import main
 from explorer.data.grounding_sets import read_grounding_set
-from explorer.data.refer_twin import write_refer_twin
+from explorer.data.grounding_sets.refer_twin import write_refer_twin
 from explorer.evaluation.real_grounding import evaluate_grounding
 from explorer.evaluation.results import write_results
 from explorer.views.result_datasets import DatasetMoved, describe

@@ -1,5 +1,5 @@
 """`explorer data refer-twin`: the synthetic world written as the refer toolkit's RefCOCO folder, so that
-`explorer eval-grounding --layout refcoco` runs offline (``explorer.data.refer_twin``)."""
+`explorer eval-grounding --layout refcoco` runs offline (``explorer.data.grounding_sets.refer_twin``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def add_data_commands(data) -> None:
 
 
 def _run_refer_twin(args) -> int:
-    from explorer.data.refer_twin import write_refer_twin
+    from explorer.data.grounding_sets.refer_twin import write_refer_twin
 
     counts = write_refer_twin(args.out, n_scenes=args.n, seed=args.seed, image_size=args.size,
                               overwrite=args.overwrite)
