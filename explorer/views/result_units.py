@@ -165,7 +165,11 @@ def pick_units(results: Results, cell: Cell, order: str = "worst", n: int | None
         return _sorted(rows, key, n)
     if versus not in results.models:
         raise ResultsError(f"no model {versus!r} in {results.name}; models: {', '.join(results.models)}")
-    other = results.rows_of(cell.dataset, versus, cell.kind)[["unit_id", cell.metric]]
+    other = results.rows_of(cell.dataset, versus, cell.kind)
+    if other.empty:
+        raise ResultsError(f"{versus} has no {cell.kind} units in {cell.dataset}: compare two models on a kind both "
+                           "were scored with")
+    other = other[["unit_id", cell.metric]]
     other = other[other[cell.metric].notna()].rename(columns={cell.metric: f"versus_{cell.metric}"})
     both = rows.merge(other, on="unit_id", how="inner")
     mine, theirs = both[cell.metric].to_numpy(dtype=float), both[f"versus_{cell.metric}"].to_numpy(dtype=float)
