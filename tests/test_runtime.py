@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from explorer.cli import _parser
 from explorer.core import runtime
 
 
+@pytest.mark.slow(reason="imports the app module and the figures in a fresh Python")
 def test_importing_the_app_module_sets_no_environment():
     code = ("import os; before = dict(os.environ); import explorer.ui.app, explorer.views.figures; "
             "changed = sorted(k for k in os.environ if os.environ.get(k) != before.get(k)); print(changed); "
