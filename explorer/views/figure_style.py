@@ -152,12 +152,13 @@ class Measure:
 
     def shortened(self, word: str, width: float) -> str:
         """A word too wide for ``width`` inches, cut with an ellipsis after its last whole part that fits
-        ("demo-clip…" of "demo-clip-base"), else after its longest prefix that fits."""
+        ("demo-clip…" of "demo-clip-base") when that keeps two thirds of what fits, else after its longest
+        prefix that fits ("demo-cl…"): on one line either way, the full name in the settings JSON."""
         fitting = self.ellipsis(word[:200], width)[:-1]  # the longest prefix that fits with its ellipsis
         if word[len(fitting):len(fitting) + 1] in PART_BREAKS:  # it ends on a whole part already
             return fitting + "…"
-        parts = [i for i, c in enumerate(fitting) if c in PART_BREAKS and i > 0]
-        return (fitting[:parts[-1]] if parts else fitting) + "…"
+        parts = [i for i, c in enumerate(fitting) if c in PART_BREAKS and i >= 2 * len(fitting) / 3]
+        return (fitting[:parts[-1]] if parts else fitting) + "…"  # "demo…" would hide which model it is
 
     def ellipsis(self, line: str, width: float) -> str:
         """``line`` shortened until it and an ellipsis fit ``width``."""
