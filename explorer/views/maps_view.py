@@ -236,7 +236,7 @@ class MapsView:
             model = self.models[s["row"]]
             if model.measured_default and s["pointing"] == 0:
                 notes.append(f"{model.name}'s default map ({model.kind}, its best measured on the held-out synthetic "
-                             f"world) points at none of this picture's {s['n']} object(s) (pointing 0 %, mIoU "
+                             f"world) points at the object of none of the {s['n']} sentence(s) with truth here (pointing 0 %, mIoU "
                              f"{s['miou']:.2f}): its measured default does not hold here; pick another map kind "
                              "to compare.")
         return notes
