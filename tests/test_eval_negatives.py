@@ -89,6 +89,7 @@ class Fake:
 def test_fg_ovd_layout_read_with_each_bad_region_skipped(tmp_path):
     found = read_negatives_set(write_fg_ovd(tmp_path / "fg"), layout="fg-ovd")
     assert found.counts() == {"hard": 2, "trivial": 1}
+    assert found.title == "FG-OVD"  # the set carries the name the tables print: no lookup by layout name
     first = found.items[0]
     assert (first.positive, first.negatives[0], len(first.negatives)) == ("caption 1", "caption 2", 10)
     assert first.box == (4.0, 3.0, 20.0, 15.0) and first.picture.name == "000000000001.jpg"
@@ -156,7 +157,7 @@ def test_demo_clip_matches_its_own_scores_on_hand_cut_crops(tmp_path):
 
 def test_sugarcrepe_layout(tmp_path):
     found = read_negatives_set(write_sugarcrepe(tmp_path / "sc"), layout="sugarcrepe")
-    assert found.counts() == {"replace_obj": 1, "swap_att": 1}
+    assert found.counts() == {"replace_obj": 1, "swap_att": 1} and found.title == "SugarCrepe"
     assert [(i.positive, i.negatives, i.box) for i in found.items] == [("a dog", ("a cat",), None),
                                                                        ("a big dog", ("a dog big",), None)]
     assert {s.item: s.reason.split(":")[0] for s in found.skipped} == {"replace_obj/1": "negatives missing",

@@ -77,6 +77,7 @@ class Fake:
 def test_cifar_binary_bytes_decode_as_released(tmp_path):
     found = read_class_set(write_cifar10(tmp_path, truncated=True), "cifar10")
     assert found.classnames[:2] == ("airplane", "automobile") and len(found.classnames) == 10
+    assert found.title == "CIFAR-10"  # the set carries the name the tables print: no lookup by layout name
     assert [p.label for p in found.pictures] == [3, 0, 1]
     image = np.asarray(found.pictures[1].image())
     assert image.shape == (32, 32, 3) and tuple(image[0, 0]) == (255, 10, 10) and tuple(image[5, 5]) == (10, 10, 10)
@@ -87,6 +88,7 @@ def test_cifar_binary_bytes_decode_as_released(tmp_path):
     (folder / "fine_label_names.txt").write_text("\n".join(f"class_{i}" for i in range(100)))
     hundred = read_class_set(tmp_path / "c100", "cifar100")
     assert [p.label for p in hundred.pictures] == [42, 7] and hundred.classnames[42] == "class 42"
+    assert hundred.title == "CIFAR-100"
 
 
 def test_cifar_pickle_only_behind_allow_pickle(tmp_path):
@@ -108,6 +110,7 @@ def test_imagenet_folders_by_index_and_by_wordnet_id(tmp_path):
     found = read_class_set(tmp_path, "imagenet-v2")
     assert [(p.id, p.label) for p in found.pictures] == [("0/a.jpeg", 0), ("999/a.jpeg", 999)]
     assert found.classnames[0] == imagenet_classnames()[0] and len(found.classnames) == 1000
+    assert found.title == "ImageNet-V2"
     assert [s.reason.split(":")[0] for s in found.skipped] == ["unknown class folder"]
     wnids = imagenet_wnids()
     assert wnids is not None and wnids[0] == "n01440764" and wnids == sorted(wnids)
@@ -117,7 +120,7 @@ def test_imagenet_folders_by_index_and_by_wordnet_id(tmp_path):
     found = read_class_set(o, "imagenet-o", class_set="present")
     names = imagenet_classnames()
     assert found.classnames == (names[1], names[994], names[996]) and [p.label for p in found.pictures] == [0, 1, 2]
-    assert found.skipped[0].item == "n99999999"
+    assert found.skipped[0].item == "n99999999" and found.title == "ImageNet-O"
     (tmp_path / "names.txt").write_text(f"{wnids[1]} a goldfish\n{wnids[994]} a mushroom\n{wnids[996]} a hen\n")
     given = read_class_set(o, "imagenet-o", classnames=tmp_path / "names.txt", class_set="present")
     assert given.classnames == ("a goldfish", "a mushroom", "a hen")

@@ -16,7 +16,7 @@ from refer_fixtures import H, W, compressed, counts, rect, write_detections, wri
 from explorer.cli import main
 from explorer.data.readers import coco_masks
 from explorer.data.errors import DatasetError
-from explorer.data.grounding_sets import read_grounding_set
+from explorer.data.grounding_sets import read_grounding_set, refcoco
 from explorer.data.readers.plain_pickle import load_plain, loads_plain
 from explorer.evaluation.metrics.boxes import BoxRule, pair_iou, pick_box
 from explorer.evaluation.real_grounding import evaluate_grounding
@@ -150,6 +150,8 @@ def _segment_distance(p, a, b) -> float:
 def test_the_layout_reads_sentences_truths_targets_and_skips_with_reasons(root):
     dataset = read_grounding_set(root)  # detected
     assert dataset.layout == "refcoco" and dataset.split == "val" and dataset.extra["label"] == "RefCOCO val"
+    # what scoring needs rides on the set, set by its reader: the table's name and the layout's mask reader
+    assert dataset.title == "RefCOCO val" and dataset.read_masks is refcoco.picture_masks
     assert [u.text for u in dataset.units] == ["Left square", "The small box", "Middle square", "Right square",
                                                "Left square"]  # raw, as the reference codes read it
     assert [u.target for u in dataset.units][:4] == [(2, 2, 12, 12), (2, 2, 12, 12), (20, 5, 30, 15), (30, 20, 38, 28)]

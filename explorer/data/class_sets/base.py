@@ -46,6 +46,7 @@ class ClassSet:
     # the template set its official evaluation reads ("cifar": CLIP's 18 for CIFAR; "openai": CLIP's 80 ImageNet
     # templates, clip_benchmark's default for every other set): used when no --templates is given
     templates: str = "openai"
+    title: str = ""  # the name the papers' tables print ("CIFAR-10"), set by its reader; "" when none names it
 
     def first(self, n: int) -> "ClassSet":
         """``n`` pictures spread evenly over the set (``--limit``): folders are read class by class, so the

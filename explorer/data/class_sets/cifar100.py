@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from explorer.data.class_sets import cifar
 from explorer.data.class_sets.base import ClassSet
 
 NAME = "cifar100"
+TITLE = "CIFAR-100"  # as MulCLIP's Table 7 names it
 EXPECTS = cifar.expects(NAME)
 
 
@@ -17,7 +19,7 @@ def matches(root: Path) -> bool:
 
 
 def read(root: Path, *, allow_pickle: bool = False) -> ClassSet:
-    return cifar.read(root, NAME, allow_pickle)
+    return replace(cifar.read(root, NAME, allow_pickle), title=TITLE)
 
 
 __all__ = ["EXPECTS", "NAME", "matches", "read"]

@@ -4,12 +4,14 @@ ImageNet-V2."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from explorer.data.class_sets import imagenet
 from explorer.data.class_sets.base import ClassSet
 
 NAME = "imagenet-o"
+TITLE = "ImageNet-O"  # as MulCLIP's Table 7 names it
 EXPECTS = imagenet.EXPECTS[NAME]
 
 
@@ -19,7 +21,7 @@ def matches(root: Path) -> bool:
 
 
 def read(root: Path, *, classnames: str | Path | None = None, class_set: str = "fixed") -> ClassSet:
-    return imagenet.read_o(root, Path(classnames) if classnames is not None else None, class_set)
+    return replace(imagenet.read_o(root, Path(classnames) if classnames is not None else None, class_set), title=TITLE)
 
 
 __all__ = ["EXPECTS", "NAME", "matches", "read"]

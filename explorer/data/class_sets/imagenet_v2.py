@@ -3,12 +3,14 @@ class index (``imagenet``'s reading, shared with ImageNet-O)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from explorer.data.class_sets import imagenet
 from explorer.data.class_sets.base import ClassSet
 
 NAME = "imagenet-v2"
+TITLE = "ImageNet-V2"  # as MulCLIP's Table 7 names it
 EXPECTS = imagenet.EXPECTS[NAME]
 
 
@@ -18,7 +20,7 @@ def matches(root: Path) -> bool:
 
 
 def read(root: Path, *, classnames: str | Path | None = None) -> ClassSet:
-    return imagenet.read_v2(root, Path(classnames) if classnames is not None else None)
+    return replace(imagenet.read_v2(root, Path(classnames) if classnames is not None else None), title=TITLE)
 
 
 __all__ = ["EXPECTS", "NAME", "matches", "read"]

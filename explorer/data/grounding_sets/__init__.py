@@ -3,8 +3,8 @@
 
 One module per layout; each has ``NAME``, ``EXPECTS``, ``UNITS`` (the unit kinds it offers, its
 default first), ``matches(root)`` (cheap: file names only) and ``read(root, split, units, limit)``;
-the mask layouts also ``picture_masks(picture, keys)``, which ``truth`` calls when a picture is
-scored. ``detect`` says what each layout looks for when a folder matches none. A layout may take
+the mask layouts also ``picture_masks(picture, keys)``, which their ``read`` hands to the set
+(``GroundingSet.read_masks``) for ``truth`` to call when a picture is scored. ``detect`` says what each layout looks for when a folder matches none. A layout may take
 options of its own (``options``: RefCOCO's dataset, split_by, images, proposals, text). Nothing is
 unpickled but RefCOCO's refs pickle, and that with no global resolved (``explorer.data.readers.plain_pickle``).
 """

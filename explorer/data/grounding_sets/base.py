@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -64,6 +65,10 @@ class GroundingSet:
     notes: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)
     orientation: str = EXIF  # EXIF or STORED: how its pictures are read for scoring
+    title: str = ""  # the name the papers' tables print ("RefCOCO testA"), set by its reader; "" when none does
+    # (picture, keys) -> {key: bool mask}: its layout's ``picture_masks``, which ``truth`` calls when a picture is
+    # scored (the masks are not kept in the set); None for a layout whose truth is boxes only
+    read_masks: Callable | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         order = [u.picture for u in self.units]
@@ -127,10 +132,11 @@ class SetBuilder:
         self.units += kept
 
     def build(self, layout: str, root: Path, split: str, units_kind: str, notes=(), extra=None,
-              orientation: str = EXIF) -> GroundingSet:
+              orientation: str = EXIF, title: str = "", read_masks: Callable | None = None) -> GroundingSet:
         return GroundingSet(layout=layout, root=root, split=split, units_kind=units_kind,
                             pictures=tuple(self.pictures), units=tuple(self.units), skipped=tuple(self.skipped),
-                            notes=tuple(notes), extra=dict(extra or {}), orientation=orientation)
+                            notes=tuple(notes), extra=dict(extra or {}), orientation=orientation, title=title,
+                            read_masks=read_masks)
 
 
 def clean_text(text) -> str:

@@ -189,4 +189,4 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
     notes = [f"annotations from {folder.name}/", "unit: each sentence of a good mask's caption (mask_quality 0); "
              "label-only masks (1) give their label, reported apart"]
     notes += [f"splits used: {', '.join(used)}"] if used else []
-    return builder.build(NAME, base, split_name, units, notes=notes)
+    return builder.build(NAME, base, split_name, units, notes=notes, read_masks=picture_masks)

@@ -171,4 +171,4 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
         _read_record(builder, root, split, units, record, images, segments, seen)
     notes = ["unit: each sentence of the narrative, truth = the union of its nouns' segments" if units == SENTENCE
              else "unit: each noun utterance, truth = its segments"]
-    return builder.build(NAME, root, split, units, notes=notes)
+    return builder.build(NAME, root, split, units, notes=notes, read_masks=picture_masks)

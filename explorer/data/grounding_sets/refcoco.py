@@ -256,7 +256,8 @@ def read(root: Path, split: str | None = None, units: str | None = None, limit: 
              "protocol": {"text": field, "lowercased": False, "proposals": shape,
                           "whole_picture_pictures": len(whole), "polygons": polygon_decoder()}}
     # the set's root is the dataset's own folder: what reads this very set again (a results file names it)
-    return builder.build(NAME, folder, split, units, notes=notes, extra=extra, orientation=STORED)
+    return builder.build(NAME, folder, split, units, notes=notes, extra=extra, orientation=STORED,
+                         title=extra["label"], read_masks=picture_masks)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from explorer.data.errors import DatasetError
 from explorer.data.grounding_sets.base import BOX, GroundingSet
 
 RESIZE_NOTE = "truth masks resized nearest-neighbour to the working size; boxes scaled to it"
@@ -44,12 +45,12 @@ def resize_mask(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 def unit_truths(dataset: GroundingSet, picture: int, size: tuple[int, int]) -> list[np.ndarray]:
     """bool [H, W] at ``size`` for each unit of ``picture`` (``units_of`` order). A ``DatasetError`` when the
     picture's masks cannot be read (the caller skips its units, with the reason)."""
-    from explorer.data.grounding_sets import layout_module
-
     info = dataset.pictures[picture]
     units = [dataset.units[i] for i in dataset.units_of(picture)]
     keys = list(dict.fromkeys(k for u in units if u.truth != BOX for k in u.segments))
-    masks = layout_module(dataset.layout).picture_masks(info, keys) if keys else {}
+    if keys and dataset.read_masks is None:
+        raise DatasetError(f"the {dataset.layout} set holds mask units but its reader gave no way to read masks")
+    masks = dataset.read_masks(info, keys) if keys else {}
     truths = []
     for unit in units:
         if unit.truth == BOX:

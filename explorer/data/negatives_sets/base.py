@@ -38,6 +38,7 @@ class NegativesSet:
     skipped: tuple[Skipped, ...] = ()
     notes: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)
+    title: str = ""  # the name the papers' tables print ("FG-OVD"), set by its reader; "" when none names it
 
     def first(self, n: int) -> "NegativesSet":
         """The first ``n`` items of each split (``--limit``), so that every split is still measured."""

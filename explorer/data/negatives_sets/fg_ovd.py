@@ -24,6 +24,7 @@ from explorer.data.negatives_sets.base import (NegativeItem, NegativesSet, Skipp
 from explorer.data.readers.json_files import read_json
 
 NAME = "fg-ovd"
+TITLE = "FG-OVD"  # as MulCLIP's and CAFT's tables name it
 FILES = {"hard": "1_attributes.json", "medium": "2_attributes.json", "easy": "3_attributes.json",
          "trivial": "shuffle_negatives.json", "color": "color.json", "material": "material.json",
          "pattern": "pattern.json", "transparency": "transparency.json"}
@@ -58,7 +59,7 @@ def read(root: Path, splits=None, images: Path | None = None) -> NegativesSet:
         raise DatasetError(f"no region of {', '.join(map(str, chosen.values()))} could be scored"
                            + (f" ({', '.join(reasons)}); are the COCO pictures under {images}?" if reasons else ""))
     return NegativesSet(NAME, folder, {split: str(file) for split, file in chosen.items()}, tuple(items),
-                        tuple(skipped), notes=("positive and negatives scored on the region's crop",))
+                        tuple(skipped), notes=("positive and negatives scored on the region's crop",), title=TITLE)
 
 
 def read_file(file: Path, split: str, images: Path, items: list, skipped: list) -> None:

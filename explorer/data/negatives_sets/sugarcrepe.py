@@ -19,6 +19,7 @@ from explorer.data.negatives_sets.base import NegativeItem, NegativesSet, Skippe
 from explorer.data.readers.json_files import read_json
 
 NAME = "sugarcrepe"
+TITLE = "SugarCrepe"
 SPLITS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
 OLD_NAMES = {"replace_obj": "replace_ent", "swap_obj": "swap_ent", "add_obj": "add_ent"}  # an early release's files
 EXPECTS = "SugarCrepe files (" + ", ".join(f"{s}.json" for s in SPLITS) + ")"
@@ -56,7 +57,8 @@ def read(root: Path, splits=None, images: Path | None = None) -> NegativesSet:
         raise DatasetError(f"no entry of {', '.join(map(str, chosen.values()))} could be scored; are the COCO "
                            f"val2017 pictures under {images}? Give --images DIR")
     return NegativesSet(NAME, root, {split: str(file) for split, file in chosen.items()}, tuple(items),
-                        tuple(skipped), notes=("the whole picture scored against one positive and one negative",))
+                        tuple(skipped), notes=("the whole picture scored against one positive and one negative",),
+                        title=TITLE)
 
 
 def _item(entry, ident: str, split: str, images: Path):

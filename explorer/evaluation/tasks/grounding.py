@@ -54,7 +54,7 @@ def run(job: EvalJob) -> EvalOutcome | None:
     result = evaluate_grounding({job.model_label: model}, grounding_set, kinds=values["kinds"],
                                 work_file=job.work_file("grounding-work.jsonl"), progress=False,
                                 **TASK.given(values, *(option.name for option in BOX)))
-    metrics, label = grounding_metrics(result, job.model_label), grounding_set.extra.get("label")
+    metrics, label = grounding_metrics(result, job.model_label), grounding_set.title
     return EvalOutcome(document=result, metrics=metrics, datasets={label: metrics} if label else None)
 
 

@@ -2,8 +2,8 @@
 (``explorer eval-negatives``, a sweep's ``--task negatives``): the dataset folder read in the ``layout``
 option (fg-ovd, sugarcrepe, synthetic), its ``splits`` (default every file present) with pictures under
 ``images``, a box read by ``region`` (roi, crop) and a tie counted by ``ties`` (hit, miss). The results table
-gets one column per split, "accuracy/hard" and so on, under the layout's name as the papers print it
-("FG-OVD"): MulCLIP's and CAFT's Table 8 as a row per model."""
+gets one column per split, "accuracy/hard" and so on, under the set's name as the papers print it
+("FG-OVD", its reader's title): MulCLIP's and CAFT's Table 8 as a row per model."""
 
 from __future__ import annotations
 
@@ -28,15 +28,14 @@ OPTIONS = (Option("layout", "the dataset's layout (default: detected from its na
 
 
 def run(job: EvalJob) -> EvalOutcome | None:
-    from explorer.data.negatives_sets import detect, read_negatives_set
+    from explorer.data.negatives_sets import read_negatives_set
     from explorer.evaluation.negatives import evaluate_negatives
 
     if job.rank != 0:  # one process scores
         return None
     values = TASK.values(job.options)
-    layout = values["layout"] or detect(job.data)
     splits = values["splits"] or job.options.get("split")  # several, or the sweep's one --split
-    dataset = read_negatives_set(job.data, layout=layout, splits=splits, images=values["images"],
+    dataset = read_negatives_set(job.data, layout=values["layout"], splits=splits, images=values["images"],
                                  limit=values["limit"])
     job.say(dataset.summary())
     model = job.load_model()
@@ -46,19 +45,11 @@ def run(job: EvalJob) -> EvalOutcome | None:
                                 ties=values["ties"])
     entry = result["models"][0]
     metrics = {f"accuracy/{split}": value for split, value in entry["accuracy"].items() if value is not None}
-    return EvalOutcome(document=result, metrics=metrics, datasets={dataset_label(job, layout): metrics})
-
-
-# a layout's name in the papers' tables (the results table's dataset column)
-LABELS = {"fg-ovd": "FG-OVD", "sugarcrepe": "SugarCrepe", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
-          "imagenet-v2": "ImageNet-V2", "imagenet-o": "ImageNet-O"}
-
-
-def dataset_label(job: EvalJob, layout: str) -> str:
-    return LABELS.get(layout, job.dataset_label)
+    # the results table's dataset column: the set's name in the papers' tables, as its reader titled it
+    return EvalOutcome(document=result, metrics=metrics, datasets={dataset.title or job.dataset_label: metrics})
 
 
 TASK = register(Task("negatives", "true captions against their hard negatives (FG-OVD, SugarCrepe, synthetic)",
                      OPTIONS, run))
 
-__all__ = ["LABELS", "OPTIONS", "TASK", "dataset_label", "run"]
+__all__ = ["OPTIONS", "TASK", "run"]

@@ -10,7 +10,6 @@ from dataclasses import replace
 
 from explorer.data.class_sets import LAYOUTS
 from explorer.evaluation.tasks.base import EvalJob, EvalOutcome, Task, register
-from explorer.evaluation.tasks.negatives import dataset_label
 from explorer.evaluation.tasks.options import ALLOW_PICKLE, LIMIT, Option
 
 OPTIONS = (Option("layout", "the dataset's layout (default: detected from its names)", choices=tuple(LAYOUTS)),
@@ -24,15 +23,15 @@ OPTIONS = (Option("layout", "the dataset's layout (default: detected from its na
 
 
 def run(job: EvalJob) -> EvalOutcome | None:
-    from explorer.data.class_sets import detect, read_class_set
+    from explorer.data.class_sets import read_class_set
     from explorer.evaluation.zeroshot import evaluate_zeroshot
 
     if job.rank != 0:
         return None
     values = TASK.values(job.options)
-    layout = values["layout"] or detect(job.data)
-    dataset = read_class_set(job.data, layout, limit=values["limit"], allow_pickle=bool(values["allow_pickle"]),
-                             classnames=values["classnames"], class_set=values["class_set"])
+    dataset = read_class_set(job.data, values["layout"], limit=values["limit"],
+                             allow_pickle=bool(values["allow_pickle"]), classnames=values["classnames"],
+                             class_set=values["class_set"])
     job.say(dataset.summary())
     model = job.load_model()
     job.scoring()
@@ -40,7 +39,7 @@ def run(job: EvalJob) -> EvalOutcome | None:
                                work_file=job.work_file("zeroshot-work.jsonl"))
     entry = result["models"][0]
     metrics = {k: entry[k] for k in ("top1", "top5") if entry[k] is not None}
-    return EvalOutcome(document=result, metrics=metrics, datasets={dataset_label(job, layout): metrics})
+    return EvalOutcome(document=result, metrics=metrics, datasets={dataset.title or job.dataset_label: metrics})
 
 
 TASK = register(Task("zeroshot", "zero-shot classification top-1/top-5 (CIFAR-10/100, ImageNet-V2/O, a folder)",
