@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import ARTIFACTS, CHROMIUM, app_url, browser_page, home, zoo_root  # noqa: F401
+from page_fixtures import chromium, open_tab, served_page  # noqa: F401 - the shared server and Chromium (65)
+from test_browser import ARTIFACTS
 from test_results_units import BlobModel
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="serves the app, scores a twin with a demo model, "
+                                                          "draws units in Chromium")]
 
 MODEL = "demo-clip-base"
 CELL = f"{MODEL}|RefCOCO testA generic/miou"
 
 
 @pytest.fixture(scope="module")
-def tiny_result(home, zoo_root):  # noqa: F811 - fixtures imported from test_browser
+def tiny_result(served_page):  # noqa: F811 - fixtures imported from page_fixtures
     """A results JSON (and its work file) of the twin's RefCOCO testA, under the page's allowed home."""
     from explorer.data.grounding_sets import read_grounding_set
     from explorer.data.grounding_sets.refer_twin import write_refer_twin
@@ -30,6 +32,7 @@ def tiny_result(home, zoo_root):  # noqa: F811 - fixtures imported from test_bro
     from explorer.evaluation.results import write_results
     from explorer.zoo import Zoo
 
+    home, zoo_root = served_page["home"], served_page["zoo"]
     twin = home / "twin"
     write_refer_twin(twin, n_scenes=3, image_size=96)
     dataset = read_grounding_set(twin, split="testA", layout="refcoco")
@@ -40,14 +43,13 @@ def tiny_result(home, zoo_root):  # noqa: F811 - fixtures imported from test_bro
     return out
 
 
-def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(app_url, tiny_result):  # noqa: F811
+def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(chromium, served_page, tiny_result):  # noqa: F811
     from explorer.ui.results_html import number
     from explorer.views.result_units import open_results, pick_units
 
     results = open_results(tiny_result)
     worst = pick_units(results, results.cell(*CELL.split("|")))
-    with browser_page(app_url) as page:
-        page.set_viewport_size({"width": 1400, "height": 900})
+    with open_tab(chromium, served_page["url"], height=900) as page:
         page.get_by_role("tab", name="Results").click()
         view = page.locator("#results-view")
         view.wait_for()
@@ -88,11 +90,12 @@ def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(app_url, ti
         view.screenshot(path=str(ARTIFACTS / "results-view.png"))
 
 
-def test_a_public_page_has_no_results_view(zoo_root):  # noqa: F811
+def test_a_public_page_has_no_results_view(served_page):  # noqa: F811
     from explorer.serve.access import Access
     from explorer.ui.app import build_app
     from explorer.zoo import Zoo
 
+    zoo_root = served_page["zoo"]
     app = build_app(Zoo(zoo_root), access=Access.for_app(zoo_root, public=True))
     ids = {c.get("props", {}).get("elem_id") for c in app.config["components"]}
     assert "results-view" not in ids and "results-table" not in ids and "grounding-run" in ids
