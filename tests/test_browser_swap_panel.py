@@ -86,6 +86,12 @@ def test_every_colour_swapped_for_four_models_and_a_row_shows_its_maps(page):
         expect(panel.locator("#swap-note")).to_contain_text(f"sentence {bad}", timeout=30_000)
         expect(panel.locator("#swap-note")).to_contain_text("numbered from 1")
         expect(rows).to_have_count(10)
+    per_page = page.locator("#maps-per-page input[type=number]")  # a slider's box: the same, under the controls
+    for bad in ("0", "99"):
+        per_page.fill(bad)
+        per_page.press("Enter")
+        expect(page.locator("#grounding-status")).to_contain_text(f"sentences per page is 1 to 12, not {bad}",
+                                                                  timeout=30_000)
     assert page.locator(".toast-body").count() == 0
 
 

@@ -341,3 +341,30 @@ def test_what_a_visitor_or_a_zoo_names_is_text_on_the_board_never_markup(zoo, ph
     parser = Attributes()
     parser.feed(board)
     assert parser.panels == [f"{name}|1", f"{name}|2"]  # the contract's value, read back whole
+
+
+def test_a_value_typed_past_a_sliders_ends_is_a_line_beside_it_not_a_toast():
+    """Issue 66.5: Gradio's own check answered 0 in "Sentences per page" with a toast; the slider passes it on
+    and the handler refuses it in one line (the status under the controls)."""
+    from explorer.core.errors import InputError
+    from explorer.ui.view_controls import CheckedSlider
+
+    assert CheckedSlider(1, 12, value=8, step=1).preprocess(0) == 0  # no toast: the handler decides
+    for bad in (0, -1, 99):
+        with pytest.raises(InputError, match=f"sentences per page is 1 to 12, not {bad}"):
+            maps_tab.display_settings("turbo", 0.5, "contour", True, 0.5, "map", 1, bad)
+    assert "not 5" in maps_tab.rerender(*draw_stub(), "turbo", 5, "contour", True, 0.5, "map", 1, 8)[2]
+
+
+def draw_stub():
+    """A drawn view of one tiny map (for handlers that need one)."""
+    from explorer.grounding.sentence_maps import GroundingResult
+    from explorer.models.model import SentenceMaps
+    from explorer.views.maps_view import MapsView, ModelMaps
+
+    picture = Image.fromarray(np.full((16, 16, 3), 90, np.uint8))
+    grid = np.random.default_rng(0).random((1, 16, 16)).astype(np.float32)
+    result = GroundingResult(image=picture, analysis=None, model_name="m",
+                             maps=SentenceMaps(maps=grid, grid=grid, kind="generic", sentences=["A."], n_cut=[0]))
+    return MapsView(picture=picture, sentences=["A."], models=[ModelMaps(name="m", result=result)]), \
+        ViewSettings(models=["m"])
