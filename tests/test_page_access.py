@@ -297,25 +297,29 @@ def watched(world):
     WATCH["on"] = False
 
 
+@pytest.fixture(scope="module")
+def owner_url(world):
+    """One owner's page for the module's owner tests (issue 65: building the whole page again per test)."""
+    app, url = serve_page(world, public=False)
+    yield url
+    app.close()
+
+
 # ---- the tests ---------------------------------------------------------------------------------------
 
 
-def test_owner_page_refuses_every_hostile_value_on_every_endpoint(world, watched):
-    app, url = serve_page(world, public=False)
-    try:
-        visitor = Visitor(url)
-        names = {d.get("api_name") for d in visitor.config["dependencies"]}
-        assert {"zoo_check", "zoo_add", "jobs_submit", "retrieval_index", "generate"} <= names
-        replies = attack_every_endpoint(visitor, world)
-        check_nothing_leaked(visitor, world, replies)
-        whole = "\n".join(replies)
-        assert "not under an allowed folder" in whole  # refused for that reason, not by accident
-        assert "never unpickles" not in whole or "--allow-pickle" in whole
-    finally:
-        app.close()
+def test_owner_page_refuses_every_hostile_value_on_every_endpoint(world, owner_url, watched):
+    visitor = Visitor(owner_url)
+    names = {d.get("api_name") for d in visitor.config["dependencies"]}
+    assert {"zoo_check", "zoo_add", "jobs_submit", "retrieval_index", "generate"} <= names
+    replies = attack_every_endpoint(visitor, world)
+    check_nothing_leaked(visitor, world, replies)
+    whole = "\n".join(replies)
+    assert "not under an allowed folder" in whole  # refused for that reason, not by accident
+    assert "never unpickles" not in whole or "--allow-pickle" in whole
 
 
-def test_owner_page_reads_allowed_folders_and_never_unpickles_there(world, watched):
+def test_owner_page_reads_allowed_folders_and_never_unpickles_there(world, owner_url, watched):
     """The positive side: a file under a root is read; a pickle there gets the shell command, not unpickled."""
     import shutil
 
@@ -323,17 +327,13 @@ def test_owner_page_reads_allowed_folders_and_never_unpickles_there(world, watch
     allowed.mkdir(exist_ok=True)
     shutil.copyfile(world["evil"], allowed / "evil.pt")
     shutil.copyfile(REPO / "checkpoints" / "demo" / "clip-base.safetensors", allowed / "clip.safetensors")
-    app, url = serve_page(world, public=False)
-    try:
-        visitor = Visitor(url)
-        check = next(d for d in visitor.config["dependencies"] if d.get("api_name") == "zoo_check")
-        good = visitor.call(check["id"], [str(allowed / "clip.safetensors")])
-        assert "safetensors" in good and "Cannot do that" not in good
-        pickled = visitor.call(check["id"], [str(allowed / "evil.pt")])
-        assert "explorer models add" in pickled and "--allow-pickle" in pickled
-        assert not world["marker"].exists()
-    finally:
-        app.close()
+    visitor = Visitor(owner_url)
+    check = next(d for d in visitor.config["dependencies"] if d.get("api_name") == "zoo_check")
+    good = visitor.call(check["id"], [str(allowed / "clip.safetensors")])
+    assert "safetensors" in good and "Cannot do that" not in good
+    pickled = visitor.call(check["id"], [str(allowed / "evil.pt")])
+    assert "explorer models add" in pickled and "--allow-pickle" in pickled
+    assert not world["marker"].exists()
 
 
 def test_public_page_changes_nothing_and_shows_nothing_private(world, watched):
