@@ -162,18 +162,23 @@ def test_negatives_zeroshot_and_retrieval_units(tmp_path):
     work = [{"header": {}}] + [{"key": json.dumps([m, i]), "model": m, "item": i, "split": "swap_att",
                                 "scores": scores, "correct": scores[0] > max(scores[1:])}
                                for m, i, scores in [("a", "s/1", [0.3, 0.5, 0.1]), ("a", "s/2", [0.6, 0.2, 0.1]),
-                                                    ("b", "s/1", [0.2, 0.4, 0.3]), ("b", "s/2", [0.1, 0.2, 0.3])]]
+                                                    ("b", "s/1", [0.2, 0.4, 0.3]), ("b", "s/2", [0.1, 0.2, 0.3]),
+                                                    ("a", "s/3", [0.1, 0.6, 0.2]), ("b", "s/3", [0.5, 0.2, 0.1])]]
     (tmp_path / "neg.json.work.jsonl").write_text("".join(json.dumps(r) + "\n" for r in work))
     results = open_results(negatives)
-    picked = pick_units(results, results.cell("a", "sugarcrepe accuracy/swap_att"))
-    assert picked["unit_id"].tolist() == ["s/1", "s/2"] and picked["margin"].tolist() == pytest.approx([-0.2, 0.4])
-    assert picked["negative"].tolist() == [0, 0]
-    compared = pick_units(results, results.cell("a", "sugarcrepe accuracy/swap_att"), versus="b")
+    cell = results.cell("a", "sugarcrepe accuracy/swap_att")
+    picked = pick_units(results, cell)
+    assert picked["unit_id"].tolist() == ["s/3", "s/1", "s/2"]
+    assert picked["margin"].tolist() == pytest.approx([-0.5, -0.2, 0.4]) and picked["negative"].tolist() == [0, 0, 0]
+    compared = pick_units(results, cell, versus="b")
     assert compared["margin"].tolist() == pytest.approx((compared["positive_score"] - compared["negative_score"]).tolist())
-    assert compared["a_minus_b"].tolist() == pytest.approx([-0.2 - -0.2, 0.4 - -0.2])  # b: 0.2-0.4, 0.1-0.3
+    assert compared["a_minus_b"].tolist() == pytest.approx([-0.5 - 0.3, -0.2 - -0.2, 0.4 - -0.2])  # b: 0.5-0.2, ...
+    from explorer.ui.results_tab import fooling_first
     from explorer.views.result_units import fooled_by_every_model
 
     assert fooled_by_every_model(results, "sugarcrepe", "swap_att")["unit_id"].tolist() == ["s/1"]
+    first, fooled = fooling_first(results, cell, None, "all", 10)
+    assert first["unit_id"].tolist() == ["s/1", "s/3", "s/2"] and fooled == 1  # fools a and b, then a's worst
 
     zeroshot = tmp_path / "zs.json"
     zeroshot.write_text(json.dumps({"format": "explorer-zeroshot/1", "dataset": {"layout": "folder", "root": "/nowhere"},

@@ -34,7 +34,8 @@ from explorer.views.result_datasets import DatasetMoved, describe, gallery, open
 from explorer.views.settings import ViewSettings
 
 OPENED = BoundedCache("opened results (units as frames)", max_items=4, max_bytes=2 * GB)
-ORDERS = [("worst first", "worst"), ("best first", "best"), ("A beats B by most", "wins"), ("B beats A by most", "losses")]
+ORDERS = [("worst first", "worst"), ("best first", "best"), ("A beats B by most", "wins"), ("B beats A by most", "losses"),
+          ("negatives: fooling every model first", "fooling")]
 FILTERS = [("all units", "all"), ("A right, B wrong", "a_right_b_wrong"), ("both wrong", "both_wrong")]
 DEFAULT_COUNT = 50
 MOST_UNITS = 500  # units listed at once
@@ -111,13 +112,18 @@ def list_units(access: Access, jobs, state, order, versus, keep, count):
         cell = results.cell(*state["cell"])
         versus = versus or None
         n = max(1, min(MOST_UNITS, int(count or DEFAULT_COUNT)))
-        picked = pick_units(results, cell, order, None if state.get("pair") else n, versus,
-                            keep if versus else "all")
+        if order == "fooling":
+            picked, fooled = fooling_first(results, cell, versus, keep, n)
+        else:
+            picked, fooled = pick_units(results, cell, order, None if state.get("pair") else n, versus,
+                                        keep if versus else "all"), None
         state = {**state, "pair_new": False}
         if state.get("pair"):
             true, taken = (int(v) for v in state["pair"].split("|"))
             picked = picked[(picked["label"] == true) & (picked["predicted"] == taken)].iloc[:n]
         note, folder_box = f"{len(picked)} units of {cell.model} · {cell.column}, {order}", gr.update()
+        if fooled is not None:
+            note += f" ({fooled} of the split's items fool every model of these results: listed first)"
         try:
             picked = describe(results, picked, checked_folder(access, results, state.get("folder")))
         except DatasetMoved as error:
@@ -131,6 +137,25 @@ def list_units(access: Access, jobs, state, order, versus, keep, count):
         return state, html.units_html(None, None, None, note=explain(error)), None, gr.update(visible=False), \
             explain(error), gr.update()
     return (state, html.units_html(results, cell, picked, versus, note), scatter, matrix, note, folder_box)
+
+
+def fooling_first(results, cell, versus, keep, n):
+    """Negatives: the cell's items fooling every model first (the least fooled of them by its best margin), then
+    the rest worst first; (the first ``n``, how many fool every model)."""
+    import pandas as pd
+
+    from explorer.views.result_cells import NEGATIVES
+    from explorer.views.result_units import fooled_by_every_model, pick_units
+
+    if results.family != NEGATIVES:
+        raise InputError("'fooling every model first' is an order of hard-negative results")
+    worst = pick_units(results, cell, "worst", None, versus, keep if versus else "all")
+    fooled = fooled_by_every_model(results, cell.dataset, cell.kind)["unit_id"].tolist()
+    rank = {unit: i for i, unit in enumerate(fooled)}
+    first = worst[worst["unit_id"].isin(rank)].copy()
+    first = first.iloc[sorted(range(len(first)), key=lambda i: rank[first["unit_id"].iloc[i]])]
+    rest = worst[~worst["unit_id"].isin(rank)]
+    return pd.concat([first, rest], ignore_index=True).iloc[:n], len(fooled)
 
 
 def _classnames(access, results, state):
