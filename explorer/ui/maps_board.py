@@ -25,6 +25,7 @@ from explorer.views.settings import ViewSettings
 
 BOARD_SIDE = 320  # pixels per panel picture: crisp at the 240-400 CSS px a column gets
 WEBP_QUALITY = 90  # lossy, but the 1-px mask outline stays sharp at this quality
+WEBP_METHOD = 2  # the encoder's effort: 4 took 2.7x as long for 5 % fewer bytes
 ELEM_ID = "maps-board"
 
 POINTING_NOTE = ("hit / miss is the pointing game: whether the map's peak pixel lies inside the truth mask. A map "
@@ -228,7 +229,9 @@ def _panel_label(flat: bool, row: dict | None, side=None) -> str:
 
 def _data_uri(pixels) -> str:
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="WEBP", quality=WEBP_QUALITY, method=4)
+    # WebP's effort 2 (of 0-6): 3.5 ms a 320 px panel against 9.5 ms at 4, 5 % more bytes, the same quality; a
+    # Draw of four models and eight sentences encodes 32 of them
+    Image.fromarray(pixels).save(buffer, format="WEBP", quality=WEBP_QUALITY, method=WEBP_METHOD)
     return "data:image/webp;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
