@@ -483,7 +483,7 @@ def test_progress_totals_count_this_datasets_captions(tmp_path):
     status = EmbeddingStore(model, folder_set(root), root=tmp_path / "emb").update(
         progress=lambda *a: calls.append(a))
     assert status.captions_done == status.captions_total == 6
-    assert [c for c in calls if c[2] == "captions"] == [(6, 6, "captions")]
+    assert [c for c in calls if c[2] == "captions"] == [(5, 6, "captions"), (6, 6, "captions")]  # its start, its end
 
 
 def test_environment_home_places_the_cache(tmp_path, monkeypatch):

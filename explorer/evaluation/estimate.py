@@ -32,8 +32,8 @@ class EvalPlan:
     grounding_scenes: int
     quick: bool = False
     # Forwards per model for retrieval and hard negatives, as the runner makes them: each picture once; the long
-    # and short captions, then each scene's long caption again beside its hard negatives, those out of its reach left
-    # out by the run (0: not counted).
+    # and short captions, then each scene's hard negatives (its long caption's score is retrieval's), those out of
+    # its reach left out by the run (0: not counted).
     picture_forwards: int = 0
     text_forwards: int = 0
 
@@ -63,7 +63,7 @@ def plan_eval(zoo_root, data_dir, split: str, limit: int, grounding_limit: int, 
     scenes = read_dataset(Path(data_dir), split)[:limit]
     names = [m.name for m in Zoo(zoo_root).manifests()] if models is None else list(models)
     with_negatives = [s for s in scenes if s.hard_negatives]
-    texts = 2 * len(scenes) + len(with_negatives) + sum(len(s.hard_negatives) for s in with_negatives)
+    texts = 2 * len(scenes) + sum(len(s.hard_negatives) for s in with_negatives)
     return EvalPlan(models=names, retrieval_scenes=len(scenes), grounding_scenes=min(len(scenes), grounding_limit),
                     quick=quick, picture_forwards=len(scenes), text_forwards=texts)
 

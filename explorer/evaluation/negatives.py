@@ -45,6 +45,7 @@ from explorer.core.errors import ExplorerError, InputError
 from explorer.core.images import load_image
 from explorer.data.negatives_sets import read_negatives_set
 from explorer.data.negatives_sets.base import MIN_CROP_SIDE, NegativesSet, skipped_by_reason
+from explorer.evaluation.pace import Pace
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons
@@ -80,9 +81,10 @@ def check_protocol(region: str, ties: str) -> None:
 
 def evaluate_negatives(models: dict, negatives_set, work_file: str | os.PathLike | None = None,
                        progress: bool = True, group: int = GROUP, region: str = "roi", ties: str = "hit",
-                       **read) -> dict:
+                       say=None, **read) -> dict:
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``negatives_set`` (a
-    ``NegativesSet``, or a folder read with ``read``: layout, splits, images, limit)."""
+    ``NegativesSet``, or a folder read with ``read``: layout, splits, images, limit); ``say``: where the forwards
+    and the time estimate go (``pace``)."""
     check_protocol(region, ties)
     dataset = negatives_set if isinstance(negatives_set, NegativesSet) else read_negatives_set(negatives_set, **read)
     header = {"format": FORMAT, "layout": dataset.layout, "root": str(dataset.root), "splits": sorted(dataset.splits),
@@ -93,10 +95,12 @@ def evaluate_negatives(models: dict, negatives_set, work_file: str | os.PathLike
         todo = [item for item in dataset.items
                 if record_key(name, item.id) not in work and record_key(SKIPPED, item.id) not in work]
         started = time.perf_counter()
-        starts = range(0, len(todo), max(1, group))
+        groups = [todo[start:start + group] for start in range(0, len(todo), max(1, group))]
+        pace = Pace(f"{name}: negatives", say)
         try:
-            for start in progress_bar(starts, progress, f"{name}: negatives", unit="group"):
-                score_group(name, model, todo[start:start + group], work, region)
+            paced = pace.over(groups, lambda items: group_forwards(items, region), detail=f"{len(todo)} items")
+            for items in progress_bar(paced, progress, f"{name}: negatives", unit="group", total=len(groups)):
+                score_group(name, model, items, work, region)
         except NoPatchGrid as error:
             notes[name] = [str(error)]
         timing[name] = {"items": len(todo), "seconds": round(time.perf_counter() - started, 3)}
@@ -156,6 +160,14 @@ def score_group(name: str, model, items, work, region: str = "roi") -> None:
     records += [{"key": record_key(name, item.id), "model": name, "item": item.id, "split": item.split,
                  "scores": [float(v) for v in own], "correct": right(own, "hit")} for item, own in scored]
     work.add(*records)  # one write per group: a kill loses at most this group
+
+
+def group_forwards(items, region: str = "roi") -> int:
+    """Forwards ``score_group`` makes for ``items`` (all readable): each picture once for its RoI boxes, each crop
+    (or whole picture without a box) once, and every caption."""
+    by_roi = {item.picture for item in items if region == "roi" and item.box is not None}
+    crops = sum(1 for item in items if not (region == "roi" and item.box is not None))
+    return len(by_roi) + crops + len(captions_of(items))
 
 
 def own_rows(items, scores) -> list:

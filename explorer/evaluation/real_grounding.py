@@ -54,6 +54,7 @@ from explorer.evaluation.baselines import centre_box_mask, centre_point_map
 from explorer.evaluation.metrics.boxes import (DEFAULT_ALPHA, DEFAULT_MIN_AREA, RECLIP, BoxRule, box_rule, is_hit,
                                                picked_iou, protocol)
 from explorer.evaluation.grounding_eval import native_kind, scored_kinds
+from explorer.evaluation.pace import Pace
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile
@@ -71,11 +72,12 @@ FORMAT = "explorer-real-grounding/1"
 def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | None = None, split: str | None = None,
                        limit: int | None = None, work_file: str | os.PathLike | None = None, progress: bool = True,
                        working_side: int = WORKING_SIDE, box_alpha: float = DEFAULT_ALPHA,
-                       min_box_area: float = DEFAULT_MIN_AREA) -> dict:
+                       min_box_area: float = DEFAULT_MIN_AREA, say=None) -> dict:
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``grounding_set`` (a
     ``GroundingSet``, or a folder read with ``split``, ``units`` and ``limit``); ``box_alpha``: the power of
     the box's area a proposal's map sum is divided by, ``min_box_area``: the share of the picture a box must
-    exceed to be the answer (``metrics.boxes``; an ``InputError`` out of (0, 2], [0, 1))."""
+    exceed to be the answer (``metrics.boxes``; an ``InputError`` out of (0, 2], [0, 1)); ``say``: where the map
+    passes and the time estimate go (``pace``)."""
     rule = box_rule(box_alpha, min_box_area)
     dataset = _dataset(grounding_set, split, units, limit)
     plan = {name: kinds_for(model, kinds) for name, model in models.items()}
@@ -87,7 +89,12 @@ def evaluate_grounding(models: dict, grounding_set, kinds=None, units: str | Non
     if has_targets(dataset):  # another rule picks other boxes: another run (sets without boxes keep their header)
         header["box_alpha"], header["min_box_area"] = rule.alpha, rule.min_area
     work = WorkFile(work_file, header) if work_file else MemoryWork(header)
-    for index in progress_bar(range(len(dataset.pictures)), progress, "grounding", unit="picture"):
+    # a map pass per model, kind and sentence of a picture (the baselines run no model)
+    passes = [sum(len(kinds) for name, kinds in plan.items() if name not in BASELINES) * len(dataset.units_of(i))
+              for i in range(len(dataset.pictures))]
+    paced = Pace("grounding", say, unit="map passes").over(
+        list(range(len(dataset.pictures))), lambda i: passes[i], detail=f"{len(dataset.pictures)} pictures")
+    for index in progress_bar(paced, progress, "grounding", unit="picture", total=len(dataset.pictures)):
         score_picture(models, plan, dataset, index, work, working_side, rule)
     return results(models, plan, dataset, work, working_side, rule)
 

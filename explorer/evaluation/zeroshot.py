@@ -35,6 +35,8 @@ from explorer.data.class_sets import ClassSet, read_class_set
 from explorer.data.class_sets.names import TEMPLATE_SETS
 from explorer.data.class_sets.names import templates as read_templates
 from explorer.data.retrieval_sets.base import skipped_by_reason
+from explorer.evaluation.pace import Pace
+from explorer.evaluation.prefetch import AHEAD, prefetched
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons
@@ -73,11 +75,12 @@ def class_scorer(model, classnames, templates):
 
 
 def evaluate_zeroshot(models: dict, class_set, templates=None, work_file: str | os.PathLike | None = None,
-                      progress: bool = True, batch: int = BATCH, **read) -> dict:
+                      progress: bool = True, batch: int = BATCH, say=None, ahead: int = AHEAD, **read) -> dict:
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``class_set`` (a ``ClassSet``,
     or a folder read with ``read``: layout, limit, allow_pickle, classnames, class_set). ``templates``: None (the
     set's own: CLIP's 18 for CIFAR, its 80 ImageNet ones otherwise), "openai", "simple", "cifar", a file, or a list
-    of strings with ``{}``."""
+    of strings with ``{}``. ``say``: where the forwards and the time estimate go (``pace``); ``ahead``: batches
+    decoded in a background thread while the model runs (``prefetch``; 0: none)."""
     dataset = class_set if isinstance(class_set, ClassSet) else read_class_set(class_set, **read)
     if isinstance(templates, (list, tuple)):
         chosen, source, template_set = list(templates), f"given ({len(templates)})", "given"
@@ -92,9 +95,19 @@ def evaluate_zeroshot(models: dict, class_set, templates=None, work_file: str | 
         todo = [p for p in dataset.pictures if key(name, p.id) not in work and key(SKIPPED, p.id) not in work]
         started = time.perf_counter()
         if todo:
+            batches = [todo[start:start + batch] for start in range(0, len(todo), batch)]
+            pace, prompts_made = Pace(f"{name}: zero-shot", say), len(dataset.classnames) * len(chosen)
+            per_batch = 0 if model.global_score else prompts_made  # own score: the prompts beside every batch
+            pace.start(len(todo) + (prompts_made if model.global_score else per_batch * len(batches)),
+                       f"{len(todo)} pictures in {len(batches)} batches, {prompts_made} prompts "
+                       + ("encoded once" if model.global_score else "read beside each batch"))
             scorer = class_scorer(model, dataset.classnames, chosen)
-            for start in progress_bar(range(0, len(todo), batch), progress, f"{name}: zero-shot", unit="batch"):
-                score_batch(name, model, scorer, todo[start:start + batch], work)
+            if model.global_score:
+                pace.batch_done(prompts_made)
+            for pictures, decoded in prefetched(progress_bar(batches, progress, f"{name}: zero-shot", unit="batch"),
+                                                read_batch, ahead):
+                score_batch(name, model, scorer, pictures, work, decoded)
+                pace.batch_done(len(pictures) + per_batch)
         timing[name] = {"pictures": len(todo), "seconds": round(time.perf_counter() - started, 3)}
     protocol = {"templates": template_set if template_set in TEMPLATE_SETS + ("given",) else "file",
                 "templates_default": dataset.templates, "classes": len(dataset.classnames),
@@ -106,7 +119,8 @@ def key(model: str, picture: str) -> str:
     return json.dumps([model, picture])
 
 
-def score_batch(name: str, model, scorer, pictures, work) -> None:
+def read_batch(pictures) -> tuple[list, list, list]:
+    """(images, the pictures they are, skip records of those that do not open): the decode half of a batch."""
     images, kept, records = [], [], []
     for picture in pictures:
         try:
@@ -115,6 +129,11 @@ def score_batch(name: str, model, scorer, pictures, work) -> None:
         except (ExplorerError, OSError, ValueError) as error:
             reason = str(error) if isinstance(error, ExplorerError) else f"picture unreadable: {error}"
             records.append({"key": key(SKIPPED, picture.id), "picture": picture.id, "skipped": reason})
+    return images, kept, records
+
+
+def score_batch(name: str, model, scorer, pictures, work, decoded=None) -> None:
+    images, kept, records = decoded if decoded is not None else read_batch(pictures)
     if kept:
         scores = scorer(model.encode_image(images))
         best = np.argsort(-scores, axis=1, kind="stable")[:, :TOP]

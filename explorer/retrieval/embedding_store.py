@@ -260,6 +260,8 @@ class EmbeddingStore:
                     todo.append((digest, caption))
         total = len({_text_hash(c) for c in self.dataset.captions})  # as ``status`` counts them
         done = total - len(todo)
+        if progress:
+            progress(done, total, "captions")
         for start in range(0, len(todo), SHARD_CAPTIONS):
             if should_stop():
                 break

@@ -52,7 +52,7 @@ def run(job: EvalJob) -> EvalOutcome | None:
     model = job.load_model()
     job.scoring()
     result = evaluate_grounding({job.model_label: model}, grounding_set, kinds=values["kinds"],
-                                work_file=job.work_file("grounding-work.jsonl"), progress=False,
+                                work_file=job.work_file("grounding-work.jsonl"), progress=False, say=job.say,
                                 **TASK.given(values, *(option.name for option in BOX)))
     metrics, label = grounding_metrics(result, job.model_label), grounding_set.title
     return EvalOutcome(document=result, metrics=metrics, datasets={label: metrics} if label else None)

@@ -42,7 +42,7 @@ def run(job: EvalJob) -> EvalOutcome | None:
     job.scoring()
     result = evaluate_negatives({job.model_label: model}, dataset, progress=False,
                                 work_file=job.work_file("negatives-work.jsonl"), region=values["region"],
-                                ties=values["ties"])
+                                ties=values["ties"], say=job.say)
     entry = result["models"][0]
     metrics = {f"accuracy/{split}": value for split, value in entry["accuracy"].items() if value is not None}
     # the results table's dataset column: the set's name in the papers' tables, as its reader titled it

@@ -42,7 +42,7 @@ def run(job: EvalJob) -> EvalOutcome | None:
         job.scoring()
         result = evaluate_grounding({job.model_label: model}, grounding_set, kinds=values["kinds"],
                                     work_file=job.work_file(f"refcoco-{dataset}-{split}-work.jsonl"), progress=False,
-                                    **TASK.given(values, *(option.name for option in BOX)))
+                                    say=job.say, **TASK.given(values, *(option.name for option in BOX)))
         label = grounding_set.title
         documents[label], datasets[label] = result, referring_metrics(result, job.model_label, model, values)
     if not datasets:

@@ -24,6 +24,7 @@ OPTIONS = (*READING,
 
 
 def run(job: EvalJob) -> EvalOutcome | None:
+    from explorer.evaluation.pace import Pace
     from explorer.evaluation.retrieval import DEFAULT_KS, evaluate_retrieval, read_evaluation_set, results_document
     from explorer.retrieval.embedding_store import EmbeddingStore
     from explorer.retrieval.search import DEFAULT_SHORTLIST
@@ -34,10 +35,11 @@ def run(job: EvalJob) -> EvalOutcome | None:
         dataset = read_evaluation_set(job.data, values["split"], values["layout"], values["limit"])
         store = EmbeddingStore(job.load_model(), dataset)
         job.say(f"{job.model_label} on {dataset.summary()}")
+        pace = Pace(job.model_label, job.say if job.rank == 0 else None)  # the forwards and the time left
         if job.world > 1:
-            store.update_part(job.rank, job.world, should_stop=job.should_stop)
+            store.update_part(job.rank, job.world, progress=pace.progress, should_stop=job.should_stop)
         else:
-            store.update(should_stop=job.should_stop)
+            store.update(progress=pace.progress, should_stop=job.should_stop)
     except Exception as caught:  # noqa: BLE001 - said after the ranks agree
         error = caught
     if not job.all_ok(error is None):

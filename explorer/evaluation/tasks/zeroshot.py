@@ -36,7 +36,7 @@ def run(job: EvalJob) -> EvalOutcome | None:
     model = job.load_model()
     job.scoring()
     result = evaluate_zeroshot({job.model_label: model}, dataset, templates=values["templates"], progress=False,
-                               work_file=job.work_file("zeroshot-work.jsonl"))
+                               work_file=job.work_file("zeroshot-work.jsonl"), say=job.say)
     entry = result["models"][0]
     metrics = {k: entry[k] for k in ("top1", "top5") if entry[k] is not None}
     return EvalOutcome(document=result, metrics=metrics, datasets={dataset.title or job.dataset_label: metrics})
