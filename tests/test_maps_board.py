@@ -349,9 +349,12 @@ def test_a_value_typed_past_a_sliders_ends_is_a_line_beside_it_not_a_toast():
     """Issue 66.5: Gradio's own check answered 0 in "Sentences per page" with a toast; the slider passes it on
     and the handler refuses it in one line (the status under the controls)."""
     from explorer.core.errors import InputError
-    from explorer.ui.view_controls import CheckedSlider
+    import gradio as gr
 
-    assert CheckedSlider(1, 12, value=8, step=1).preprocess(0) == 0  # no toast: the handler decides
+    from explorer.ui.view_controls import checked_slider
+
+    slider = checked_slider(1, 12, value=8, step=1)
+    assert type(slider) is gr.Slider and slider.preprocess(0) == 0  # no toast: the handler decides
     for bad in (0, -1, 99):
         with pytest.raises(InputError, match=f"sentences per page is 1 to 12, not {bad}"):
             maps_tab.display_settings("turbo", 0.5, "contour", True, 0.5, "map", 1, bad)

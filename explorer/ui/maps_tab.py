@@ -20,7 +20,7 @@ from explorer.ui import maps_board, swap_panel
 from explorer.ui.examples import truth_dir
 from explorer.serve.messages import explain
 from explorer.serve.budget import HEAVY, STORED
-from explorer.ui.view_controls import (CheckedSlider, Inputs, as_list, base_settings, export_row, export_view,
+from explorer.ui.view_controls import (Inputs, as_list, base_settings, checked_slider, export_row, export_view,
                                        loading_first)
 from explorer.views.focus_view import check_sentence, focus_figure
 from explorer.views.maps_view import SAME_MAP_NOTE, MapsView, compute_maps
@@ -38,7 +38,7 @@ PER_PAGE = (1, 12)  # sentences per page the slider offers
 
 def display_settings(cmap, opacity, mask, otsu, threshold, scale, page, per_page) -> dict:
     """The display controls as settings; a value typed past a slider's ends is refused here in one line
-    (``CheckedSlider``), the opacity and threshold by ``ViewSettings``."""
+    (``checked_slider``), the opacity and threshold by ``ViewSettings``."""
     if per_page not in (None, "") and not PER_PAGE[0] <= float(per_page) <= PER_PAGE[1]:
         raise InputError(f"sentences per page is {PER_PAGE[0]} to {PER_PAGE[1]}, not {float(per_page):g}")
     return {"cmap": cmap, "opacity": float(opacity), "mask": mask,
@@ -256,22 +256,22 @@ def export_kinds(load, cache: MapCache, view, settings, sentence, *style, zoo_ro
 def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
     with gr.Row(equal_height=True):
         run = gr.Button("Draw maps", variant="primary", elem_id="grounding-run", scale=1)
-        per_page = CheckedSlider(*PER_PAGE, value=8, step=1, label="Sentences per page", elem_id="maps-per-page",
+        per_page = checked_slider(*PER_PAGE, value=8, step=1, label="Sentences per page", elem_id="maps-per-page",
                                  scale=1)
-        page = CheckedSlider(1, 2, value=1, step=1, label="Page", visible=False, elem_id="maps-page", scale=1)
+        page = checked_slider(1, 2, value=1, step=1, label="Page", visible=False, elem_id="maps-page", scale=1)
     status = gr.Markdown("Pick an image, a caption and up to 4 models, then **Draw maps**.", elem_id="grounding-status")
     # Display controls re-render the stored maps (no model runs); folded so the board starts high on the page.
     with gr.Accordion("Display: colour map, opacity, mask, threshold, colour scale", open=False,
                       elem_id="maps-display"):
         with gr.Row():
             cmap = gr.Radio(list(COLORMAPS), value=COLORMAPS[0], label="Colour map", elem_id="maps-cmap")
-            opacity = CheckedSlider(0.0, 1.0, value=0.55, step=0.05, label="Opacity", elem_id="maps-opacity")
+            opacity = checked_slider(0.0, 1.0, value=0.55, step=0.05, label="Opacity", elem_id="maps-opacity")
             scale = gr.Radio(list(SCALES), value="map", label="Colour scale (per map, per model, shared)",
                              elem_id="maps-scale")
         with gr.Row():
             mask = gr.Radio(list(MASK_MODES), value="contour", label="Mask", elem_id="maps-mask")
             otsu = gr.Checkbox(value=True, label="Otsu threshold", elem_id="maps-otsu")
-            threshold = CheckedSlider(0.0, 1.0, value=0.5, step=0.01,
+            threshold = checked_slider(0.0, 1.0, value=0.5, step=0.01,
                                   label="Manual threshold (fraction of each map's range)", elem_id="maps-threshold")
     # The focus view above the board: a click on a panel opens it here (the page scrolls to it).
     with gr.Row(equal_height=True):

@@ -41,13 +41,15 @@ class Inputs:
         return [self.image, self.caption, self.models, self.kind, self.dense_caption, self.truth]
 
 
-class CheckedSlider(gr.Slider):
+def checked_slider(*args, **kwargs) -> gr.Slider:
     """A slider whose typed value (the box beside it) reaches the handler as typed: Gradio's own range check
     answers 0 or 99 with a toast ("Value 0 is less than minimum value 1.") and a traceback in the log; the
-    handler checks it and says what is wrong in the note beside the control, as for every other bad value."""
-
-    def preprocess(self, payload: float) -> float:
-        return gr.Number.round_to_precision(payload, self.precision)
+    handler checks it and says what is wrong in the note beside the control, as for every other bad value.
+    An instance's ``preprocess``, not a subclass: Gradio serves a subclass as a custom component whose
+    frontend files do not exist (404), and the page never finishes loading."""
+    slider = gr.Slider(*args, **kwargs)
+    slider.preprocess = lambda payload: gr.Number.round_to_precision(payload, slider.precision)
+    return slider
 
 
 def as_list(models) -> list[str]:
