@@ -109,7 +109,8 @@ def test_an_id_row_is_a_one_chunk_caption(model):
         with mode():
             text = model.encode_text(ids)
             whole, parts, mask = model.encode_long_captions(["A small red cube sits on the left."])
-        assert isinstance(text, CaftTextFeatures) and text.tokens.shape == (1, 77, D)
+        # cut after the end token (start, 9 tokens, end), not padded to the 77-token context
+        assert isinstance(text, CaftTextFeatures) and text.tokens.shape == (1, 11, D)
         torch.testing.assert_close(text.eot, whole, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(text.sub, parts[:, 0])
         assert mask.tolist() == [[True, False, False, False]]

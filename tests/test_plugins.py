@@ -56,7 +56,7 @@ def test_a_plugin_is_listed_with_its_package_and_is_a_method_like_the_built_ins(
     defaults = method_defaults(my_method)  # from the class's job_defaults: it has no YAML here
     assert defaults.values["batch_size"] == 32 and defaults.sources["batch_size"] == "TODO: the paper's batch"
     assert main(["check-method", my_method]) == 0  # the scaffold passes the kit as written
-    assert "10 of 10 checks pass" in capsys.readouterr().out
+    assert "11 of 11 checks pass" in capsys.readouterr().out
 
     import explorer
 

@@ -9,7 +9,7 @@ import sys
 from PIL import Image
 
 import explorer.models.methods as methods
-from explorer.models.methods import METHODS, discover_methods
+from explorer.models.methods import METHODS, SOURCES, discover_methods
 from explorer.zoo import Manifest, Zoo
 
 TOY = '''
@@ -32,6 +32,7 @@ def test_a_new_method_module_is_discovered_without_editing_a_list(tmp_path, monk
         assert METHODS["toy-discovered"].__module__ == "explorer.models.methods.toy_method"
     finally:
         METHODS.pop("toy-discovered", None)
+        SOURCES.pop("toy-discovered", None)  # the registry as it was: later tests list the built-ins' sources
         sys.modules.pop("explorer.models.methods.toy_method", None)
 
 

@@ -267,4 +267,4 @@ def test_the_map_kinds_figure_is_exported_from_the_page(zoo, photo, tmp_path, mo
     saved = ViewSettings.load(files[1])
     assert (saved.view, saved.page, saved.per_page, saved.preset) == ("kinds", 2, 1, "column")
     files, note = maps_tab.export_kinds(zoo.load, MapCache(), view, settings, 9, "png", "column", "sans", None)
-    assert files is None and "no sentence 9" in note
+    assert files is None and "no row 9" in note

@@ -32,7 +32,7 @@ def test_dreamlip_is_a_plugin_that_passes_the_kit(dreamlip, capsys):
     cls = get_method(dreamlip)
     assert cls.__module__ == "explorer_dreamlip.method" and cls.preferred_native_map == "grouping"
     assert main(["check-method", dreamlip]) == 0
-    assert "10 of 10 checks pass" in capsys.readouterr().out
+    assert "11 of 11 checks pass" in capsys.readouterr().out
 
 
 @pytest.mark.slow
