@@ -149,3 +149,19 @@ def test_negatives_count_the_forwards_a_group_makes(tmp_path, model):
         rows.close()
     assert rows.images + rows.texts == group_forwards(items, "crop") == 3 + 9  # a crop each, every caption
     assert group_forwards(items, "roi") == 2 + 9  # one picture for both boxes, the whole picture without one
+
+
+def test_negatives_read_ahead_score_as_without(tmp_path):
+    from test_eval_negatives import Fake, write_fg_ovd
+
+    from explorer.data.negatives_sets import read_negatives_set
+    from explorer.evaluation.negatives import evaluate_negatives
+
+    dataset = read_negatives_set(write_fg_ovd(tmp_path / "fg"), layout="fg-ovd")
+    table = {f"caption {i}": 0.1 * (i % 7) for i in range(1, 13)}
+    runs = [evaluate_negatives({"m": Fake(table)}, dataset, progress=False, region="crop", group=1, ahead=ahead)
+            for ahead in (0, 1)]
+    for run in runs:
+        run.pop("timing")
+    assert runs[0] == runs[1]
+    assert "one-pixel crop" in runs[1]["dataset"]["skipped"]  # a crop refused while read ahead: still its reason

@@ -46,6 +46,7 @@ from explorer.core.images import load_image
 from explorer.data.negatives_sets import read_negatives_set
 from explorer.data.negatives_sets.base import MIN_CROP_SIDE, NegativesSet, skipped_by_reason
 from explorer.evaluation.pace import Pace
+from explorer.evaluation.prefetch import AHEAD, prefetched
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons
@@ -81,10 +82,10 @@ def check_protocol(region: str, ties: str) -> None:
 
 def evaluate_negatives(models: dict, negatives_set, work_file: str | os.PathLike | None = None,
                        progress: bool = True, group: int = GROUP, region: str = "roi", ties: str = "hit",
-                       say=None, **read) -> dict:
+                       say=None, ahead: int = AHEAD, **read) -> dict:
     """The module docstring's results for ``models`` ({name: loaded Model}) on ``negatives_set`` (a
     ``NegativesSet``, or a folder read with ``read``: layout, splits, images, limit); ``say``: where the forwards
-    and the time estimate go (``pace``)."""
+    and the time estimate go (``pace``); ``ahead``: groups decoded in a background thread (``prefetch``; 0: none)."""
     check_protocol(region, ties)
     dataset = negatives_set if isinstance(negatives_set, NegativesSet) else read_negatives_set(negatives_set, **read)
     header = {"format": FORMAT, "layout": dataset.layout, "root": str(dataset.root), "splits": sorted(dataset.splits),
@@ -97,10 +98,12 @@ def evaluate_negatives(models: dict, negatives_set, work_file: str | os.PathLike
         started = time.perf_counter()
         groups = [todo[start:start + group] for start in range(0, len(todo), max(1, group))]
         pace = Pace(f"{name}: negatives", say)
+        pace.start(sum(group_forwards(items, region) for items in groups), f"{len(todo)} items")
         try:
-            paced = pace.over(groups, lambda items: group_forwards(items, region), detail=f"{len(todo)} items")
-            for items in progress_bar(paced, progress, f"{name}: negatives", unit="group", total=len(groups)):
-                score_group(name, model, items, work, region)
+            for items, decoded in prefetched(progress_bar(groups, progress, f"{name}: negatives", unit="group"),
+                                             lambda items: read_group(items, region), ahead):
+                score_group(name, model, items, work, region, decoded)
+                pace.batch_done(group_forwards(items, region))
         except NoPatchGrid as error:
             notes[name] = [str(error)]
         timing[name] = {"items": len(todo), "seconds": round(time.perf_counter() - started, 3)}
@@ -140,8 +143,8 @@ def skip_record(item, error) -> dict:
     return {"key": record_key(SKIPPED, item.id), "item": item.id, "split": item.split, "skipped": reason}
 
 
-def score_group(name: str, model, items, work, region: str = "roi") -> None:
-    """Score ``items`` with ``model``: one record each (a skip record for an item that cannot be read)."""
+def read_group(items, region: str = "roi") -> tuple[list, list, list]:
+    """The decode half of a group: (item, crop) pairs, (item, picture) pairs for RoI pooling, skip records."""
     opened, records, by_crop, by_roi = {}, [], [], []
     for item in items:
         try:
@@ -156,6 +159,13 @@ def score_group(name: str, model, items, work, region: str = "roi") -> None:
                 by_crop.append((item, crop(picture, item.box)))
         except (ExplorerError, OSError, ValueError) as error:
             records.append(skip_record(item, error))
+    return by_crop, by_roi, records
+
+
+def score_group(name: str, model, items, work, region: str = "roi", decoded=None) -> None:
+    """Score ``items`` with ``model``: one record each (a skip record for an item that cannot be read);
+    ``decoded``: ``read_group``'s answer when it was read ahead."""
+    by_crop, by_roi, records = decoded if decoded is not None else read_group(items, region)
     scored = crop_scores(model, by_crop) + roi_scores(model, by_roi)
     records += [{"key": record_key(name, item.id), "model": name, "item": item.id, "split": item.split,
                  "scores": [float(v) for v in own], "correct": right(own, "hit")} for item, own in scored]
