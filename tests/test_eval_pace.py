@@ -13,7 +13,7 @@ from PIL import Image
 
 from explorer.data.class_sets import read_class_set
 from explorer.evaluation.pace import Pace
-from explorer.evaluation.prefetch import prefetched
+from explorer.core.prefetch import prefetched
 from explorer.evaluation.zeroshot import evaluate_zeroshot
 
 ZOO = Path(__file__).resolve().parents[1] / "checkpoints" / "demo"

@@ -46,7 +46,7 @@ from explorer.core.images import load_image
 from explorer.data.negatives_sets import read_negatives_set
 from explorer.data.negatives_sets.base import MIN_CROP_SIDE, NegativesSet, skipped_by_reason
 from explorer.evaluation.pace import Pace
-from explorer.evaluation.prefetch import AHEAD, prefetched
+from explorer.core.prefetch import AHEAD, prefetched
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons

@@ -36,7 +36,7 @@ from explorer.data.class_sets.names import TEMPLATE_SETS
 from explorer.data.class_sets.names import templates as read_templates
 from explorer.data.retrieval_sets.base import skipped_by_reason
 from explorer.evaluation.pace import Pace
-from explorer.evaluation.prefetch import AHEAD, prefetched
+from explorer.core.prefetch import AHEAD, prefetched
 from explorer.evaluation.progress import progress as progress_bar
 from explorer.evaluation.results import aligned_text
 from explorer.evaluation.work_file import MemoryWork, WorkFile, skip_reasons

@@ -48,6 +48,7 @@ from explorer.core.cache import MB, BoundedCache
 from explorer.core.errors import ExplorerError, ImageError
 from explorer.core.files import atomic_path, file_stamp, write_text_atomic
 from explorer.core.images import load_image
+from explorer.core.prefetch import prefetched
 from explorer.data.retrieval_sets import RetrievalSet
 from explorer.data.retrieval_sets.base import Skipped
 from explorer.models.features import concat_features, features_from_tensors, features_to_tensors
@@ -223,17 +224,11 @@ class EmbeddingStore:
         if progress:
             progress(done, total, "images")
         pending: list = []  # (item, features of one batch)
-        for start in range(0, len(todo), IMAGE_BATCH):
+        batches = [todo[start:start + IMAGE_BATCH] for start in range(0, len(todo), IMAGE_BATCH)]
+        for batch, (pictures, items, broken) in prefetched(batches, self._read_batch):  # next batch decoded meanwhile
             if should_stop():
                 break
-            batch = todo[start:start + IMAGE_BATCH]
-            pictures, items = [], []
-            for i, item in batch:
-                try:
-                    pictures.append(load_image(self.dataset.images[i]).image)
-                    items.append(item)
-                except Exception as error:  # a corrupt or vanished picture: recorded, the rest goes on
-                    index["failed"].append([*item, _reason(error)])
+            index["failed"].extend(broken)
             if pictures:
                 pending.append((items, self.model.encode_image(pictures)))
             if sum(len(items) for items, _ in pending) >= SHARD_IMAGES:
@@ -248,6 +243,17 @@ class EmbeddingStore:
             self._write_index(index)
         elif index["failed"]:
             self._write_shared(index, None, {})
+
+    def _read_batch(self, batch) -> tuple[list, list, list]:
+        """(pictures, their items, failure records) of a batch of (position, item): the decode half, run ahead."""
+        pictures, items, failed = [], [], []
+        for i, item in batch:
+            try:
+                pictures.append(load_image(self.dataset.images[i]).image)
+                items.append(item)
+            except Exception as error:  # a corrupt or vanished picture: recorded, the rest goes on
+                failed.append([*item, _reason(error)])
+        return pictures, items, failed
 
     def _embed_captions(self, index: dict, progress: Progress | None, should_stop) -> None:
         known = set(self._caption_locations(index))
