@@ -165,3 +165,13 @@ def test_negatives_read_ahead_score_as_without(tmp_path):
         run.pop("timing")
     assert runs[0] == runs[1]
     assert "one-pixel crop" in runs[1]["dataset"]["skipped"]  # a crop refused while read ahead: still its reason
+
+
+def test_the_store_progress_starts_each_phase_and_times_its_batches():
+    ticks, lines = iter([0.0, 1.0, 5.0]), []  # images start, captions start, captions' second batch
+    pace = Pace("m", lines.append, clock=lambda: next(ticks))
+    for done, total, phase in ((2, 10, "images"), (6, 10, "images"), (10, 10, "images"),
+                               (0, 40, "captions"), (10, 40, "captions"), (20, 40, "captions")):
+        pace.progress(done, total, phase)
+    assert lines == ["m: images: 8 forwards to make", "m: captions: 40 forwards to make",
+                     "m: captions: ~40 forwards, first batches 2.00 s each: about 4 s left"]  # images: done, none said
