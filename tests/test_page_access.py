@@ -249,7 +249,7 @@ def planned_calls(visitor: Visitor, world, pickle_on_server: str) -> list[tuple[
 
 def attack_every_endpoint(visitor: Visitor, world) -> list[str]:
     refused = visitor.upload(world["evil"])  # the page takes pictures (and, the owner's, .safetensors) only
-    assert refused.status_code == 415 and "takes pictures" in refused.text
+    assert refused.status_code == 415 and "this is not a picture (PNG, JPEG" in refused.text
     from gradio.utils import get_upload_folder
 
     assert not list(Path(get_upload_folder()).rglob("evil.pt"))  # refused before it is kept

@@ -150,8 +150,9 @@ class PageGuard:
         verdicts = await asyncio.to_thread(self._check_files, saved)
         refused = [path for path, ok in zip(saved, verdicts) if not ok]
         if refused:
-            takes = "pictures (PNG, JPEG, WebP, TIFF, BMP, GIF)" + ("" if self.public else " and .safetensors weights")
-            raise Refusal(415, f"this page takes {takes}; {refused[0].name[:80]} is not one it can read")
+            also = "" if self.public else " (or .safetensors weights, on the Models tab)"
+            raise Refusal(415, f"{refused[0].name[:80]}: this is not a picture (PNG, JPEG, WebP, TIFF, BMP, GIF)"
+                               f"{also}")
         self.uploads.settle(ticket, saved)
 
     def _check_files(self, saved: list[Path]) -> list[bool]:
