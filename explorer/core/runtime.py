@@ -45,11 +45,19 @@ def prepare_libraries() -> None:
         compat.ensure_torchvision_importable()
 
 
+# One library import at a time: the app's warm-up thread and a request's thread importing open_clip by two
+# doors at once (the package, and ``open_clip.tokenizer`` directly) each held a module lock the other needed, and
+# Python broke the tie with ``_DeadlockError`` in the request. Held around third-party imports only, which never
+# import explorer, so it cannot wait on a lock of ours.
+_IMPORTING = threading.RLock()
+
+
 def prepared_import(name: str):
     """``importlib.import_module(name)`` once torchvision is importable: for open_clip, timm, transformers,
-    diffusers and torchmetrics' image metrics, which import torchvision."""
+    diffusers and torchmetrics' image metrics, which import torchvision. One such import at a time."""
     prepare_libraries()
-    return importlib.import_module(name)
+    with _IMPORTING:
+        return importlib.import_module(name)
 
 
 def prepare_process() -> None:

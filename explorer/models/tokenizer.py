@@ -28,12 +28,9 @@ if TYPE_CHECKING:  # counting tokens (the page's budget) needs no torch; ``token
 def _bpe():
     # Reading the BPE merges takes ~0.3 s: do it once per process. open_clip (with torchvision, ~3 s)
     # is imported here, on the first caption, not when the page starts.
-    from explorer.core.runtime import prepare_libraries
+    from explorer.core.runtime import prepared_import
 
-    prepare_libraries()
-    from open_clip.tokenizer import SimpleTokenizer
-
-    tokenizer = SimpleTokenizer()
+    tokenizer = prepared_import("open_clip.tokenizer").SimpleTokenizer()
     tokenizer.cache = BoundedCache(tokenizer.cache, BPE_CACHE_WORDS)  # open_clip's grows with every new word
     return tokenizer
 

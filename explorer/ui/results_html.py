@@ -20,6 +20,7 @@ from PIL import Image
 from explorer.core.cache import MB, BoundedCache
 from explorer.core.files import file_stamp
 from explorer.core.images import load_image
+from explorer.evaluation.metrics.boxes import is_hit
 from explorer.views.result_cells import GROUNDING, NEGATIVES, RETRIEVAL, ZEROSHOT, Cell
 
 THUMB = 72  # CSS px of a unit's thumbnail
@@ -175,7 +176,7 @@ def _family_cells(family: str, row: dict) -> list[str]:
                                                          '<span class="rv-wrong">miss</span>')
         box = row.get("box_iou")
         pick = "–" if box is None or box != box else (
-            f'<span class="rv-right">right</span> ({box:.2f})' if box >= 0.5 else f'<span class="rv-wrong">wrong</span> ({box:.2f})')
+            f'<span class="rv-right">right</span> ({box:.2f})' if is_hit(box) else f'<span class="rv-wrong">wrong</span> ({box:.2f})')
         return [pointing, pick]
     if family == NEGATIVES:
         return [escape(str(row.get("negative_text") or f"negative {row.get('negative')}")),

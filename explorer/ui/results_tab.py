@@ -23,6 +23,7 @@ import gradio as gr
 from explorer.core.cache import GB, BoundedCache
 from explorer.core.errors import InputError
 from explorer.core.files import file_stamp
+from explorer.evaluation.metrics.boxes import is_hit
 from explorer.serve.access import Access
 from explorer.serve.budget import HEAVY
 from explorer.serve.messages import explain
@@ -42,6 +43,12 @@ MOST_UNITS = 500  # units listed at once
 EMPTY_BOARD = "Click a unit of the list (or a point of the scatter) to draw it here."
 MOVED_NOTE = ("**The dataset moved.** {error} Type its folder in the box above the table and press Enter: it is "
               "asked once, never guessed.")
+
+
+def own_board(board: str) -> str:
+    """The maps board's HTML under this tab's own id: the Grounding tab's board holds ``maps-board-view``, and an
+    id is one element's on a page (axe's duplicate-id, and a locator would find two boards)."""
+    return board.replace(f'id="{maps_board.ELEM_ID}-view"', 'id="results-board-view"', 1)
 
 
 def open_source(access: Access, jobs, source: str):
@@ -82,13 +89,13 @@ def open_table(access: Access, jobs, source, folder):
         results = open_source(access, jobs, source)
     except Exception as error:  # noqa: BLE001 - the page says what is wrong and keeps serving
         return (None, html.EMPTY_TABLE, explain(error), gr.update(), gr.update(choices=[], value=None),
-                html.EMPTY_UNITS, None, gr.update(visible=False), maps_board.empty_board(EMPTY_BOARD))
+                html.EMPTY_UNITS, None, gr.update(visible=False), own_board(maps_board.empty_board(EMPTY_BOARD)))
     lines = [f"**{results.name}**: {results.family}, {len(results.models)} models, {len(results.units):,} unit "
              "records. Click a number to list its units.", *results.notes]
     state = {"source": source.strip(), "folder": (folder or "").strip() or None, "cell": None, "pair": None}
     return (state, html.table_html(results), "\n\n".join(lines), gr.update(),
             gr.update(choices=[""] + results.models, value=""), html.EMPTY_UNITS, None, gr.update(visible=False),
-            maps_board.empty_board(EMPTY_BOARD))
+            own_board(maps_board.empty_board(EMPTY_BOARD)))
 
 
 def choose_cell(state, event: gr.SelectData = None):
@@ -208,11 +215,11 @@ def draw(results, cell, rows, models, load, cache, folder) -> str:
     lines = [f'<div class="rv-line">{html.escape(note)}</div>' for note in drawing.notes]
     if drawing.boxes is not None:
         picks = " · ".join(f"{html.escape(name)}: picked box IoU {iou:.2f} "
-                           f"({'right' if iou >= 0.5 else 'wrong'})" for name, iou in drawing.picks.items())
+                           f"({'right' if is_hit(iou) else 'wrong'})" for name, iou in drawing.picks.items())
         lines.append(f'<div class="rv-line" data-box-picks><img alt="the true box (green) and the picked boxes (red)" '
                      f'src="{html.data_uri(drawing.boxes)}" style="max-width:240px;display:block">'
                      f'true box green, picked red · {picks}</div>')
-    return maps_board.board_html(drawing.view, ViewSettings()) + "".join(lines)
+    return own_board(maps_board.board_html(drawing.view, ViewSettings())) + "".join(lines)
 
 
 def export_units(access: Access, jobs, load, cache, state, order, versus, keep, count):
@@ -278,7 +285,7 @@ def build(zoo, access: Access, jobs=None, cache=None) -> None:
                 matrix = gr.Plot(elem_id="results-matrix", show_label=False, visible=False)
             with gr.Column(scale=1):
                 unit_note = gr.Markdown(elem_id="results-unit-note")
-                board = gr.HTML(maps_board.empty_board(EMPTY_BOARD), elem_id="results-board",
+                board = gr.HTML(own_board(maps_board.empty_board(EMPTY_BOARD)), elem_id="results-board",
                                 css_template=maps_board.CSS + html.CSS, apply_default_css=False)
         with gr.Row():
             export = gr.Button("Export these units: figure, settings, list", elem_id="results-export")
