@@ -68,7 +68,9 @@ def swap_every_colour(page) -> None:
     colour = panel.locator('[data-swap-type="colour"]')
     expect(colour).to_have_count(1, timeout=30_000)
     colour.click()
-    panel.get_by_role("button", name="Swap every colour").click()
+    every = panel.get_by_role("button", name="Swap every colour")
+    expect(every).to_be_visible(timeout=120_000)  # after the word's round trip, which waits behind a loaded machine
+    every.click()
     expect(panel.locator("[data-swap-row]")).to_have_count(10, timeout=120_000)
 
 
@@ -178,9 +180,23 @@ def test_the_token_summary_is_marked_while_it_recounts(app_url):
     with window(app_url) as page:
         expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=120_000)
         before = page.locator(summary).first.inner_text()
+        # every text the summary shows from here on, in order (a fast recount can replace the mark before a read)
+        page.evaluate("""(selector) => {
+            window.seenSummaries = [];
+            const note = document.querySelector('#token-summary');
+            const record = () => {
+                const shown = document.querySelector(selector);
+                const text = shown ? shown.innerText : '';
+                if (window.seenSummaries[window.seenSummaries.length - 1] !== text) window.seenSummaries.push(text);
+            };
+            new MutationObserver(record).observe(note, {subtree: true, childList: true, characterData: true});
+        }""", summary)
         page.locator("#grounding-caption textarea").press_sequentially(" One more sentence.", delay=5)
-        marked = page.locator(summary).first.inner_text()
+        expect(page.locator(summary).first).not_to_have_text(before, timeout=60_000)
         expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=60_000)
         after = page.locator(summary).first.inner_text()
-    assert marked.startswith("Counting the tokens of the caption as typed"), marked
+        seen = page.evaluate("() => window.seenSummaries")
+    shown = [text for text in seen if text.strip()]
+    assert shown and shown[0].startswith("Counting the tokens of the caption as typed"), shown
+    assert before not in shown, shown  # never the previous caption's count once typing began
     assert after != before and "sentence(s)" in after, (before, after)
