@@ -10,7 +10,7 @@ import pytest
 from test_browser import ARTIFACTS, app_url, home, zoo_root  # noqa: F401  (fixtures)
 from test_browser_maps_board import FOUR, choose_exactly, window
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium through every tab with four demo models' maps drawn, the swap panel and the focus view open, axe-core in each state")]
 
 TABS = ["Grounding", "Retrieval", "Generation", "Jobs", "Results", "Models"]
 BOARD = "#maps-board #maps-board-view"  # the Grounding tab's board (the Results tab draws one too)

@@ -17,7 +17,7 @@ import pytest
 from test_browser import ARTIFACTS, app_url, home, zoo_root  # noqa: F401
 from test_browser_maps_board import FOUR, draw_example, window
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four demo models drawn, then every colour swapped for each (ten map pairs a model)")]
 SIGNED = re.compile(r"^[+-]\d+\.\d{3}$")
 
 

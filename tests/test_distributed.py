@@ -164,7 +164,7 @@ def test_the_helpers_are_identities_in_one_process():
 # ---- two processes ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="two gloo ranks in child processes (the two_ranks fixture starts them)")
 def test_targets_are_offset_by_rank_and_gathers_carry_gradients(two_ranks):
     checks = two_ranks["checks"]  # rank 0's view, and rank 0's and rank 1's answers where gathered
     assert checks["world"] == [[0, 2, 0], [1, 2, 3]]  # (rank, world, offset of a local batch of 3)

@@ -212,6 +212,7 @@ def test_resume_scores_only_what_the_work_file_lacks(tmp_path):
         evaluate_negatives({"m": again}, dataset, work_file=work, progress=False, region="roi")
 
 
+@pytest.mark.slow(reason="the command end to end on the FG-OVD twin: demo models, RoI pooling and crops")
 def test_cli_on_the_synthetic_twin(tmp_path, capsys):
     out = tmp_path / "twin"
     assert main(["data", "negatives-twin", str(out), "--n", "2", "--size", "64"]) == 0

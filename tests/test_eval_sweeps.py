@@ -301,7 +301,7 @@ def jobs_zoo():
     return Zoo(ZOO)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a sweep child process embeds, is cancelled, and a second child resumes from its cache")
 def test_a_child_cancelled_while_embedding_resumes_from_its_cache(jobs, tmp_path, wait_for):
     from explorer.jobs.eval_child import RESULTS_FILE
 
