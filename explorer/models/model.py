@@ -132,6 +132,7 @@ class Model:
         method: The method module itself.
         device: The ``torch.device`` it runs on.
         precision: What it computes in: "fp32", "bf16" or "fp16" ("auto" resolved for this hardware).
+        precision_note: Why, in one line ("auto"'s measurement on this CPU, or a requested format replaced), or None.
         key_report: What the load matched: missing, unexpected, mis-shaped and ignored keys (``summary()``).
     """
 
@@ -142,6 +143,7 @@ class Model:
         self.notes: list[str] = []
         # "auto": bf16 where the hardware has it (``explorer.models.precision``); what runs is ``self.precision``
         self.precision, note = method_precision(method, precision, self.device)
+        self.precision_note = note  # why it runs in that format ("auto"'s measurement, a replaced request)
         if note:
             self.notes.append(note)
         # Under "auto", a kind measured to lose its shape in the low format computes its own head in fp32 (that

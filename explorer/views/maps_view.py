@@ -277,8 +277,10 @@ def compute_maps(load: Loader, settings: ViewSettings, cache: MapCache | None = 
         result = ground(model, working, settings.caption, kind=kind, cache=cache,
                         dense_caption=settings.dense_caption)
         notes.extend(n for n in result.notes if n not in notes)
-        # what "auto" chose for this model and why (the CPU's bf16 measurement), beside "computed in ..."
-        notes.extend(n for n in getattr(model, "notes", []) if n.startswith("auto") and n not in notes)
+        # why this model computes in its format ("auto"'s measurement of the CPU), beside "computed in ..."
+        precision_note = getattr(model, "precision_note", None)
+        if precision_note and precision_note not in notes:
+            notes.append(precision_note)
         picture, sentences = result.image, result.maps.sentences
         measured = (settings.kind == NATIVE and native_kind(model) is None and hasattr(model, "best_measured_kind")
                     and model.best_measured_kind() == kind)
