@@ -205,3 +205,17 @@ def test_negatives_zeroshot_and_retrieval_units(tmp_path):
     with pytest.raises(ResultsError, match="no units"):
         pick_units(results, results.cell("a", "folder test rsum"))
 
+
+
+def test_a_unit_is_right_as_the_run_counted_it():
+    """A picked box is right above IoU 0.5 (ReCLIP's strict rule); a tie with the best negative is right only where
+    the run counted ties as hits (FG-OVD's default now), a miss in a run that did not."""
+    from explorer.views.result_cells import Cell
+    from explorer.views.result_units import is_right
+
+    box = Cell("m", "RefCOCO testA box_accuracy", "refcoco", "gradcam", "box_iou")
+    assert is_right(box, [0.5, 0.51]).tolist() == [False, True]
+    ties_hit = Cell("m", "FG-OVD accuracy/hard", "fg-ovd", "hard", "margin", right_at=0.0, strict=False)
+    ties_miss = Cell("m", "FG-OVD accuracy/hard", "fg-ovd", "hard", "margin", right_at=0.0, strict=True)
+    assert is_right(ties_hit, [0.0, -0.1]).tolist() == [True, False]
+    assert is_right(ties_miss, [0.0, 0.1]).tolist() == [False, True]

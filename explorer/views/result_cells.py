@@ -25,7 +25,9 @@ GROUNDING_UNIT_METRIC = {"miou": "iou", "oiou": "iou", "box_accuracy": "box_iou"
                          "auroc": "auroc"}
 GROUNDING_METRICS = ("iou", "pointing", "auroc", "box_iou")
 RIGHT_AT = {"iou": 0.5, "box_iou": HIT_IOU, "pointing": 0.5, "auroc": 0.5, "margin": 0.0, "rank": 1}
-STRICT = frozenset({"auroc", "margin"})  # right only above the line (AUROC 0.5 is chance; a tie is a miss)
+# right only above the line: AUROC 0.5 is chance, a picked box is right at IoU > 0.5 (ReCLIP), a tie with the
+# best negative is a miss unless the run counted ties as hits (``Cell.strict``)
+STRICT = frozenset({"auroc", "margin", "box_iou"})
 PAST_TOP = 6  # zero-shot rank of a true class outside the five classes kept per picture
 ID_COLUMNS = ["unit_id", "dataset", "model", "kind", "picture", "text"]
 
@@ -45,6 +47,7 @@ class Cell:
     metric: str  # the unit metric the units sort by
     value: float | None = None
     right_at: float = 0.5
+    strict: bool | None = None  # right only above ``right_at``; None: as ``STRICT`` says for the metric
 
     @property
     def lower_is_better(self) -> bool:

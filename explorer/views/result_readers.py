@@ -179,6 +179,7 @@ def read_negatives(path: Path | None, document: dict) -> Read:
     read = Read(parts=[Part(label, label, str(block.get("root") or ""), None, None,
                             {"splits": sorted(block.get("splits") or {})},
                             {"work": str(work) if work else None})])
+    ties_hit = (document.get("protocol") or {}).get("ties") == "hit"  # earlier runs counted a tie as a miss
     for model in document.get("models") or []:
         for split, value in (model.get("accuracy") or {}).items():
             if value is None:
@@ -187,7 +188,8 @@ def read_negatives(path: Path | None, document: dict) -> Read:
             read.rows.append({"model": model["name"], "dataset": label, "task": NEGATIVES, "metric": column,
                               "value": value})
             read.cells[(model["name"], column_name(label, column))] = Cell(
-                model["name"], column_name(label, column), label, split, "margin", right_at=RIGHT_AT["margin"])
+                model["name"], column_name(label, column), label, split, "margin", right_at=RIGHT_AT["margin"],
+                strict=not ties_hit)
     _, records = work_records(work)
     if work is None:
         read.notes.append("no work file beside these results (<out>.work.jsonl): the table opens, its units do not")

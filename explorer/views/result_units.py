@@ -17,8 +17,8 @@ A cell's units are sorted by the unit metric behind the cell's number (mIoU and 
 accuracy: the IoU of its picked box; pointing: the hit; negatives' accuracy: the positive's margin over the
 best negative; zero-shot: the rank of the true class, 6 past the five kept; retrieval: the right answer's
 rank), worst first, best first, or by the margin between two models; ties go by unit id. A unit is "right"
-as the cell counts it (IoU or picked-box IoU at least 0.5, a pointing hit, a positive margin, the true class
-or answer within the cell's K).
+as the cell counts it (IoU at least 0.5, picked-box IoU above 0.5, a pointing hit, a positive margin or a tie
+where the run counted ties as hits, the true class or answer within the cell's K).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _with_value(cell: Cell, table: pd.DataFrame) -> Cell:
     except KeyError:
         value = None
     value = None if value is None or pd.isna(value) else float(value)
-    return Cell(cell.model, cell.column, cell.dataset, cell.kind, cell.metric, value, cell.right_at)
+    return Cell(cell.model, cell.column, cell.dataset, cell.kind, cell.metric, value, cell.right_at, cell.strict)
 
 
 # ---- picking -------------------------------------------------------------------------------------------
@@ -196,7 +196,8 @@ def is_right(cell: Cell, values) -> np.ndarray:
     values = np.asarray(values, dtype=float)
     if cell.lower_is_better:
         return values <= cell.right_at
-    return values > cell.right_at if cell.metric in STRICT else values >= cell.right_at
+    strict = cell.metric in STRICT if cell.strict is None else cell.strict
+    return values > cell.right_at if strict else values >= cell.right_at
 
 
 def fooled_by_every_model(results: Results, dataset: str, kind: str) -> pd.DataFrame:
