@@ -28,11 +28,23 @@ WORDLESS = """() => [...document.querySelectorAll('img')].filter(i => i.offsetPa
   && !(i.getAttribute('alt') || '').trim()).map(i => i.outerHTML.slice(0, 160))"""
 
 
+# A page at rest: no Gradio output still pending (drawn at 20 % opacity while its event runs) and no finite CSS
+# transition or animation under way. axe reads colours as they are this instant: a green swap cell fading in
+# measured #68aa7b under its white text (CI, stop 68), a colour the page never rests in.
+AT_REST = """() => !document.querySelector('.pending') && document.getAnimations().every(a =>
+  a.playState !== 'running' || !isFinite(a.effect?.getComputedTiming().endTime ?? Infinity))"""
+
+
+def settle(page) -> None:
+    page.wait_for_function(AT_REST, timeout=120_000, polling=100)
+
+
 def violations(page) -> list[str]:
     """The listed rules' violations, and (issue 66) every violation of impact serious or critical whatever its
     rule, and ``heading-order``."""
     from axe_playwright_python.sync_playwright import Axe
 
+    settle(page)
     found = Axe().run(page).response["violations"]
     return [f"{v['id']} ({v['impact']}): {node['target']} {(node.get('any') or [{}])[0].get('message', '')}"
             for v in found for node in v["nodes"]
