@@ -74,3 +74,23 @@ def test_the_served_queue_summarises_its_events_every_hundredth_event_not_after_
     assert queue.compute_analytics_summary(records * 2) is first  # not rebuilt yet
     queue.events_recorded += 1
     assert queue.compute_analytics_summary(records * 2)["functions"]["f"]["total_requests"] == 2
+
+
+@pytest.mark.slow(reason="imports the model blocks and then open_clip in a fresh Python")
+def test_model_blocks_come_without_open_clips_model_families_and_the_package_is_whole_when_asked():
+    """open_clip's transformer blocks and tokenizer import without its ``__init__`` (CoCa, Hugging Face towers:
+    transformers), 2.3 s of every process that builds a model; ``open_clip.create_model`` afterwards still
+    finds the whole package, from two threads at once."""
+    code = ("import sys, threading; from explorer.models.nn import open_clip_parts; "
+            "from explorer.models.tokenizer import tokenize; tokenize(['a red cat'], 77); "
+            "print('transformers' in sys.modules, 'open_clip.coca_model' in sys.modules); "
+            "import open_clip; found = []; "
+            "threads = [threading.Thread(target=lambda: found.append(open_clip.create_model)) for _ in range(2)]; "
+            "[t.start() for t in threads]; [t.join() for t in threads]; "
+            "from open_clip import CLIP; "
+            "print(len(found) == 2 and found[0] is found[1], open_clip.CLIP is CLIP, "
+            "open_clip.transformer.Transformer is open_clip_parts.Transformer, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    before, after = out.strip().splitlines()[-2:]
+    assert before == "False False"
+    assert after == "True True True True"

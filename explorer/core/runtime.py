@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import importlib.util
 import os
+import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 OFFLINE_ENVIRONMENT = {
@@ -54,10 +57,53 @@ _IMPORTING = threading.RLock()
 
 def prepared_import(name: str):
     """``importlib.import_module(name)`` once torchvision is importable: for open_clip, timm, transformers,
-    diffusers and torchmetrics' image metrics, which import torchvision. One such import at a time."""
+    diffusers and torchmetrics' image metrics, which import torchvision. One such import at a time.
+    A module of open_clip (``open_clip.transformer``) comes without the package's ``__init__`` until something
+    asks the package itself for a name (``_LazyPackage``)."""
     prepare_libraries()
     with _IMPORTING:
+        if name.startswith("open_clip.") and "open_clip" not in sys.modules:
+            _install_lazy_package("open_clip")
         return importlib.import_module(name)
+
+
+class _LazyPackage(types.ModuleType):
+    """A package whose ``__init__`` runs on the first name asked of it, not at import.
+
+    open_clip's ``__init__`` imports every model family it has (CoCa, Hugging Face text towers through
+    transformers, timm towers): 2.3 s of a process's start here, for the transformer blocks and the tokenizer,
+    which need none of it. Every process that builds a model paid it (each job run, each CLI command, each
+    evaluation child). Its submodules import as usual; ``open_clip.create_model`` (or ``from open_clip import
+    ...``) runs the real ``__init__`` then, in this module, so the package is whole for whoever wants it."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        with _IMPORTING:  # one thread runs the __init__; another asking meanwhile waits for it
+            found = self.__dict__
+            if type(self) is _LazyPackage and not found.get("_explorer_running_init"):
+                found["_explorer_running_init"] = True  # the __init__'s own lookups see a module mid-import
+                try:
+                    spec = self.__spec__
+                    # the installed package's own __init__, run as ``import`` runs it
+                    exec(compile(Path(spec.origin).read_bytes(), spec.origin, "exec"), found)  # noqa: S102
+                    self.__class__ = types.ModuleType  # whole: no more lookups through here
+                finally:
+                    del found["_explorer_running_init"]
+        if name in self.__dict__:
+            return self.__dict__[name]
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+
+
+def _install_lazy_package(name: str) -> None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return  # not installed: the import that follows says so
+    package = _LazyPackage(name)
+    package.__spec__, package.__file__, package.__package__ = spec, spec.origin, name
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__loader__ = spec.loader
+    sys.modules[name] = package
 
 
 def prepare_process() -> None:
