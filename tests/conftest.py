@@ -33,6 +33,17 @@ def pytest_collection_modifyitems(items):
     mark_reasons(items)
 
 
+@pytest.fixture(autouse=True)
+def log_limit_on_a_new_minute():
+    """The log limiter is the process's (``explorer.serve.log_limit``): every test starts on a minute of its own,
+    whatever the tests before it on this worker logged (a sweep of hostile calls spends a minute's lines)."""
+    import sys
+
+    limiter = sys.modules.get("explorer.serve.log_limit")
+    if limiter is not None and limiter._installed:
+        limiter.install().start_new_window()
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
     """A 12-scene synthetic world at 64 px, written once per test module."""

@@ -41,6 +41,13 @@ class LogLimit(logging.Filter):
         self.dropped = 0  # records held back since the start
         self.lock = threading.Lock()
 
+    def start_new_window(self) -> None:
+        """Forget what this minute has passed and which kinds were said: the next line starts a new minute (a test
+        suite's tests share the process's limiter, and each starts on its own minute)."""
+        with self.lock:
+            self.kinds.clear()
+            self.minute = [self.clock(), 0, 0, 0]
+
     def filter(self, record: logging.LogRecord) -> bool:
         now = self.clock()
         with self.lock:
