@@ -28,6 +28,7 @@ def test_tasks_are_registered():
     assert {"negatives", "zeroshot"} <= set(task_names())
 
 
+@pytest.mark.slow(reason="scores the FG-OVD twin with a demo model twice: as a sweep child's task and as the command")
 def test_negatives_child_equals_the_command(twins, tmp_path):
     options = {"layout": "fg-ovd", "splits": ["hard", "trivial"], "limit": 3, "zoo": str(DEMO)}
     outcome = run_task("negatives", EvalJob("demo-clip-base", str(twins / "fg"), options, out_dir=str(tmp_path)))

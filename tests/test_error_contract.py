@@ -104,6 +104,7 @@ def shell(tmp_path, monkeypatch):
     return run
 
 
+@pytest.mark.slow(reason="runs every command of the CLI with each of its bad inputs")
 def test_every_command_refuses_bad_input_with_a_message(shell, tmp_path, capsys):
     covered = []
     for words, parser in commands(cli._parser()):

@@ -281,6 +281,7 @@ def test_each_picture_is_scored_against_the_whole_caption_and_each_sentence(gene
 
 # ---- CLI ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow(reason="generates with the tiny SDXL twice (stock and swapped, two seeds) and again from its settings")
 def test_cli_generate_compare_saves_the_grid_and_settings_that_draw_it_again(tmp_path, sdxl_dir, monkeypatch):
     from PIL import Image
 

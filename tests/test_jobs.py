@@ -49,6 +49,7 @@ def assert_reaped_in_time(wait_for, manager, run, timeout=60.0):
     wait_for(gone, timeout, f"run {run.id}'s process to be reaped")
 
 
+@pytest.mark.slow(reason="starts two training runs, each its own Python process")
 def test_a_run_is_its_own_process_group_and_its_record_says_everything(jobs, world):
     overrides = {**TINY, "evaluate": True, "eval_limit": 2, "eval_grounding_limit": 1}
     first = jobs.submit("clip", world, max_steps=3, name="same", gpus=0, overrides=overrides)

@@ -281,6 +281,7 @@ def test_the_export_functions_make_torchvision_importable_before_anything_else(m
     assert calls == ["prepared"]  # called first, before the format is even looked at
 
 
+@pytest.mark.slow(reason="imports explorer, then open_clip, in a fresh Python")
 def test_import_explorer_guards_torchvision_and_stays_free_of_torch():
     code = ("import sys, explorer\n"
             "from explorer.core.compat import TorchvisionGuard\n"
