@@ -45,6 +45,8 @@ def tiny_result(served_page):  # noqa: F811 - fixtures imported from page_fixtur
 
 def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(chromium, served_page, tiny_result):  # noqa: F811
     from explorer.ui.results_html import number
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     from explorer.views.result_units import open_results, pick_units
 
     results = open_results(tiny_result)
@@ -78,12 +80,20 @@ def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(chromium, s
         versus.fill("blob")
         page.get_by_role("option", name="blob").first.click()
         page.locator("#results-scatter .js-plotly-plot").wait_for(timeout=60_000)
-        point = page.locator("#results-scatter .scatterlayer .point").first
-        point.wait_for(timeout=30_000)
-        point.click(force=True)  # a point opens its unit for both models (blob is not in the zoo: said, not drawn)
         note = page.locator("#results-unit-note")
-        page.wait_for_function("() => /^Unit /.test(document.querySelector('#results-unit-note').innerText)",
-                               timeout=120_000)
+        for attempt in range(3):  # a point opens its unit for both models (blob is not in the zoo: said, not drawn)
+            # On two loaded cores the plot can be drawn again just as the point is clicked (CI, session 20):
+            # the click lands on the replaced plot and is lost; a person clicks again, and so does the test.
+            point = page.locator("#results-scatter .scatterlayer .point").first
+            point.wait_for(timeout=30_000)
+            point.click(force=True)
+            try:
+                page.wait_for_function("() => /^Unit /.test(document.querySelector('#results-unit-note').innerText)",
+                                       timeout=40_000)
+                break
+            except PlaywrightTimeout:
+                if attempt == 2:
+                    raise
         assert note.inner_text().split()[1] in ids
         assert "blob cannot be loaded here" in page.locator("#results-board").inner_text()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -40,9 +40,17 @@ def test_every_colour_swapped_for_four_models_and_a_row_shows_its_maps(page):
     colour = panel.locator('[data-swap-type="colour"]')
     expect(colour).to_have_count(1, timeout=30_000)
     expect(colour).to_have_attribute("data-swap-word", "blue")
-    colour.click()
     every = panel.get_by_role("button", name="Swap every colour")
-    expect(every).to_be_visible(timeout=30_000)
+    for attempt in range(3):
+        # A click on the word can land as the panel is drawn again (CI, two loaded cores: the button never came)
+        # and is lost; a person clicks again, and so does the test.
+        colour.click()
+        try:
+            expect(every).to_be_visible(timeout=30_000)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
     every.click()
     rows = panel.locator("[data-swap-row]")
     expect(rows).to_have_count(10, timeout=60_000)  # the other ten basic colours

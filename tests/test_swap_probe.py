@@ -301,3 +301,20 @@ def test_a_span_is_a_row_of_its_own_that_moves_no_figure_and_replays_from_the_ex
     np.testing.assert_allclose(replayed.models[0].maps, wider.models[0].maps, atol=1e-6)
     with pytest.raises(Exception, match="span"):
         ViewSettings(spans=[{"sentence": 0, "words": "x"}])
+
+
+def test_a_typed_sentence_number_is_chosen_once():
+    """One event chooses the sentence from its box: with Enter's "submit" as well as "input", a typed number was
+    chosen twice and a word clicked between the two answers was undone (the panel drawn afresh)."""
+    import gradio as gr
+
+    from explorer.ui import swap_panel
+
+    with gr.Blocks() as page:
+        view, settings, draw = gr.State(None), gr.State(None), gr.Button()
+        swap_panel.build(view, settings, draw.click(lambda: None), zoo=None)
+    number = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "swap-sentence")
+    choosing = [fn for fn in page.fns.values() if fn.name == "choose_sentence"
+                and any(target[0] == number._id for target in fn.targets)]
+    assert [target[1] for fn in choosing for target in fn.targets] == ["input"]
+    assert choosing[0].api_name == "swap_sentence"  # the endpoint's name kept

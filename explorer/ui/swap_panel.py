@@ -316,8 +316,10 @@ def build(view_state, settings_state, drawn, zoo, access=None, board=None, score
     chosen = dict(fn=choose_sentence, inputs=[view_state, settings_state, number],
                   outputs=[state, words, every, note, table, maps], show_progress="hidden")
     drawn.then(**chosen)
-    number.submit(**chosen, api_name="swap_sentence")
-    number.input(**chosen, trigger_mode="always_last")
+    # On "input" only (typing, the arrows): with "submit" too, a number typed and Enter chose the sentence twice,
+    # and a word clicked between the two answers was undone by the second (the panel drawn afresh, the word's
+    # button gone: CI, two loaded cores).
+    number.input(**chosen, trigger_mode="always_last", api_name="swap_sentence")
     margin.input(judge_again, inputs=[state, margin], outputs=[state, note, table], trigger_mode="always_last",
                  show_progress="hidden")
     words.select(pick_word, inputs=[state], outputs=[state, words, every, note], api_name="swap_word")
