@@ -137,6 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenes", type=int, help="scenes in the training world (default: the recipe's, 24,000)")
     demo.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (e.g. 0.1 for a quick try)")
     demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")
+    demo.add_argument("--min-steps", type=int, default=10,
+                      help="the fewest steps a scaled run trains (default 10; 1-2 checks the recipe's plumbing)")
     demo.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                       help="where the runs train: cpu (default; the recipe's recorded minutes are 2 CPU cores'), "
                            "cuda, or auto (cuda when there is one); the same recipe in fp32 either way")
@@ -296,17 +298,20 @@ def _run_build_demo(args) -> int:
 
     out, work = args.out or paths.demo_zoo_root(), args.work or paths.demo_build_dir()
     scenes = DEMO_SCENES if args.scenes is None else args.scenes
+    if args.min_steps < 1 or args.scale <= 0:
+        raise ExplorerError("--min-steps takes a whole number of steps of at least 1, --scale a positive factor")
     if args.status:
         print(background_build.status(work))
         return 0
     if args.background:
         argv = ["--out", str(out), "--work", str(work), "--scenes", str(scenes), "--scale", str(args.scale),
-                "--device", args.device]
+                "--min-steps", str(args.min_steps), "--device", args.device]
         argv += ["--only", *args.only] if args.only else []
         print(background_build.start(work, argv))
         return 0
     with background_build.holding(work):
-        written = build_demo(out=out, work=work, n_scenes=scenes, scale=args.scale, only=args.only, device=args.device)
+        written = build_demo(out=out, work=work, n_scenes=scenes, scale=args.scale, only=args.only,
+                             min_steps=args.min_steps, device=args.device)
     print(f"demo zoo: {len(written)} model(s) written")
     return 0
 
