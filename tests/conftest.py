@@ -14,7 +14,15 @@ import pytest
 
 def pytest_configure(config):
     """Under pytest-xdist (the README's command runs a worker per core) each worker computes on one thread:
-    two workers each spinning torch's default pool of one thread per core would fight over the cores."""
+    two workers each spinning torch's default pool of one thread per core would fight over the cores.
+
+    Each worker's Gradio files go to a temp folder of its own, as each ``python app.py`` does: the pages the
+    tests serve in process shared ``/tmp/gradio``, where one picture has one path, so a page stopping on one
+    worker (its cleanup deletes what it wrote) deleted the picture another worker's page still showed, and that
+    page's next Draw said "No image file at /tmp/gradio/.../chelsea.png"."""
+    from explorer.serve.temp_folder import own_temp_folder
+
+    own_temp_folder()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
@@ -24,6 +32,12 @@ def pytest_configure(config):
         from slow_tests import SlowTests
 
         config.pluginmanager.register(SlowTests(), "explorer-slow-tests")
+
+
+def pytest_unconfigure(config):
+    from explorer.serve.temp_folder import remove_own_temp_folder
+
+    remove_own_temp_folder()
 
 
 def pytest_collection_modifyitems(items):

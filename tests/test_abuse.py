@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow(reason="starts python app.py --public and runs one
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once a worker even when work stealing interleaves other modules' tests
 def run():
     return subprocess.run([sys.executable, str(REPO / "bench" / "abuse.py"), "--only", "soak,output-cache", "--check",
                            "--no-ratio-check", "--side", "4000", "--seconds", "3", "--rounds", "2", "--draws", "1"],

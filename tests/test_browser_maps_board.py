@@ -156,7 +156,7 @@ def test_inputs_that_change_mark_the_board_out_of_date_and_reset_the_focus(page,
     number.fill("5")
     number.press("Enter")
     expect(page.locator("#maps-focus-note")).to_contain_text("S5", timeout=30_000)
-    upload(page, photo, again=True)  # a new picture: the old maps are out of date
+    upload(page, photo)  # a new picture: the old maps are out of date
     board = page.locator("#maps-board-view")
     expect(board).to_have_attribute("data-stale", "true", timeout=30_000)
     expect(board.locator("[data-stale-line]")).to_be_visible()

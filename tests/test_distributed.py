@@ -130,9 +130,11 @@ def helper_checks(rank: int) -> dict:
             "positives": diagonal_positives(2, 4).tolist()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spawned(tmp_path_factory) -> Path:
-    """The folder the 2 processes of ``_ranks_worker`` wrote (the losses, then the DDP runs)."""
+    """The folder the 2 processes of ``_ranks_worker`` wrote (the losses, then the DDP runs). Once a worker, not once a
+    module: pytest-xdist's work stealing can interleave this module's tests with others' on a worker, and a module
+    fixture is then torn down and spawned again (CI ran these two ranks three times, 30-38 s each)."""
     folder = tmp_path_factory.mktemp("two-ranks")
     (folder / "ddp-runs").mkdir()
     mp.spawn(_ranks_worker, args=(free_port(), list(CASES), str(folder)), nprocs=WORLD, join=True)
