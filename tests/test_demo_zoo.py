@@ -102,7 +102,7 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     out, work = tmp_path / "demo", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = ["zoo", "build-demo", "--out", str(out), "--work", str(work), "--scenes", "40", "--scale", "0.001",
-            "--only", "clip-base", "--min-steps", "2"]  # the plumbing of a background build, not a recipe
+            "--only", "clip-base", "--min-steps", "10"]  # long enough to be running when started again
     started = subprocess.run([sys.executable, "-m", "explorer.cli", *args, "--background"], env=env,
                              capture_output=True, text=True, timeout=120)
     assert started.returncode == 0 and "build.log" in started.stdout, started.stderr
@@ -116,7 +116,7 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     assert demo_build.running(work) is None and (out / "clip-base.safetensors").exists()
     status = demo_build.status(work)
     assert "not running" in status and "clip-base: built" in status
-    assert json.loads((out / "clip-base.json").read_text())["recipe"]["steps"] == 2  # --min-steps reached the run
+    assert json.loads((out / "clip-base.json").read_text())["recipe"]["steps"] == 10  # --min-steps reached the run
 
 
 def test_a_gpu_asked_for_where_there_is_none_is_refused_before_anything_runs(tmp_path, monkeypatch):
