@@ -96,6 +96,8 @@ def photo(tmp_path_factory) -> Path:
 def upload(page, path) -> None:
     """``path`` in the picture box, uploaded again even when the box shows it: the server may have let the earlier
     upload go (the visitor's upload budget keeps the latest files), and a Draw would then say it is gone."""
+    from playwright.sync_api import expect
+
     page.get_by_role("tab", name="Grounding").click()
     box = page.locator("#grounding-image")
     clear = page.locator("#grounding-image button[aria-label='Clear']")
@@ -105,6 +107,22 @@ def upload(page, path) -> None:
     # Uploaded once its row shows: a Draw clicked before that sends no picture and gets the page's hint back (CI,
     # the public page, two loaded cores)
     box.get_by_role("row", name=f"{Path(path).name} ").wait_for(timeout=60_000)
+    size = picture_size(path)
+    if size is not None:  # and checked once the note names its size: the public page holds a visitor to 2 heavy
+        # requests at once, and the clear and the upload are one each (the note's "ready" may be the page's
+        # first picture's): a Draw clicked before both answered was refused (a local run)
+        expect(page.locator("#image-note")).to_contain_text(f"Image {size[0]}x{size[1]} px", timeout=60_000)
+
+
+def picture_size(path) -> tuple[int, int] | None:
+    """The picture's size as the page reports it (upright), or None when it does not decode."""
+    from PIL import Image, ImageOps
+
+    try:
+        with Image.open(path) as picture:
+            return ImageOps.exif_transpose(picture).size
+    except Exception:  # noqa: BLE001 - a broken file: the caller's test says what the page shows
+        return None
 
 
 def test_grounding_draws_one_map_per_sentence(page, photo):

@@ -60,10 +60,7 @@ def test_the_page_says_it_is_a_demo_and_has_no_management_controls(page):
 def test_draw_works_on_an_uploaded_picture(page, photo):
     from playwright.sync_api import expect
 
-    upload(page, photo)
-    # the picture's own check first: the public page holds a visitor to 2 heavy requests at once, and a Draw
-    # clicked while the upload's checks still ran was refused (CI, two loaded cores)
-    expect(page.locator("#image-note")).to_contain_text("ready", timeout=60_000)
+    upload(page, photo)  # waits for the picture's own check: the page holds a visitor to 2 heavy requests at once
     page.locator("#grounding-caption textarea").fill(CAPTION)
     page.locator("#grounding-run").click()
     expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)

@@ -27,6 +27,7 @@ from explorer.models.methods import METHODS, discover_methods
 from explorer.models.nn.distributed import batch_offset, gather_features, gather_with_grad, global_mean, world
 from explorer.models.nn.losses import diagonal_positives
 from explorer.training.ddp import shard_batch
+from once import once_per_run
 
 discover_methods()
 WORLD = 2
@@ -132,13 +133,14 @@ def helper_checks(rank: int) -> dict:
 
 @pytest.fixture(scope="session")
 def spawned(tmp_path_factory) -> Path:
-    """The folder the 2 processes of ``_ranks_worker`` wrote (the losses, then the DDP runs). Once a worker, not once a
-    module: pytest-xdist's work stealing can interleave this module's tests with others' on a worker, and a module
-    fixture is then torn down and spawned again (CI ran these two ranks three times, 30-38 s each)."""
-    folder = tmp_path_factory.mktemp("two-ranks")
-    (folder / "ddp-runs").mkdir()
-    mp.spawn(_ranks_worker, args=(free_port(), list(CASES), str(folder)), nprocs=WORLD, join=True)
-    return folder
+    """The folder the 2 processes of ``_ranks_worker`` wrote (the losses, then the DDP runs): once a run
+    (``once.once_per_run``), not once a module or a worker: work stealing spreads this module's tests over both
+    workers and interleaves them with others' (CI ran these two ranks three times, 30-38 s each)."""
+    def spawn(folder: Path) -> None:
+        (folder / "ddp-runs").mkdir()
+        mp.spawn(_ranks_worker, args=(free_port(), list(CASES), str(folder)), nprocs=WORLD, join=True)
+
+    return once_per_run(tmp_path_factory, "two-ranks", spawn)
 
 
 @pytest.fixture(scope="module")

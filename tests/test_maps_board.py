@@ -201,19 +201,36 @@ def test_the_page_wires_the_model_limit_and_the_stale_marking(zoo):
     by_name = {}
     for fn in page.fns.values():
         by_name.setdefault(fn.name, []).append(fn)
-    models, note = inputs.models, [b for b in page.blocks.values() if b.elem_id == "model-limit-note"][0]
-    limit = [fn for fn in by_name["limit_models"] if (models._id, "input") in fn.targets]
-    assert len(limit) == 1 and limit[0].outputs == [models, note]
+    models = inputs.models
+    note, kind_line = ([b for b in page.blocks.values() if b.elem_id == name][0]
+                       for name in ("model-limit-note", "grounding-kind-note"))
+    # the limit is the browser's (no server event per pick), marking the kind note at once in the same event
+    limit = [fn for fn in page.fns.values() if (models._id, "input") in fn.targets and fn.js is not None]
+    assert len(limit) == 1 and limit[0].fn is None and limit[0].js == grounding_tab.LIMIT_MODELS_JS
+    assert limit[0].inputs == [models] and limit[0].outputs == [models, note, kind_line]
+    assert not [fn for fn in page.fns.values() if (models._id, "input") in fn.targets and fn.fn is not None]
     marked = {target for fn in by_name["mark_stale"] for target in fn.targets}
     assert {(c._id, "change") for c in inputs.components()} <= marked
 
 
-def test_a_fifth_model_is_left_out_with_a_message(zoo):
+def limited(names) -> list:
+    """What the page's model limit (JavaScript, run by Playwright's own Node) answers for ``names``."""
+    import json
+    import subprocess
+
+    playwright = pytest.importorskip("playwright._impl._driver")
+    node = playwright.compute_driver_executable()[0]
+    script = f"console.log(JSON.stringify(({grounding_tab.LIMIT_MODELS_JS})({json.dumps(names)})))"
+    return json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True).stdout)
+
+
+def test_a_fifth_model_is_left_out_with_a_message():
     five = ["demo-mulclip", "demo-clip-base", "demo-caft", "demo-flair", "demo-finelip"]
-    update, message = grounding_tab.limit_models(five)
-    assert update["value"] == five[:4] and "At most 4 models" in message and "demo-finelip" in message
-    assert grounding_tab.limit_models(five[:4]) == ({"__type__": "update"}, "")
-    assert grounding_tab.limit_models(None)[1] == "" and grounding_tab.limit_models([1, 2, 3, 4, 5, 6])[1] == ""
+    kept, message, kind_note = limited(five)
+    assert kept == five[:4] and "At most 4 models" in message and "demo-finelip" in message
+    assert kind_note == grounding_tab.UPDATING
+    assert limited(five[:4]) == [{"__type__": "update"}, "", grounding_tab.UPDATING]  # the box left as it is
+    assert limited(None)[:2] == [{"__type__": "update"}, ""]
 
 
 def test_demo_models_on_a_picture_without_truth_get_a_warning(zoo, photo, halves):

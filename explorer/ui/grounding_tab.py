@@ -229,9 +229,8 @@ def build(zoo: Zoo, cache: MapCache, access: Access) -> tuple[Inputs, list[dict]
     # show the previous caption's or models' text as if it were this one's.
     caption.input(None, None, budget_note, js=f"() => {RECOUNTING!r}", show_progress="hidden")
     caption.change(safe_budget, inputs=caption, outputs=[budget_view, budget_note, table], **TEXT)
-    models.input(None, None, kind_line, js=f"() => {UPDATING!r}", show_progress="hidden")
+    models.input(None, models, [models, model_limit, kind_line], js=LIMIT_MODELS_JS, show_progress="hidden")
     models.change(on_models, inputs=[models, kind], outputs=[kind, model_note, kind_line])
-    models.input(limit_models, inputs=models, outputs=[models, model_limit], show_progress="hidden")
     kind.change(lambda chosen, names: kind_note(chosen, zoo, names), inputs=[kind, models], outputs=kind_line,
                 show_progress="hidden")
     image.change(describe, inputs=image, outputs=[preview, picture_note], **HEAVY)
@@ -265,15 +264,18 @@ def example_labels(pairs) -> list[str]:
     return labels
 
 
-def limit_models(names):
-    """A pick past the limit: the first ``MAX_MODELS`` stay chosen and the page says what was left out (the
-    server checks the count again on every Draw)."""
-    names = [name for name in as_list(names) if isinstance(name, str)]
-    if len(names) <= MAX_MODELS:
-        return gr.update(), ""
-    left_out = ", ".join(names[MAX_MODELS:])
-    return (gr.update(value=names[:MAX_MODELS]),
-            f"**At most {MAX_MODELS} models** are compared at once: {left_out} was not added. Remove a model first.")
+# A pick past the limit is trimmed in the browser, where the box is: the first ``MAX_MODELS`` stay chosen and the
+# page says what was left out (the server checks the count again on every Draw). Not a server event: each one
+# costs the page's frontend a round of status updates over every component an event has touched (0.3-0.5 s of
+# a 2-core machine's browser CPU), and a pick already makes two (the map kinds, the board marked out of date).
+# The kind note is marked at once too: it never shows the previous models' text as if it were these ones'.
+LIMIT_MODELS_JS = f"""(names) => {{
+  const chosen = Array.isArray(names) ? names : [], same = {{"__type__": "update"}};
+  if (chosen.length <= {MAX_MODELS}) return [same, "", {UPDATING!r}];
+  const left_out = chosen.slice({MAX_MODELS}).join(", ");
+  return [chosen.slice(0, {MAX_MODELS}), `**At most {MAX_MODELS} models** are compared at once: ${{left_out}} was not added.`
+          + " Remove a model first.", {UPDATING!r}];
+}}"""
 
 
 def safe_budget(text):
