@@ -17,15 +17,25 @@ from pathlib import Path
 
 import pytest
 
+from once import once_per_run
+
 pytestmark = pytest.mark.slow(reason="starts python app.py --public and runs one round of abuse beside a visitor")
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="session")  # once a worker even when work stealing interleaves other modules' tests
-def run():
-    return subprocess.run([sys.executable, str(REPO / "bench" / "abuse.py"), "--only", "soak,output-cache", "--check",
-                           "--no-ratio-check", "--side", "4000", "--seconds", "3", "--rounds", "2", "--draws", "1"],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
+@pytest.fixture(scope="session")
+def run(tmp_path_factory):
+    """The bench's run, once a run of the suite (``once.once_per_run``): work stealing may give the two tests to two
+    workers, and each would have started its own server and abuse."""
+    def abuse(folder: Path) -> None:
+        done = subprocess.run([sys.executable, str(REPO / "bench" / "abuse.py"), "--only", "soak,output-cache",
+                               "--check", "--no-ratio-check", "--side", "4000", "--seconds", "3", "--rounds", "2",
+                               "--draws", "1"], capture_output=True, text=True, timeout=900, cwd=REPO)
+        (folder / "run.json").write_text(json.dumps(
+            {"args": done.args, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}))
+
+    recorded = json.loads((once_per_run(tmp_path_factory, "abuse", abuse) / "run.json").read_text())
+    return subprocess.CompletedProcess(**recorded)
 
 
 def printed(run, name: str) -> dict:
