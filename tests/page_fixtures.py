@@ -14,6 +14,9 @@ Chromium per test module, not one per test). Import the fixtures you use by name
 - ``chromium`` (module fixture): one Playwright Chromium for the module's tests (skipped when no Chromium is
   installed). Not per session: Playwright's sync API leaves its event loop set as the running one in the
   main thread while it is open, and any later test on the same worker that calls ``asyncio.run`` would fail.
+- ``chosen_models(page)``: the names in the Grounding tab's model box, in order (its tokens).
+- ``click_until(click, answered, tries=3)``: a click made again when nothing answered it (a click that lands as
+  a panel or a plot is drawn again is lost on two loaded cores; a person clicks again, and so does the test).
 - ``open_tab(browser, url, width=1400, height=1100)``: a fresh browser context and page on ``url`` (cookies
   and storage of its own: a new visitor), loaded up to the Draw button; closed after. Launching Chromium took
   0.7-7 s on the shared 2-core machine, a new context well under a second.
@@ -115,3 +118,25 @@ def open_tab(browser, url: str, width: int = 1400, height: int = 1100, ready: st
         yield page
     finally:
         context.close()
+
+
+def click_until(click, answered, tries: int = 3) -> None:
+    """``click()``, then ``answered()`` (a Playwright wait or ``expect``, which raises when it times out); the
+    click made again when it did, ``tries`` times in all. Every check after it stays the test's own."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(tries):
+        click()
+        try:
+            answered()
+            return
+        except (AssertionError, PlaywrightTimeout):
+            if attempt == tries - 1:
+                raise
+
+
+def chosen_models(page) -> list[str]:
+    """The names in the Grounding tab's model box, in order: its tokens ("name · method · maps: ..."), not its
+    text, which holds the list of options while the list is open."""
+    tokens = page.locator("#grounding-model .token span").all_inner_texts()
+    return [token.split(" · ")[0].strip() for token in tokens]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from explorer.serve.startup import start_page
-from page_fixtures import CHROMIUM, CHROMIUM_ARGS, copy_of_the_zoo  # noqa: F401  (others import them from here)
+from page_fixtures import CHROMIUM, CHROMIUM_ARGS, chosen_models, copy_of_the_zoo  # noqa: F401  (others import them from here)
 from page_fixtures import free_port as _free_port  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page that draws real maps")]
@@ -143,7 +143,7 @@ def choose_models(page, names) -> None:
     """Set the multiselect model box to exactly ``names`` (nothing to do when it holds them already: each pick
     is a round of the box's events and a re-render, seconds on two busy cores)."""
     box = page.locator("#grounding-model")
-    if [t.split(" · ")[0].strip() for t in box.locator(".token span").all_inner_texts()] == list(names):
+    if chosen_models(page) == list(names):
         return
     clear = box.locator(".remove-all")
     if clear.count():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from page_fixtures import click_until
 from test_browser import ARTIFACTS, app_url, home, zoo_root  # noqa: F401  (fixtures)
 from test_browser_maps_board import FOUR, choose_exactly, window
 
@@ -80,14 +81,8 @@ def swap_every_colour(page) -> None:
     colour = panel.locator('[data-swap-type="colour"]')
     expect(colour).to_have_count(1, timeout=30_000)
     every = panel.get_by_role("button", name="Swap every colour")
-    for attempt in range(3):  # a click lost as the panel is drawn again: a person clicks again, so does the test
-        colour.click()
-        try:  # after the word's round trip, which waits behind a loaded machine
-            expect(every).to_be_visible(timeout=40_000)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
+    # after the word's round trip, which waits behind a loaded machine; a click lost as the panel is drawn again
+    click_until(colour.click, lambda: expect(every).to_be_visible(timeout=40_000))
     every.click()
     expect(panel.locator("[data-swap-row]")).to_have_count(10, timeout=120_000)
 

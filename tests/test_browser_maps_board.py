@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from page_fixtures import chosen_models
 from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four models' maps drawn on a served page")]
@@ -49,7 +50,7 @@ def choose_exactly(page, names) -> None:
     lost while the page is still re-rendering the box, so the chosen tokens are read back and a lost pick
     is made again (3 tries)."""
     box = page.locator("#grounding-model")
-    if chosen(page) == list(names):  # holds them already: each pick is seconds of events and re-rendering
+    if chosen_models(page) == list(names):  # holds them already: each pick is seconds of events and re-rendering
         return
     for _ in range(3):
         clear = box.locator(".remove-all")
@@ -59,15 +60,9 @@ def choose_exactly(page, names) -> None:
             pick(page, name)
         page.keyboard.press("Escape")
         page.wait_for_timeout(300)
-        if chosen(page) == list(names):
+        if chosen_models(page) == list(names):
             return
-    assert chosen(page) == list(names), chosen(page)
-
-
-def chosen(page) -> list[str]:
-    """The names in the model box, in order (each token reads "name · method · maps: ...")."""
-    tokens = page.locator("#grounding-model .token span").all_inner_texts()
-    return [token.split(" · ")[0].strip() for token in tokens]
+    assert chosen_models(page) == list(names), chosen_models(page)
 
 
 def pick(page, name) -> None:
@@ -184,10 +179,10 @@ def test_a_fifth_model_gets_a_message_with_the_limit(page):
     expect(page.locator("#model-limit-note")).to_contain_text("demo-finelip")
     # the box's tokens keep the four (read as tokens: the box's text holds its list of options while it is open)
     for _ in range(50):
-        if chosen(page) == list(FOUR):
+        if chosen_models(page) == list(FOUR):
             break
         page.wait_for_timeout(200)
-    assert chosen(page) == list(FOUR), chosen(page)
+    assert chosen_models(page) == list(FOUR), chosen_models(page)
 
 
 def test_the_model_picker_is_above_the_fold(page, app_url):  # noqa: F811

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from page_fixtures import chromium, open_tab, served_page  # noqa: F401 - the shared server and Chromium (65)
+from page_fixtures import chromium, click_until, open_tab, served_page  # noqa: F401 - the shared server and Chromium (65)
 from test_browser import ARTIFACTS
 from test_results_units import BlobModel
 
@@ -45,8 +45,6 @@ def tiny_result(served_page):  # noqa: F811 - fixtures imported from page_fixtur
 
 def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(chromium, served_page, tiny_result):  # noqa: F811
     from explorer.ui.results_html import number
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     from explorer.views.result_units import open_results, pick_units
 
     results = open_results(tiny_result)
@@ -81,19 +79,11 @@ def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(chromium, s
         page.get_by_role("option", name="blob").first.click()
         page.locator("#results-scatter .js-plotly-plot").wait_for(timeout=60_000)
         note = page.locator("#results-unit-note")
-        for attempt in range(3):  # a point opens its unit for both models (blob is not in the zoo: said, not drawn)
-            # On two loaded cores the plot can be drawn again just as the point is clicked (CI, session 20):
-            # the click lands on the replaced plot and is lost; a person clicks again, and so does the test.
-            point = page.locator("#results-scatter .scatterlayer .point").first
-            point.wait_for(timeout=30_000)
-            point.click(force=True)
-            try:
-                page.wait_for_function("() => /^Unit /.test(document.querySelector('#results-unit-note').innerText)",
-                                       timeout=40_000)
-                break
-            except PlaywrightTimeout:
-                if attempt == 2:
-                    raise
+        # A point opens its unit for both models (blob is not in the zoo: said, not drawn). On two loaded cores the
+        # plot can be drawn again just as the point is clicked (CI, session 20): that click is lost.
+        point = page.locator("#results-scatter .scatterlayer .point").first
+        click_until(lambda: (point.wait_for(timeout=30_000), point.click(force=True)), lambda: page.wait_for_function(
+            "() => /^Unit /.test(document.querySelector('#results-unit-note').innerText)", timeout=40_000))
         assert note.inner_text().split()[1] in ids
         assert "blob cannot be loaded here" in page.locator("#results-board").inner_text()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)

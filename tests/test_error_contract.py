@@ -267,6 +267,7 @@ ALLOWED = {
     "explorer/models/chunking.py": (4, "chunk arithmetic; the methods pass their own sentence counts"),
     "explorer/training/optimizer.py": (6, "a method's parameter_groups() (its code; check-method reports it)"),
     "explorer/evaluation/runner.py": (1, "a method's similarity() returned the wrong shape (its code)"),
+    "explorer/ui/page_load.py": (2, "the page's own wiring, refused when the app is built (never a visitor's value)"),
     "explorer/evaluation/grounding_eval.py": (1, "a method's maps and the masks disagree in shape (its code)"),
     "explorer/data/drawing.py": (3, "the synthetic world's own vocabulary"),
     "explorer/generation/clip_text_model.py": (2, "a tower explorer loaded must fit the model it builds"),

@@ -13,7 +13,8 @@ from explorer.jobs import JobManager
 from explorer.models.precision import AUTO
 from explorer.retrieval.indexing import Indexer
 from explorer.serve import host_guard
-from explorer.ui import generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, results_tab, retrieval_tab
+from explorer.ui import (generation_tab, grounding_tab, jobs_tab, memory_panel, models_tab, page_load, results_tab,
+                         retrieval_tab)
 from explorer.serve.access import PUBLIC_CACHE_SECONDS, PUBLIC_UPLOAD_BYTES, Access
 from explorer.serve.gradio_cache import CachePruner
 from explorer.serve.page_guard import PageGuard
@@ -148,9 +149,11 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
                 event.then(**refresh)
         # On every page load: the lists as the zoo is now, and what the page was built without (the method
         # modules, the tokenizer, the zoo's checks: seconds the first time, so the page serves before them).
-        page_loads = [*grounding_loads, retrieval_refresh, generation_load, *jobs_refresh, zoo_listing,
-                      *retrieval_load, *jobs_load]
-        for handler in page_loads:
+        # What the first view shows (the caption's budget, the chosen models' labels) comes in events of its own,
+        # each as soon as it is ready; the other tabs' lists in one (``page_load``: each event costs the browser).
+        other_tabs = page_load.one_event([retrieval_refresh, generation_load, *jobs_refresh, zoo_listing,
+                                          *retrieval_load, *jobs_load])
+        for handler in [*grounding_loads, other_tabs]:
             app.load(**handler)
     return app
 
