@@ -313,9 +313,19 @@ def test_every_draw_and_re_render_is_followed_by_the_check(zoo):
     for fn in sources:
         chained = {later.name: later for later in after[fn._id]}
         # the check, and (after a Draw) the swap panel's sentence words: nothing else follows a board's change
-        allowed = {"recheck", "choose_sentence"} if fn.api_name == "draw_maps" else {"recheck"}
-        assert "recheck" in chained and set(chained) <= allowed, (fn.api_name, sorted(chained))
-        assert [later.name for later in after[chained["recheck"]._id]] == ["focus_by_number"], fn.api_name
+        allowed = {"settle", "choose_sentence"} if fn.api_name == "draw_maps" else {"settle"}
+        assert "settle" in chained and set(chained) <= allowed, (fn.api_name, sorted(chained))
+        assert after[chained["settle"]._id] == [], fn.api_name  # the check and the focus in one event
+
+
+def test_settle_marks_what_changed_meanwhile_else_draws_the_focused_sentence_again(zoo, photo):
+    view, settings, *_ = draw(zoo, photo)
+    drawn = [str(photo), CAPTION, ["tiny-untrained"], "native", "", None]
+    *kept, plot, note = maps_tab.settle(view, settings, 2, *drawn)
+    assert kept == [{"__type__": "update"}] * 6  # current: the board and its states as the Draw left them
+    assert (plot, note) == maps_tab.focus_by_number(view, settings, 2)  # the focused sentence, from the new maps
+    assert maps_tab.settle(view, settings, 2, str(photo), "A cat.", *drawn[2:]) == maps_tab.recheck(
+        view, settings, str(photo), "A cat.", *drawn[2:])  # changed meanwhile: marked out of date, no focus drawn
 
 
 def test_a_board_that_cannot_be_drawn_again_is_still_marked_out_of_date(zoo, photo, monkeypatch):

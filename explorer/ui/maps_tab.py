@@ -171,6 +171,20 @@ def recheck(view: MapsView | None, settings: ViewSettings | None, *inputs):
     return mark_stale(view, settings, *inputs)
 
 
+def settle(view: MapsView | None, settings: ViewSettings | None, number, *inputs):
+    """Chained after every Draw and re-render, as one event: ``recheck``'s marking when the inputs changed while it
+    ran; else, the board current, the focused sentence (``number``) drawn again from the stored maps. Outputs as
+    ``mark_stale``'s. (Two chained events before: each one a round of the browser's status updates.)"""
+    marked = recheck(view, settings, *inputs)
+    if any(not _unchanged(value) for value in marked):
+        return marked
+    return (*marked[:6], *focus_by_number(view, settings, number))
+
+
+def _unchanged(value) -> bool:
+    return isinstance(value, dict) and value == gr.update()
+
+
 FOCUS_HINT = ("**Focus**: pick a sentence (click its map on the board below, its row in the table, or type its "
               "number) to see it large for every model; hover to read the map's value, drag to zoom all of them.")
 
@@ -299,14 +313,15 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
                       inputs=inputs.components() + display,
                       outputs=[view_state, settings_state, board, status, scores, page], api_name="draw_maps",
                       **HEAVY)
-    # A new drawing or a display change redraws the focused sentence (if one is picked) from the stored maps.
+    # The focused sentence drawn again from the stored maps (the Sentence box's Enter; and ``settle``'s).
     focus_again = dict(fn=focus_by_number, inputs=[view_state, settings_state, focus_sentence],
                        outputs=[focus, focus_note], show_progress="hidden", **STORED)  # stored maps: no model
-    # Inputs changed while a Draw or re-render ran: its result is marked out of date at once (``recheck``).
+    # After a Draw or a re-render, one event (``settle``): inputs changed while it ran mark its result out of
+    # date at once, else the focused sentence (if one is picked) is drawn again from the new maps.
     stale_outputs = [view_state, settings_state, board, status, scores, focus_sentence, focus, focus_note]
-    check_again = dict(fn=recheck, inputs=[view_state, settings_state, *inputs.components()], outputs=stale_outputs,
-                       show_progress="hidden")
-    drawn.then(**check_again).then(**focus_again)
+    settle_after = dict(fn=settle, inputs=[view_state, settings_state, focus_sentence, *inputs.components()],
+                        outputs=stale_outputs, show_progress="hidden", **STORED)
+    drawn.then(**settle_after)
     swap_panel.build(view_state, settings_state, drawn, zoo, access, board=board, scores=scores,  # one word
                      render=lambda view, settings: (maps_board.board_html(view, settings), status_text(view, settings),
                                                     score_rows(view, settings)), status=status)
@@ -321,7 +336,7 @@ def build(inputs: Inputs, zoo: Zoo, cache: MapCache, access=None) -> None:
         event = control.input if isinstance(control, gr.Slider) else control.change
         event(rerender, inputs=[view_state, settings_state, *display],
               outputs=[settings_state, board, status, scores, page], api_name=f"rerender_maps_{control.elem_id}",
-              trigger_mode="always_last", **HEAVY).then(**check_again).then(**focus_again)
+              trigger_mode="always_last", **HEAVY).then(**settle_after)
     # Any input that changes what a Draw would compute makes the board out of date until the next Draw.
     for component in inputs.components():
         # Not in the HEAVY group: it encodes nothing (the board is memoised), so a keystroke never waits
