@@ -150,10 +150,12 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
         # On every page load: the lists as the zoo is now, and what the page was built without (the method
         # modules, the tokenizer, the zoo's checks: seconds the first time, so the page serves before them).
         # What the first view shows (the caption's budget, the chosen models' labels) comes in events of its own,
-        # each as soon as it is ready; the other tabs' lists in one (``page_load``: each event costs the browser).
-        other_tabs = page_load.one_event([retrieval_refresh, generation_load, *jobs_refresh, zoo_listing,
-                                          *retrieval_load, *jobs_load])
-        for handler in [*grounding_loads, other_tabs]:
+        # each as soon as it is ready; every other tab's lists in one event a tab (``page_load``: each event costs
+        # the browser; a tab's handlers run in turn, the tabs side by side, so the Models table does not wait for
+        # the Retrieval tab's dataset).
+        tabs_lists = [[retrieval_refresh, *retrieval_load], [generation_load], [*jobs_refresh, *jobs_load],
+                      [zoo_listing]]
+        for handler in [*grounding_loads, *(page_load.one_event(lists) for lists in tabs_lists if lists)]:
             app.load(**handler)
     return app
 

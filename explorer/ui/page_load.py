@@ -5,7 +5,7 @@ lists as the zoo is now, the datasets added since, the runs, the zoo's table). R
 were twelve requests a page load, and each event costs the visitor's browser a round of status updates over
 every component an event has touched (Gradio's frontend: 0.3-0.5 s of a 2-core machine's browser CPU an event)
 and counts against the visitor's share of the queue (a public page holds an address to 24 requests at once:
-two tabs opened together were 24). ``one_event`` runs a group of them as one request, each handler in turn.
+two tabs opened together were 24). ``one_event`` runs a tab's handlers as one request, each in turn.
 """
 
 from __future__ import annotations
