@@ -5,17 +5,20 @@ management controls are not on the page at all. Skipped only when no Chromium is
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from explorer.serve.startup import start_page
 from page_fixtures import click_until
-from test_browser import ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo, upload  # noqa: F401
+from test_browser import (ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo,  # noqa: F401
+                          picture_size, upload)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served public page")]
 
 MANAGEMENT = ["#zoo-add-path", "#zoo-add", "#zoo-upload", "#zoo-upload-add", "#zoo-remove", "#zoo-remove-name",
               "#zoo-refresh", "#memory-show", "#jobs-submit", "#jobs-cancel", "#jobs-delete", "#jobs-data"]
+ASSETS = Path(__file__).resolve().parents[1] / "assets"  # the page's examples (explorer assets write)
 TYPED_PATHS = ["#retrieval-folder", "#generation-sdxl", "#generation-sdxl-config", "#regions-detector"]
 
 
@@ -85,6 +88,10 @@ def test_an_example_loads_and_draws(page):
     page.get_by_role("tab", name="Grounding").click()
     page.locator("#photo-examples").get_by_text("rocket:").click()  # an example: a scikit-image photo
     expect(page.locator("#grounding-caption textarea")).to_have_value(re.compile("rocket"), timeout=20_000)
+    # and its picture arrived (the caption and the picture are two updates): a Draw clicked before that drew the
+    # page's first picture and then said the inputs changed meanwhile (CI)
+    width, height = picture_size(ASSETS / "rocket.png")
+    expect(page.locator("#image-note")).to_contain_text(f"Image {width}x{height} px", timeout=60_000)
     page.locator("#grounding-run").click()
     expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / "public-example.png"), full_page=True)
