@@ -78,12 +78,18 @@ def test_the_served_queue_summarises_its_events_every_hundredth_event_not_after_
 
 @pytest.mark.slow(reason="imports the model blocks and then open_clip in a fresh Python")
 def test_model_blocks_come_without_open_clips_model_families_and_the_package_is_whole_when_asked():
-    """open_clip's transformer blocks and tokenizer import without its ``__init__`` (CoCa, Hugging Face towers:
-    transformers), 2.3 s of every process that builds a model; ``open_clip.create_model`` afterwards still
-    finds the whole package, from two threads at once."""
+    """open_clip's transformer blocks, its tokenizer and torchvision's transforms import without open_clip's and
+    torchvision's ``__init__`` (CoCa, Hugging Face towers: transformers; every torchvision model and
+    ``torch._dynamo``): 2.3 s and 3 s of every process that reads pictures with a model. ``open_clip.create_model``
+    afterwards still finds the whole package, from two threads at once, and torchvision is whole when asked."""
     code = ("import sys, threading; from explorer.models.nn import open_clip_parts; "
             "from explorer.models.tokenizer import tokenize; tokenize(['a red cat'], 77); "
-            "print('transformers' in sys.modules, 'open_clip.coca_model' in sys.modules); "
+            "from explorer.models.preprocess import Preprocess; from PIL import Image; "
+            "Preprocess(32)([Image.new('RGB', (40, 30))]); "
+            "print('transformers' in sys.modules, 'open_clip.coca_model' in sys.modules, "
+            "'torch._dynamo' in sys.modules, 'torchvision.models' in sys.modules); "
+            "from torchvision.ops import roi_align; import torchvision; "
+            "print(callable(roi_align), bool(torchvision.__version__), callable(torchvision.models.resnet18)); "
             "import open_clip; found = []; "
             "threads = [threading.Thread(target=lambda: found.append(open_clip.create_model)) for _ in range(2)]; "
             "[t.start() for t in threads]; [t.join() for t in threads]; "
@@ -91,6 +97,7 @@ def test_model_blocks_come_without_open_clips_model_families_and_the_package_is_
             "print(len(found) == 2 and found[0] is found[1], open_clip.CLIP is CLIP, "
             "open_clip.transformer.Transformer is open_clip_parts.Transformer, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    before, after = out.strip().splitlines()[-2:]
-    assert before == "False False"
+    before, torchvision_whole, after = out.strip().splitlines()[-3:]
+    assert before == "False False False False"
+    assert torchvision_whole == "True True True"
     assert after == "True True True True"

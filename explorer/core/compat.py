@@ -41,26 +41,51 @@ def _ops_present() -> bool:
         return False
 
 
+def _torchvision_spec():
+    """Where torchvision is installed, found on the path without importing it (and without the import hooks:
+    the guard below would be asked again)."""
+    import importlib.machinery
+
+    return importlib.machinery.PathFinder.find_spec("torchvision")
+
+
+def _load_compiled_ops() -> bool:
+    """Load torchvision's compiled ops (its ``_C`` extension, found as its ``extension`` module finds it) without
+    running torchvision's ``__init__``, which imports every model family and ``torch._dynamo`` (3 s of a
+    process's start here). False where there is none or it does not load (a CUDA-linked build beside a CPU
+    torch); a later ``import torchvision`` loading the same file again is a no-op."""
+    import importlib.machinery
+
+    import torch
+
+    spec = _torchvision_spec()
+    loader = (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        extension = importlib.machinery.FileFinder(folder, loader).find_spec("torchvision._C")
+        if extension is not None and extension.origin:
+            try:
+                torch.ops.load_library(extension.origin)
+                return True
+            except (OSError, ImportError):
+                return False
+    return False
+
+
 def ensure_torchvision_importable() -> None:
-    """Declare torchvision's op schemas if (and only if) they are missing."""
+    """Declare torchvision's op schemas if (and only if) they are missing once its compiled ops had their
+    chance to load. Imports torch, never torchvision."""
     global _library
     if _library is not None or _ops_present():
         return
-    try:
-        import torchvision  # noqa: F401  (a working install registers the ops itself)
-        return
-    except RuntimeError:
-        pass
-    except ImportError:
-        return
+    if _torchvision_spec() is None:
+        return  # not installed: nothing to make importable
+    if _load_compiled_ops() and _ops_present():
+        return  # a working install: its ops registered themselves
     import torch
 
     _library = torch.library.Library("torchvision", "DEF")
     for schema in _SCHEMAS:
         _library.define(schema)
-    # The failed import left half-initialised modules behind; drop them.
-    for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-        del sys.modules[name]
 
 
 class TorchvisionGuard(importlib.abc.MetaPathFinder):
@@ -73,7 +98,7 @@ class TorchvisionGuard(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torchvision" or self.done or "torchvision" in sys.modules:
             return None
-        self.done = True  # first, so the import inside ensure_torchvision_importable passes through
+        self.done = True  # first, so the lookup inside ensure_torchvision_importable passes through
         try:
             ensure_torchvision_importable()
         except ImportError:  # no torch: torchvision's own import will say so

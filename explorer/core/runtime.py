@@ -55,29 +55,39 @@ def prepare_libraries() -> None:
 _IMPORTING = threading.RLock()
 
 
+# Packages whose ``__init__`` imports far more than the submodules explorer uses. open_clip's imports every model
+# family it has (CoCa, Hugging Face text towers through transformers, timm towers: 2.3 s); torchvision's every
+# dataset and model, and its ``ops``' import ``torch._dynamo`` (2.5 s), for the one module open_clip's blocks
+# need (``torchvision.ops.misc``) and the transforms the pictures go through. Every process that builds a model
+# paid both (each job run, each CLI command, each evaluation child).
+LAZY_PACKAGES = ("open_clip", "torchvision", "torchvision.ops")
+
+
 def prepared_import(name: str):
     """``importlib.import_module(name)`` once torchvision is importable: for open_clip, timm, transformers,
     diffusers and torchmetrics' image metrics, which import torchvision. One such import at a time.
-    A module of open_clip (``open_clip.transformer``) comes without the package's ``__init__`` until something
-    asks the package itself for a name (``_LazyPackage``)."""
+    A submodule of a ``LAZY_PACKAGES`` package (``open_clip.transformer``, ``torchvision.transforms``) comes
+    without the packages' ``__init__`` until something asks a package itself for a name (``_LazyPackage``)."""
     prepare_libraries()
     with _IMPORTING:
-        if name.startswith("open_clip.") and "open_clip" not in sys.modules:
-            _install_lazy_package("open_clip")
+        if any(name.startswith(package + ".") for package in LAZY_PACKAGES):
+            for package in LAZY_PACKAGES:
+                if package not in sys.modules:
+                    _install_lazy_package(package)
         return importlib.import_module(name)
 
 
 class _LazyPackage(types.ModuleType):
-    """A package whose ``__init__`` runs on the first name asked of it, not at import.
+    """A package whose ``__init__`` runs on the first name asked of it, not at import (``LAZY_PACKAGES``).
 
-    open_clip's ``__init__`` imports every model family it has (CoCa, Hugging Face text towers through
-    transformers, timm towers): 2.3 s of a process's start here, for the transformer blocks and the tokenizer,
-    which need none of it. Every process that builds a model paid it (each job run, each CLI command, each
-    evaluation child). Its submodules import as usual; ``open_clip.create_model`` (or ``from open_clip import
-    ...``) runs the real ``__init__`` then, in this module, so the package is whole for whoever wants it."""
+    Its submodules import as usual; ``open_clip.create_model`` (or ``from open_clip import ...``,
+    ``torchvision.__version__``) runs the real ``__init__`` then, in this module, so the package is whole for
+    whoever wants it. One trap it leaves: a submodule named as a function its ``__init__`` exports
+    (``torchvision.ops.roi_align``), imported as a module before the ``__init__`` ran, is what the package's
+    name gives until then; ask the package first (``from torchvision.ops import roi_align``)."""
 
     def __getattr__(self, name: str):
-        if name.startswith("__"):
+        if name.startswith("__") and name not in ("__all__", "__version__"):  # a probe (copy, inspect): no init
             raise AttributeError(name)
         with _IMPORTING:  # one thread runs the __init__; another asking meanwhile waits for it
             found = self.__dict__
@@ -104,6 +114,9 @@ def _install_lazy_package(name: str) -> None:
     package.__path__ = list(spec.submodule_search_locations)
     package.__loader__ = spec.loader
     sys.modules[name] = package
+    parent, _, child = name.rpartition(".")
+    if parent:  # bound on its parent as an import binds a submodule (else the parent's lookup would run its init)
+        setattr(sys.modules[parent], child, package)
 
 
 def prepare_process() -> None:

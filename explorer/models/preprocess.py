@@ -46,15 +46,12 @@ FITS = ("crop", "squash")
 
 
 def _torchvision():
-    """torchvision's functional transforms and its bicubic mode. Imported on the first picture (~1.5 s),
-    not when the page starts."""
-    from explorer.core.runtime import prepare_libraries
+    """torchvision's functional transforms and its bicubic mode. Imported on the first picture, not when the
+    page starts; without torchvision's ``__init__`` (``prepared_import``)."""
+    from explorer.core.runtime import prepared_import
 
-    prepare_libraries()
-    import torchvision.transforms.functional as TF
-    from torchvision.transforms import InterpolationMode
-
-    return TF, InterpolationMode.BICUBIC
+    functional = prepared_import("torchvision.transforms.functional")
+    return functional, functional.InterpolationMode.BICUBIC
 
 
 @dataclass(frozen=True)
