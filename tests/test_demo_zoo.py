@@ -93,6 +93,7 @@ def test_build_demo_resumes_and_keeps_what_it_built(tmp_path):
 
 def test_background_build_runs_alone_and_reports(tmp_path):
     import os
+    import signal
     import subprocess
     import sys
     import time
@@ -102,13 +103,18 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     out, work = tmp_path / "demo", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = ["zoo", "build-demo", "--out", str(out), "--work", str(work), "--scenes", "40", "--scale", "0.001",
-            "--only", "clip-base", "--min-steps", "10"]  # long enough to be running when started again
+            "--only", "clip-base", "--min-steps", "3"]  # not the default (10): the steps recorded show it arrived
     started = subprocess.run([sys.executable, "-m", "explorer.cli", *args, "--background"], env=env,
                              capture_output=True, text=True, timeout=120)
     assert started.returncode == 0 and "build.log" in started.stdout, started.stderr
-    assert demo_build.running(work) is not None
-    again = subprocess.run([sys.executable, "-m", "explorer.cli", *args, "--background"], env=env,
-                           capture_output=True, text=True, timeout=120)
+    first = demo_build.running(work)
+    assert first is not None
+    os.kill(first, signal.SIGSTOP)  # held (still alive) while a second build is asked for: no race with its end
+    try:
+        again = subprocess.run([sys.executable, "-m", "explorer.cli", *args, "--background"], env=env,
+                               capture_output=True, text=True, timeout=120)
+    finally:
+        os.kill(first, signal.SIGCONT)
     assert again.returncode != 0 and "already running" in (again.stdout + again.stderr)
     deadline = time.monotonic() + 240
     while demo_build.running(work) is not None and time.monotonic() < deadline:
@@ -116,7 +122,7 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     assert demo_build.running(work) is None and (out / "clip-base.safetensors").exists()
     status = demo_build.status(work)
     assert "not running" in status and "clip-base: built" in status
-    assert json.loads((out / "clip-base.json").read_text())["recipe"]["steps"] == 10  # --min-steps reached the run
+    assert json.loads((out / "clip-base.json").read_text())["recipe"]["steps"] == 3  # --min-steps reached the run
 
 
 def test_a_gpu_asked_for_where_there_is_none_is_refused_before_anything_runs(tmp_path, monkeypatch):
