@@ -40,6 +40,15 @@ def settle(page) -> None:
     page.wait_for_function(AT_REST, timeout=120_000, polling=100)
 
 
+def loaded(page) -> None:
+    """The page-load events answered: the caption's budget counted (the first), the others' outputs no longer
+    pending (``settle``)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=120_000)
+    settle(page)
+
+
 def violations(page) -> list[str]:
     """The listed rules' violations, and (issue 66) every violation of impact serious or critical whatever its
     rule, and ``heading-order``."""
@@ -52,11 +61,20 @@ def violations(page) -> list[str]:
             if v["id"] in RULES or v["id"] == "heading-order" or v["impact"] in ("serious", "critical")]
 
 
+# Two animation frames: what a click changed has been laid out and painted.
+PAINTED = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+
+
 def open_tab(page, name: str) -> None:
+    """``name`` selected and its contents drawn (not a fixed wait: the tab says it is selected, two frames pass)."""
+    from playwright.sync_api import expect
+
     if name in INNER:
-        page.get_by_role("tab", name="Grounding", exact=True).first.click()
-    page.get_by_role("tab", name=name, exact=True).first.click()
-    page.wait_for_timeout(800)  # the tab's contents render
+        open_tab(page, "Grounding")
+    tab = page.get_by_role("tab", name=name, exact=True).first
+    tab.click()
+    expect(tab).to_have_attribute("aria-selected", "true", timeout=30_000)
+    page.evaluate(PAINTED)
 
 
 def draw_default_example(page) -> None:
@@ -111,7 +129,7 @@ def test_every_tab_passes_axe_and_every_picture_has_words(app_url):
     from explorer.ui.theme import contrast_ratio
 
     with window(app_url) as page:
-        page.wait_for_timeout(2000)  # the page-load handlers fill the model labels and map kinds
+        loaded(page)
         found = {}
         for name in TABS + INNER:
             open_tab(page, name)
@@ -154,7 +172,7 @@ def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(
     """Issue 66.3 too: one panel a row (two only where both get 160 px), the swap table in a box that scrolls
     sideways with its first column fixed, the focus view's titles on lines of their own; no serious axe finding."""
     with window(app_url, **PHONE) as page:
-        page.wait_for_timeout(2000)
+        loaded(page)
         choose_exactly(page, FOUR)  # four columns in the swap table: wider than a phone
         draw_default_example(page)
         page.locator(BOARD).scroll_into_view_if_needed()
