@@ -347,19 +347,24 @@ def inception_weights(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_fid_of_a_set_against_itself_is_near_zero_and_against_others_larger(inception_weights, tmp_path):
+def test_fid_of_a_set_against_itself_is_near_zero_and_against_others_larger(inception_weights, tmp_path, monkeypatch):
     from PIL import Image
 
-    from explorer.generation.fid import frechet_inception_distance, reference_pictures
+    from explorer.generation import fid
+    from explorer.generation.fid import fid_of_sets, reference_pictures
 
     rng = np.random.default_rng(0)
     for i in range(3):
         Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(tmp_path / f"ref{i}.png")
     reference = reference_pictures(tmp_path)
-    same = frechet_inception_distance(reference, reference, inception_weights)
     flat = [Image.new("RGB", (64, 64), (60 * i, 90, 200)) for i in range(3)]
-    other = frechet_inception_distance(flat, reference, inception_weights)
+    embedded, real_batch = [], fid._batch  # the size of every batch that goes through Inception
+    monkeypatch.setattr(fid, "_batch", lambda pictures: embedded.append(len(pictures)) or real_batch(pictures))
+    monkeypatch.setattr(fid, "BATCH", 2)
+    scores = fid_of_sets({"same": reference, "other": flat}, reference, inception_weights)
+    same, other = scores["same"], scores["other"]
     assert abs(same.fid) < 1e-3 * other.fid and other.fid > 1e-3 and same.n_reference == 3
+    assert embedded == [2, 1, 2, 1, 2, 1]  # the reference once for both sets, in batches of 2
 
 
 def test_fid_refuses_pickled_weights_and_too_few_pictures(tmp_path):

@@ -11,6 +11,7 @@ FID from a handful of pictures is strongly biased upwards: the number of picture
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from explorer.models.io.checkpoints import read_checkpoint
 
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 FID_SIZE = 299
+BATCH = 32  # pictures a forward through Inception
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,29 @@ def reference_pictures(folder: Path, limit: int | None = None) -> list:
 
 
 def frechet_inception_distance(generated: list, reference: list, inception_weights: Path) -> FidResult:
-    if len(generated) < 2 or len(reference) < 2:
+    """FID of one set of pictures against the reference pictures."""
+    return fid_of_sets({"generated": generated}, reference, inception_weights)["generated"]
+
+
+def fid_of_sets(sets: Mapping[str, list], reference: list, inception_weights: Path) -> dict[str, FidResult]:
+    """FID of each named set of pictures against one reference set. The network is built once and the
+    reference's features computed once for every set (a column a model in ``explorer generate --compare``);
+    pictures go through Inception ``BATCH`` at a time, so a reference folder of thousands is never one tensor."""
+    if len(reference) < 2 or any(len(pictures) < 2 for pictures in sets.values()):
         raise ExplorerError("FID needs at least 2 generated and 2 reference pictures")
+    metric = _inception_metric(inception_weights)
+    for chunk in _chunks(reference):
+        metric.update(_batch(chunk), real=True)
+    scores = {}
+    for name, generated in sets.items():
+        metric.reset()  # the generated side only: the metric keeps the reference's features (reset_real_features)
+        for chunk in _chunks(generated):
+            metric.update(_batch(chunk), real=False)
+        scores[name] = FidResult(float(metric.compute()), len(generated), len(reference))
+    return scores
+
+
+def _inception_metric(inception_weights: Path):
     try:
         FrechetInceptionDistance = prepared_import("torchmetrics.image.fid").FrechetInceptionDistance
     except ImportError as error:
@@ -60,14 +83,15 @@ def frechet_inception_distance(generated: list, reference: list, inception_weigh
         plain = Path(scratch) / "inception.pth"
         torch.save(dict(tensors), plain)  # tensors only: what the library then unpickles is ours
         try:
-            metric = FrechetInceptionDistance(feature=2048, normalize=True,
-                                              feature_extractor_weights_path=str(plain))
+            return FrechetInceptionDistance(feature=2048, normalize=True, reset_real_features=False,
+                                            feature_extractor_weights_path=str(plain))
         except RuntimeError as error:  # a state dict of another network
             raise ExplorerError(f"{inception_weights} is not torch-fidelity's InceptionV3 weights: "
                                 f"{str(error).splitlines()[0]}") from error
-    metric.update(_batch(reference), real=True)
-    metric.update(_batch(generated), real=False)
-    return FidResult(float(metric.compute()), len(generated), len(reference))
+
+
+def _chunks(pictures: list) -> list[list]:
+    return [pictures[start:start + BATCH] for start in range(0, len(pictures), BATCH)]
 
 
 def _batch(pictures: list) -> torch.Tensor:
@@ -77,7 +101,5 @@ def _batch(pictures: list) -> torch.Tensor:
 
 def fid_per_column(result, reference: Path, inception_weights: Path) -> dict[str, FidResult]:
     """FID of each column's pictures (one per seed) of a ``GenerationResult`` against the reference folder."""
-    pictures = reference_pictures(reference)
-    return {column: frechet_inception_distance([p.image for p in result.pictures if p.column == column], pictures,
-                                               inception_weights)
-            for column in result.settings.columns}
+    columns = {column: [p.image for p in result.pictures if p.column == column] for column in result.settings.columns}
+    return fid_of_sets(columns, reference_pictures(reference), inception_weights)
