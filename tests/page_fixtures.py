@@ -25,6 +25,7 @@ Chromium per test module, not one per test). Import the fixtures you use by name
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -36,6 +37,21 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run"]
+
+
+# The pages' screenshots are for a person reviewing a change (no test reads them), so they are taken only when
+# EXPLORER_ARTIFACTS names a folder (`EXPLORER_ARTIFACTS=artifacts bash scripts/test.sh -m browser`): a full-page
+# one costs Chromium about 1.2 CPU s, and a run took 23.
+ARTIFACTS = Path(os.environ["EXPLORER_ARTIFACTS"]) if os.environ.get("EXPLORER_ARTIFACTS") else None
+
+
+def screenshot(target, name: str, full_page: bool = False) -> None:
+    """``target`` (a page or an element) saved as ARTIFACTS/``name``, when ARTIFACTS is set."""
+    if ARTIFACTS is None:
+        return
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    options = {"full_page": True} if full_page else {}  # an element's screenshot takes no full_page
+    target.screenshot(path=str(ARTIFACTS / name), **options)
 
 
 def free_port() -> int:

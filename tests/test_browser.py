@@ -10,19 +10,17 @@ them). Skipped only when no Chromium is installed;
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from explorer.serve.startup import start_page
-from page_fixtures import CHROMIUM, CHROMIUM_ARGS, chosen_models, copy_of_the_zoo  # noqa: F401  (others import them from here)
+from page_fixtures import CHROMIUM, CHROMIUM_ARGS, chosen_models, copy_of_the_zoo, screenshot  # noqa: F401  (others import them from here)
 from page_fixtures import free_port as _free_port  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page that draws real maps")]
 
-ARTIFACTS = Path(os.environ.get("EXPLORER_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))
 CAPTION = ("A ginger cat looks to the left. Its whiskers are long and white. "
            "The background is a blurred wooden floor.")
 
@@ -135,8 +133,7 @@ def test_grounding_draws_one_map_per_sentence(page, photo):
     expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)
     page.locator("#maps-board [data-map-panel] img").first.wait_for(timeout=30_000)
     expect(page.locator("#maps-scores")).to_contain_text("whiskers")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "grounding.png"), full_page=True)
+    screenshot(page, "grounding.png", full_page=True)
 
 
 def choose_models(page, names) -> None:
@@ -185,7 +182,7 @@ def test_compare_two_models_then_export_a_pdf(page, photo):
     settings = next(h for h in hrefs if h.endswith("maps.pdf.json"))
     assert page.request.get(pdf).body().startswith(b"%PDF")
     assert page.request.get(settings).json()["models"] == ["demo-caft", "demo-flair"]
-    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+    screenshot(page, "compare.png", full_page=True)
 
 
 def test_a_sentence_picked_in_the_table_opens_its_large_maps_for_both_models(page, photo):
@@ -219,7 +216,7 @@ def test_a_sentence_picked_in_the_table_opens_its_large_maps_for_both_models(pag
     plots.first.hover(position={"x": box["width"] * 0.4, "y": box["height"] * 0.5})
     plots.first.hover(position={"x": box["width"] * 0.5, "y": box["height"] * 0.5})
     expect(focus.locator(".hoverlayer")).to_contain_text("value", timeout=10_000)
-    page.screenshot(path=str(ARTIFACTS / "focus.png"), full_page=True)
+    screenshot(page, "focus.png", full_page=True)
 
 
 def test_an_explainer_map_is_drawn_beside_a_native_one(page, photo):
@@ -240,7 +237,7 @@ def test_an_explainer_map_is_drawn_beside_a_native_one(page, photo):
     expect(status).to_contain_text("demo-clip-base (legrad)", timeout=60_000)
     expect(status).to_contain_text("demo-flair (legrad)")
     page.locator("#maps-board [data-map-panel] img").first.wait_for(timeout=30_000)
-    page.screenshot(path=str(ARTIFACTS / "explainers.png"), full_page=True)
+    screenshot(page, "explainers.png", full_page=True)
     kind.click()
     kind.fill("native")
     page.get_by_role("option", name="native").first.click()
@@ -282,7 +279,7 @@ def test_regions_and_pca_views_draw(page, photo):
     page.locator("#pca-run").click()
     expect(page.locator("#pca-status")).to_contain_text("picture(s)", timeout=60_000)
     page.locator("#pca-grid img").wait_for(timeout=30_000)
-    page.screenshot(path=str(ARTIFACTS / "pca.png"), full_page=True)
+    screenshot(page, "pca.png", full_page=True)
     page.get_by_role("tab", name="Sentence maps").click()
 
 
@@ -294,7 +291,7 @@ def test_models_tab_lists_the_zoo(page):
     # the table reads every manifest and checks each weight file: 15 s on two loaded cores was seen (this session)
     expect(table).to_contain_text("tiny-untrained", timeout=60_000)
     expect(table).to_contain_text("UNTRAINED")
-    page.screenshot(path=str(ARTIFACTS / "models.png"), full_page=True)
+    screenshot(page, "models.png", full_page=True)
 
 
 def test_corrupt_upload_gets_a_message_then_a_good_one_works(page, photo, tmp_path):
@@ -339,7 +336,7 @@ def test_a_photo_example_opens_from_assets_beside_its_label(page, app_url):
     page.get_by_text(caption[:30]).first.click()
     expect(page.locator("#grounding-caption textarea")).to_have_value(caption, timeout=20_000)
     expect(page.locator("#image-note")).to_contain_text("320x213", timeout=20_000)  # the shipped file
-    page.screenshot(path=str(ARTIFACTS / "examples.png"), full_page=True)
+    screenshot(page, "examples.png", full_page=True)
 
 
 def test_a_model_added_in_the_models_tab_is_drawn_without_a_restart(page, photo, zoo_root):
@@ -418,7 +415,7 @@ def test_a_typed_sdxl_folder_is_named_and_generate_draws_the_stock_and_the_swapp
     reads = page.locator("#generation-reads")
     expect(reads).to_contain_text("stock SDXL (77 tokens)", timeout=30_000)  # the two columns: stock, the swapped
     expect(reads).to_contain_text("demo-finelip (248 tokens)", timeout=30_000)
-    page.screenshot(path=str(ARTIFACTS / "generation.png"), full_page=True)
+    screenshot(page, "generation.png", full_page=True)
 
 
 def open_accordion(page, selector: str, inside: str) -> None:
@@ -459,12 +456,12 @@ def test_no_table_column_is_clipped(page, photo, width):
         page.locator("#grounding-caption textarea").fill(CAPTION)
         page.locator("#grounding-run").click()
         expect(page.locator("#maps-scores")).to_contain_text("demo-flair", timeout=60_000)
-        page.screenshot(path=str(ARTIFACTS / f"grounding-{width}.png"), full_page=True)
+        screenshot(page, f"grounding-{width}.png", full_page=True)
         open_accordion(page, "#token-budget-panel", "#sentence-table")  # the sentence table is folded under the caption
         clipped = {table: columns_inside(page, table) for table in ("sentence-table", "maps-scores")}
         page.get_by_role("tab", name="Models").click()
         expect(page.locator("#zoo-table")).to_contain_text("UNTRAINED", timeout=15_000)
-        page.screenshot(path=str(ARTIFACTS / f"models-{width}.png"), full_page=True)
+        screenshot(page, f"models-{width}.png", full_page=True)
         clipped["zoo-table"] = columns_inside(page, "zoo-table")
         assert not any(clipped.values()), clipped
     finally:

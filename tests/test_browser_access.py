@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from page_fixtures import click_until
-from test_browser import ARTIFACTS, app_url, home, zoo_root  # noqa: F401  (fixtures)
+from test_browser import screenshot, app_url, home, zoo_root  # noqa: F401  (fixtures)
 from test_browser_maps_board import FOUR, choose_exactly, window
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium through every tab with four demo models' maps drawn, the swap panel and the focus view open, axe-core in each state")]
@@ -141,8 +141,7 @@ def test_every_tab_passes_axe_and_every_picture_has_words(app_url):
         found["swap panel shown"] = violations(page)
         open_focus(page)
         found["focus view open"] = violations(page)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "access-drawn.png"))
+        screenshot(page, "access-drawn.png")
     assert not any(found.values()), {tab: problems for tab, problems in found.items() if problems}
     assert tabs and min(tabs.values()) >= 4.5, tabs  # selected: #c2410c on white 5.2:1; the others 14.9:1
 
@@ -177,8 +176,7 @@ def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(
         draw_default_example(page)
         page.locator(BOARD).scroll_into_view_if_needed()
         layout = page.evaluate(ROWS)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "maps-board-390.png"))
+        screenshot(page, "maps-board-390.png")
         swap_every_colour(page)
         table = page.evaluate(SWAP_SCROLL)
         open_focus(page)

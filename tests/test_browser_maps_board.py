@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from page_fixtures import chosen_models
-from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
+from test_browser import screenshot, CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four models' maps drawn on a served page")]
 
@@ -110,9 +110,8 @@ def test_four_models_read_side_by_side(page):
     # every panel inside the window's width: nothing pushed off to the right
     right = page.locator("[data-map-panel]").evaluate_all("els => Math.max(...els.map(e => e.getBoundingClientRect().right))")
     assert right <= 1400
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.locator("#maps-board-view").scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "maps-board.png"))
+    screenshot(page, "maps-board.png")
 
 
 def test_a_panel_click_opens_the_focus_view_with_titles_apart_and_zoom_linked(page):
@@ -140,7 +139,7 @@ def test_a_panel_click_opens_the_focus_view_with_titles_apart_and_zoom_linked(pa
     ranges = focus.evaluate("el => { const p = el.querySelector('.js-plotly-plot'); const l = p._fullLayout;"
                             " return ['xaxis', 'xaxis2', 'xaxis3', 'xaxis4'].map(a => l[a].range); }")
     assert all(r == ranges[0] for r in ranges) and ranges[0][1] - ranges[0][0] < 200, ranges
-    page.screenshot(path=str(ARTIFACTS / "maps-focus.png"))
+    screenshot(page, "maps-focus.png")
 
 
 def test_inputs_that_change_mark_the_board_out_of_date_and_reset_the_focus(page, photo):  # noqa: F811

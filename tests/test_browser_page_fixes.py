@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import ARTIFACTS, app_url, browser_page, home, photo, upload, zoo_root  # noqa: F401
+from test_browser import screenshot, app_url, browser_page, home, photo, upload, zoo_root  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page")]
 
@@ -15,7 +15,6 @@ WINDOW = {"width": 1400, "height": 900}
 
 @pytest.fixture(scope="module")
 def page(app_url):
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with browser_page(app_url) as page:
         page.set_viewport_size(WINDOW)
         yield page
@@ -54,7 +53,7 @@ def test_the_retrieval_message_shows_above_the_pictures_and_the_upload_box_is_wh
     assert 0 <= message["y"] and message["y"] + message["height"] <= WINDOW["height"], message
     cut = page.locator("#retrieval-query-image").evaluate(CUT_TEXT)
     assert cut == [], cut
-    page.screenshot(path=str(ARTIFACTS / "retrieval-message.png"))
+    screenshot(page, "retrieval-message.png")
 
 
 def test_the_flism_label_is_apart_from_the_heat_map_titles(page, photo):
@@ -108,7 +107,7 @@ def test_the_jobs_table_keeps_its_words_whole(page, home):
     expect(table).to_contain_text("cancelled", timeout=30_000)
     cells = table.locator("th span.header, .body-cell span.text")
     split = cells.evaluate_all(SPLIT_WORDS, WIDEST)
-    table.screenshot(path=str(ARTIFACTS / "jobs-table.png"))
+    screenshot(table, "jobs-table.png")
     assert split == [], split
 
 
@@ -125,5 +124,5 @@ def test_generate_is_off_with_its_reason_while_no_sdxl_is_set(page, home):
     field.fill(str(home / "no-sdxl-here"))
     expect(reason).to_contain_text("cannot be used", timeout=15_000)
     expect(go).to_be_disabled()
-    page.screenshot(path=str(ARTIFACTS / "generation-off.png"))
+    screenshot(page, "generation-off.png")
     field.fill("")

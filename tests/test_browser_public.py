@@ -11,7 +11,7 @@ import pytest
 
 from explorer.serve.startup import start_page
 from page_fixtures import click_until
-from test_browser import (ARTIFACTS, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo,  # noqa: F401
+from test_browser import (screenshot, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo,  # noqa: F401
                           picture_size, upload)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served public page")]
@@ -59,8 +59,7 @@ def test_the_page_says_it_is_a_demo_and_has_no_management_controls(page):
         assert page.locator(selector).count() == 0, selector
     for selector in TYPED_PATHS:
         assert not page.locator(selector).is_visible(), selector
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "public-models.png"), full_page=True)
+    screenshot(page, "public-models.png", full_page=True)
 
 
 def test_draw_works_on_an_uploaded_picture(page, photo):
@@ -94,7 +93,7 @@ def test_an_example_loads_and_draws(page):
     expect(page.locator("#image-note")).to_contain_text(f"Image {width}x{height} px", timeout=60_000)
     page.locator("#grounding-run").click()
     expect(page.locator("#grounding-status")).to_contain_text("3 sentence(s)", timeout=60_000)
-    page.screenshot(path=str(ARTIFACTS / "public-example.png"), full_page=True)
+    screenshot(page, "public-example.png", full_page=True)
 
 
 def test_retrieval_indexes_a_listed_dataset_and_searches_it(page):
@@ -109,5 +108,5 @@ def test_retrieval_indexes_a_listed_dataset_and_searches_it(page):
     page.locator("#retrieval-search-text").click()
     expect(page.locator("#retrieval-status")).to_contain_text("Top 10", timeout=60_000)
     page.locator("#retrieval-gallery-0 img").first.wait_for(timeout=30_000)
-    page.screenshot(path=str(ARTIFACTS / "public-retrieval.png"), full_page=True)
+    screenshot(page, "public-retrieval.png", full_page=True)
     assert page.outside_requests == []  # the public page, too, reaches nothing outside the app

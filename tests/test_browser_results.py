@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from page_fixtures import chromium, click_until, open_tab, served_page  # noqa: F401 - the shared server and Chromium (65)
-from test_browser import ARTIFACTS
+from page_fixtures import screenshot
 from test_results_units import BlobModel
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="serves the app, scores a twin with a demo model, "
@@ -86,8 +86,7 @@ def test_results_view_opens_a_cell_its_units_and_a_unit_on_the_board(chromium, s
             "() => /^Unit /.test(document.querySelector('#results-unit-note').innerText)", timeout=40_000))
         assert note.inner_text().split()[1] in ids
         assert "blob cannot be loaded here" in page.locator("#results-board").inner_text()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        view.screenshot(path=str(ARTIFACTS / "results-view.png"))
+        screenshot(view, "results-view.png")
 
 
 def test_a_public_page_has_no_results_view(served_page):  # noqa: F811

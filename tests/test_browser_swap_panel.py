@@ -15,7 +15,7 @@ import re
 import pytest
 
 from page_fixtures import click_until
-from test_browser import ARTIFACTS, app_url, home, zoo_root  # noqa: F401
+from test_browser import screenshot, app_url, home, zoo_root  # noqa: F401
 from test_browser_maps_board import FOUR, draw_example, window
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four demo models drawn, then every colour swapped for each (ten map pairs a model)")]
@@ -56,9 +56,8 @@ def test_every_colour_swapped_for_four_models_and_a_row_shows_its_maps(page):
     expect(pair).to_have_attribute("data-swap-maps", "purple", timeout=60_000)
     expect(pair.locator("img")).to_have_count(2 * len(FOUR))
     expect(pair).to_contain_text("mask IoU")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.locator("#swap-note").evaluate("e => e.scrollIntoView({block: 'start'})")
-    page.screenshot(path=str(ARTIFACTS / "swap-panel.png"), full_page=False)
+    screenshot(page, "swap-panel.png")
     # issue 66.4: every row and cell is a button (Tab reaches it, Enter opens its maps); a cell's tooltip names
     # both scores
     cell = panel.locator('[data-swap-cell="demo-caft|orange"] button')
