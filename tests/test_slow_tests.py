@@ -45,3 +45,27 @@ def test_the_plugin_is_registered_in_the_runs_controller(pytestconfig):
 
     plugin = pytestconfig.pluginmanager.get_plugin("explorer-slow-tests")
     assert (plugin is None) == bool(os.environ.get("PYTEST_XDIST_WORKER"))  # a worker's reports go to it
+
+
+def test_a_click_made_again_is_named_in_the_warnings_and_the_last_miss_still_fails():
+    """``click_until`` (tests/page_fixtures.py): a lost click's wait is named in the run's warnings summary, so a
+    slow test's extra 40 s has a cause on record; after its last try the miss fails the test as before."""
+    pytest.importorskip("playwright")
+    from page_fixtures import ClickAgain, click_until
+
+    clicks, misses = [], iter([True, False])
+
+    def answered():
+        if next(misses):
+            raise AssertionError("no answer yet")
+
+    with pytest.warns(ClickAgain, match="made again after"):
+        click_until(lambda: clicks.append("click"), answered)
+    assert clicks == ["click", "click"]
+
+    def never():
+        raise AssertionError("never answered")
+
+    with pytest.warns(ClickAgain), pytest.raises(AssertionError, match="never answered"):
+        click_until(lambda: clicks.append("click"), never, tries=2)
+    assert len(clicks) == 4
