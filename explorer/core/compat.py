@@ -49,18 +49,17 @@ def _torchvision_spec():
     return importlib.machinery.PathFinder.find_spec("torchvision")
 
 
-def _load_compiled_ops() -> bool:
-    """Load torchvision's compiled ops (its ``_C`` extension, found as its ``extension`` module finds it) without
-    running torchvision's ``__init__``, which imports every model family and ``torch._dynamo`` (3 s of a
-    process's start here). False where there is none or it does not load (a CUDA-linked build beside a CPU
-    torch); a later ``import torchvision`` loading the same file again is a no-op."""
+def _load_compiled_ops(spec) -> bool:
+    """Load torchvision's compiled ops (its ``_C`` extension, found as its ``extension`` module finds it, in the
+    package ``spec`` locates) without running torchvision's ``__init__``, which imports every model family and
+    ``torch._dynamo`` (3 s of a process's start here). False where there is none or it does not load (a
+    CUDA-linked build beside a CPU torch); a later ``import torchvision`` loading the same file again is a no-op."""
     import importlib.machinery
 
     import torch
 
-    spec = _torchvision_spec()
     loader = (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES)
-    for folder in (spec.submodule_search_locations or []) if spec else []:
+    for folder in spec.submodule_search_locations or []:
         extension = importlib.machinery.FileFinder(folder, loader).find_spec("torchvision._C")
         if extension is not None and extension.origin:
             try:
@@ -77,9 +76,10 @@ def ensure_torchvision_importable() -> None:
     global _library
     if _library is not None or _ops_present():
         return
-    if _torchvision_spec() is None:
+    spec = _torchvision_spec()
+    if spec is None:
         return  # not installed: nothing to make importable
-    if _load_compiled_ops() and _ops_present():
+    if _load_compiled_ops(spec) and _ops_present():
         return  # a working install: its ops registered themselves
     import torch
 
