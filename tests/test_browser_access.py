@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from page_fixtures import click_until
-from test_browser import screenshot, app_url, home, zoo_root  # noqa: F401  (fixtures)
+from page_fixtures import click_until, screenshot
+from test_browser import app_url, home, zoo_root  # noqa: F401  (fixtures)
 from test_browser_maps_board import FOUR, choose_exactly, window
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium through every tab with four demo models' maps drawn, the swap panel and the focus view open, axe-core in each state")]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from page_fixtures import chosen_models
-from test_browser import screenshot, CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
+from page_fixtures import chosen_models, screenshot
+from test_browser import CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four models' maps drawn on a served page")]
 

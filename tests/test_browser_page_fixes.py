@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import screenshot, app_url, browser_page, home, photo, upload, zoo_root  # noqa: F401
+from page_fixtures import screenshot
+from test_browser import app_url, browser_page, home, photo, upload, zoo_root  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page")]
 

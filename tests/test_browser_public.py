@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from explorer.serve.startup import start_page
-from page_fixtures import click_until
-from test_browser import (screenshot, CAPTION, _free_port, browser_page, copy_of_the_zoo, photo,  # noqa: F401
-                          picture_size, upload)
+from page_fixtures import click_until, screenshot
+from test_browser import CAPTION, _free_port, browser_page, copy_of_the_zoo, photo, picture_size, upload  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served public page")]
 

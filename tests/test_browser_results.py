@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from page_fixtures import chromium, click_until, open_tab, served_page  # noqa: F401 - the shared server and Chromium (65)
-from page_fixtures import screenshot
+from page_fixtures import chromium, click_until, open_tab, screenshot, served_page  # noqa: F401 - the shared server and Chromium (65)
 from test_results_units import BlobModel
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="serves the app, scores a twin with a demo model, "

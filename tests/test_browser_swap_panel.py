@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from page_fixtures import click_until
-from test_browser import screenshot, app_url, home, zoo_root  # noqa: F401
+from page_fixtures import click_until, screenshot
+from test_browser import app_url, home, zoo_root  # noqa: F401
 from test_browser_maps_board import FOUR, draw_example, window
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four demo models drawn, then every colour swapped for each (ten map pairs a model)")]
