@@ -96,6 +96,9 @@ def swap_every_colour(page) -> None:
     number = panel.get_by_label("Swap in sentence")
     number.fill("2")
     number.press("Enter")
+    # sentence 2's words in: sentence 1 has a colour word too ("gray"), and a click on it as sentence 2 arrived
+    # was lost (every 390-px run, 40 s: the click_until warning)
+    expect(panel.locator('[data-swap-word="three"]')).to_have_count(0, timeout=30_000)
     colour = panel.locator('[data-swap-type="colour"]')
     expect(colour).to_have_count(1, timeout=30_000)
     every = panel.get_by_role("button", name="Swap every colour")
