@@ -181,3 +181,13 @@ def test_the_app_builds_with_the_jobs_tab(jobs, zoo, monkeypatch):
     assert {"jobs_submit", "jobs_show", "jobs_cancel", "jobs_resume", "jobs_delete", "jobs_delete_confirm",
             "jobs_open_in_grounding"} <= names
     assert any(isinstance(block, gr.Timer) and block.value == tab.POLL_SECONDS for block in app.blocks.values())
+    # the timer ticks while the Jobs tab is shown: picking a main tab turns it on for Jobs and off for the others
+    timer = next(block for block in app.blocks.values() if isinstance(block, gr.Timer)
+                 and block.value == tab.POLL_SECONDS)
+    main_tabs = next(block for block in app.blocks.values() if isinstance(block, gr.Tabs)
+                     and block.elem_id == "main-tabs")
+    follows = [fn for fn in app.fns.values() if (main_tabs._id, "select") in fn.targets and fn.outputs == [timer]]
+    assert len(follows) == 1 and follows[0].fn is tab.ticks_while_shown
+    for label, active in (("Jobs", True), ("Grounding", False), ("Results", False)):
+        update = tab.ticks_while_shown(gr.SelectData(main_tabs, {"value": label, "index": 0}))
+        assert update.active is active, label

@@ -123,7 +123,7 @@ def build_app(zoo: Zoo | None = None, indexer: Indexer | None = None, jobs: JobM
                 generation_models, generation_load = generation_tab.build(zoo, access)
             jobs_init, jobs_changes, jobs_load = None, [], []
             if not access.public:
-                with gr.Tab("Jobs", id="jobs"):
+                with gr.Tab(jobs_tab.JOBS_TAB, id="jobs"):
                     jobs_init, jobs_changes, jobs_load = jobs_tab.build(jobs, zoo, access, grounding, tabs)
                 with gr.Tab("Results", id="results"):  # an evaluation's numbers opened as their units
                     results_tab.build(zoo, access, jobs, cache)
