@@ -556,6 +556,23 @@ def test_no_link_is_fetched_in_any_mode(tmp_path, monkeypatch):
     assert outbound == []
 
 
+def test_no_run_history_is_kept_or_served_in_any_mode(tmp_path):
+    """Gradio's run history is off: the page's config tells the browser to record nothing (it kept every
+    event's inputs and outputs in localStorage, rewritten on every status message), and neither its page nor
+    its route that saves runs to a Hugging Face bucket exists."""
+    for public in (True, False):
+        with gr.Blocks() as blocks:
+            gr.Button().click(lambda: "done", outputs=gr.Textbox(), api_name="read")
+        client = serve_tiny(Access(roots=(tmp_path,), public=public), blocks)
+        try:
+            assert client.get("/config").json()["run_history"] is False
+            assert client.get("/gradio_api/runs").status_code == 404
+            connect = client.post("/gradio_api/run-history/connect", json={"bucket_id": "someone/bucket"})
+            assert connect.status_code in (404, 405), connect.text
+        finally:
+            blocks.close()
+
+
 def test_a_request_body_past_the_budget_is_refused_before_it_is_parsed(tmp_path):
     with gr.Blocks() as blocks:
         box = gr.Textbox()

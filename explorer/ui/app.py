@@ -38,8 +38,12 @@ def page_options(access: Access | None = None, any_host: bool = False, uploads: 
     theme = page_theme()  # every text at least 4.5:1 (explorer.ui.theme)
     public = access is not None and access.public
     guard = host_guard.middleware(public, access.hosts if access else (), any_host)
+    # No run history: Gradio 6 keeps every event's inputs and outputs (the maps board's HTML too) in the
+    # visitor's localStorage by default, parsing and rewriting the whole history on every status message (a Draw
+    # cost Chromium 2.2-2.7 CPU s once a session had grown, 1.0-1.3 s without it), and serves a history page and
+    # a route to save runs to a Hugging Face bucket: a page to review and a way out to the network it needs not.
     options = {"theme": theme, "footer_links": ["api", "settings"], "allowed_paths": [str(export_root())],
-               "css": PAGE_CSS, "head": PAGE_HEAD, "app_kwargs": {"middleware": guard}}
+               "css": PAGE_CSS, "head": PAGE_HEAD, "app_kwargs": {"middleware": guard}, "run_history": False}
     if access is not None:
         # Inside the host guard, in front of Gradio's routes: sessions, uploads, request bodies, links.
         guard.append(Middleware(PageGuard, budget=access.budget, public=access.public, uploads=uploads))
