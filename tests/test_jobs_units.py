@@ -385,3 +385,34 @@ def test_a_run_on_a_retrieval_layout_is_evaluated_on_its_held_out_split(jobs, wo
     assert evaluation["counts"] == {"images": 1, "captions": 1} and evaluation["metrics"]["t2i_R@1"] == 1.0
     events = read_jsonl(Path(run.out_dir) / "run.jsonl")
     assert events[-1]["event"] == "evaluation" and events[-1]["kind"] == "retrieval"
+
+
+def test_two_runs_of_one_name_published_at_once_keep_both_entries(tmp_path, monkeypatch):
+    """Two runs named alike that finish together: each gets a name of its own and both manifests stay (the
+    name was chosen, then written, and a second run choosing in between took the same one and replaced it)."""
+    import threading
+    import time
+
+    from explorer.jobs import publish as publishing
+    from explorer.zoo import Manifest, Zoo
+
+    own = Manifest(name="own", method="clip", weights="builtin:tiny-clip").write(tmp_path / "own.json")
+    runs = [Run(id=f"run{i}", name="same", method="clip", data=str(tmp_path)) for i in range(2)]
+    taken = publishing._taken
+
+    def slow_check(*args):  # the window between choosing a name and writing it, widened
+        free = taken(*args)
+        time.sleep(0.3)
+        return free
+
+    monkeypatch.setattr(publishing, "_taken", slow_check)
+    names = []
+    threads = [threading.Thread(target=lambda run=run: names.append(publishing.publish(run, own, tmp_path / "zoo")[0]))
+               for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(names) in (["same", "same-run0"], ["same", "same-run1"]), names
+    later = max(names)
+    assert {m.name for m in Zoo(tmp_path / "zoo").manifests()} == {"same", later}
