@@ -6,6 +6,8 @@
         out.write(text)
     write_text_atomic(target, text)
     file_stamp(target)                      # (inode, mtime, size): changes when the file is rewritten
+    with exclusive_lock(folder / ".lock"):  # one writer at a time, across threads and processes
+        ...
 
 The temporary file is unique (two writers never share one), replaces the target only when the
 block ends without an error, and is removed when it does not; a crash leaves at most a hidden
@@ -15,6 +17,7 @@ gets the umask's, as any new file.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
@@ -70,6 +73,27 @@ def file_stamp(path: str | os.PathLike) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike, error: type[Exception] | None = None, what: str = "") -> Iterator[None]:
+    """An exclusive ``flock`` on the file ``path`` (made, with its folder, when missing) while the block runs:
+    one holder at a time across threads and processes. When the file cannot be made: ``error`` saying that
+    ``what`` (default: the folder) cannot be written, or the ``OSError`` itself without one."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as problem:
+        if error is None:
+            raise
+        raise error(f"{what or path.parent} cannot be written: {problem}") from problem
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def read_json(path: str | os.PathLike, error: type[Exception] = ValueError, where: str = ""):

@@ -10,11 +10,10 @@ Grounding tab opens it by its zoo name. Its ``source`` says which job trained it
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import re
 from pathlib import Path
 
+from explorer.core.files import exclusive_lock
 from explorer.jobs.records import Run
 
 ZOO_SUBDIR = "jobs"
@@ -29,7 +28,9 @@ def publish(run: Run, manifest_path: str | Path, zoo_root: str | Path | None = N
     root = Path(zoo_root) if zoo_root is not None else paths.checkpoints_root()
     folder = root / ZOO_SUBDIR
     base = _slug(run.name) or run.method
-    with _one_publisher_at_a_time(folder):  # the name is chosen and written before another run looks
+    # One publisher at a time: two runs of one name that finished together both found the name free, and the
+    # second manifest replaced the first (one run's zoo entry lost; CI, two CPU runs named alike).
+    with exclusive_lock(folder / ".publish.lock"):  # the name is chosen and written before another run looks
         name = base if not _taken(root, base, folder / f"{base}.json") else f"{base}-{run.id}"
         entry = Manifest(name=name, method=own.method, weights=str(own.weights_path().resolve()),
                          architecture=own.architecture, context_length=own.context_length,
@@ -37,20 +38,6 @@ def publish(run: Run, manifest_path: str | Path, zoo_root: str | Path | None = N
                          options=own.resolved_options(), trained=True, notes=own.notes)
         path = entry.write(folder / f"{name}.json")
     return name, path
-
-
-@contextlib.contextmanager
-def _one_publisher_at_a_time(folder: Path):
-    """An exclusive lock on ``folder/.publish.lock`` (``flock``: across processes and threads). Two runs of one
-    name that finished together both found the name free, and the second manifest replaced the first: one
-    run's zoo entry lost (CI, two CPU runs named alike)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".publish.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def unpublish(run: Run) -> Path | None:

@@ -29,11 +29,9 @@ Layout (open formats: safetensors shards and one JSON index)::
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -46,7 +44,7 @@ from safetensors.torch import save_file
 from explorer.core import paths
 from explorer.core.cache import MB, BoundedCache
 from explorer.core.errors import ExplorerError, ImageError
-from explorer.core.files import atomic_path, file_stamp, write_text_atomic
+from explorer.core.files import atomic_path, exclusive_lock, file_stamp, write_text_atomic
 from explorer.core.images import load_image
 from explorer.core.prefetch import prefetched
 from explorer.data.retrieval_sets import RetrievalSet
@@ -473,20 +471,9 @@ class EmbeddingStore:
                 path.unlink(missing_ok=True)  # written before a kill, never indexed
                 self._shards.discard(lambda key, name=path.name: key[0] == name)
 
-    @contextmanager
     def _locked(self):
         """One writer per cache folder, across threads and processes (``flock``)."""
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            handle = open(self.folder / ".lock", "w")
-        except OSError as error:
-            raise StoreError(f"the embedding cache at {self.folder} cannot be written: {error}") from error
-        with handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return exclusive_lock(self.folder / ".lock", StoreError, f"the embedding cache at {self.folder}")
 
 
 def _text_hash(text: str) -> str:
