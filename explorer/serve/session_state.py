@@ -6,7 +6,11 @@ invents session hashes, so the page's cookie count does not bound them: ``StateL
 address that queued its events (``clients.address_of``) and, each time a request is queued (``queue_guard``), it
 
 - measures the sessions whose events have ended since (``state_bytes``: arrays, tensors and pictures by their buffers,
-  everything else by ``sys.getsizeof``, each object once),
+  everything else by ``sys.getsizeof``, each object once). Each session holds a config per component (454 on the
+  page, 1.1 MB), which Gradio replaces whole when an event updates a component, and in which it only sets the
+  ``value`` in place: ``ConfigSizes`` keeps each config's bytes but its value by the config's identity, so a
+  measurement walks the values and the state, not the page's 20,000 config objects again (47 ms -> under 1 ms an
+  event, on the event loop, before every queued event),
 - forgets, oldest first, a session past its address's count (``Budget.state_sessions_per_address``) or byte share
   (``state_bytes_per_address``), the page's least recently used ones past ``state_bytes_total`` whatever the number
   of addresses, and any idle past ``state_seconds``.
@@ -28,12 +32,45 @@ from explorer.serve.budget import Budget
 OBJECTS_WALKED = 200_000  # a bound on one measurement's work: past it the rest is counted as nothing more
 
 
+class ConfigSizes:
+    """The bytes of a session's component configs, each but its ``value``, kept by the config's identity.
+
+    Gradio's ``SessionState.config_values`` maps a component to its config dict; an event's update replaces the
+    dict (``config_for_block``) and a new value is set in place in ``props["value"]``. So a config's bytes without
+    its value hold while the same dict (and the same ``props`` dict) is there: the cache holds the dicts it
+    measured (the session holds them too), so an identity cannot be reused while it is kept."""
+
+    def __init__(self):
+        self.sizes: dict = {}  # component key -> (config, props, bytes without the value)
+
+    def fixed_bytes(self, configs: dict) -> int:
+        total, kept = 0, {}
+        for key, config in configs.items():
+            props = config.get("props") if isinstance(config, dict) else None
+            known = self.sizes.get(key)
+            if known is None or known[0] is not config or known[1] is not props:
+                known = (config, props, deep_bytes(_without_value(config), keys=False))
+            kept[key] = known
+            total += known[2]
+        self.sizes = kept  # replaced configs are let go
+        return total
+
+
+def _without_value(config):
+    """``config`` with ``props["value"]`` left out (the value is measured with the rest of the session)."""
+    props = config.get("props") if isinstance(config, dict) else None
+    if not isinstance(props, dict) or "value" not in props:
+        return config
+    return {**config, "props": {name: prop for name, prop in props.items() if name != "value"}}
+
+
 @dataclass
 class Held:
     address: str
     bytes: int = 0
     used: float = field(default_factory=time.monotonic)
     dirty: bool = True  # an event may have written since the last measurement
+    configs: ConfigSizes = field(default_factory=ConfigSizes)  # its configs' bytes (measured once each)
 
 
 class StateLedger:
@@ -64,7 +101,7 @@ class StateLedger:
         data = getattr(holder, "session_data", {})
         for session, held in self.sessions.items():
             if held.dirty and session in data:
-                held.bytes = state_bytes(data[session])
+                held.bytes = state_bytes(data[session], held.configs)
                 held.dirty = session in busy  # still running: measured again next time
             elif session not in data:
                 held.bytes = 0
@@ -121,21 +158,30 @@ def _oldest_past(sessions: list[str], held: dict[str, Held], count: int | None, 
     return gone
 
 
-def state_bytes(state) -> int:
-    """What one Gradio ``SessionState`` holds: its state values and the component configs it copied."""
-    parts = [getattr(state, "state_data", {}), getattr(state, "config_values", {})]
+def _value_of(config):
+    props = config.get("props") if isinstance(config, dict) else None
+    return props.get("value") if isinstance(props, dict) else None
+
+
+def state_bytes(state, configs: ConfigSizes | None = None) -> int:
+    """What one Gradio ``SessionState`` holds: its state values and the component configs it copied, each config's
+    bytes but its value from ``configs`` while it is the same dict (a new ``ConfigSizes`` when none is given)."""
+    config_values = getattr(state, "config_values", {})
+    fixed = (configs or ConfigSizes()).fixed_bytes(config_values)
+    parts = [getattr(state, "state_data", {}), [_value_of(config) for config in config_values.values()]]
     config = getattr(state, "blocks_config", None)
     blocks = getattr(config, "blocks", {})
     root = getattr(config, "root_block", None)
     defaults = getattr(getattr(root, "default_config", None), "blocks", None) or {}
     # Components an event replaced (an update): their values only; the rest of a component is the page's.
     parts.append([getattr(b, "value", None) for key, b in blocks.items() if defaults.get(key) is not b])
-    return deep_bytes(parts)
+    return fixed + deep_bytes(parts)
 
 
-def deep_bytes(value, limit: int = OBJECTS_WALKED) -> int:
+def deep_bytes(value, limit: int = OBJECTS_WALKED, keys: bool = True) -> int:
     """The bytes ``value`` keeps alive: arrays, tensors and pictures by their buffers, containers and objects by
-    ``sys.getsizeof`` plus what they hold, each object once; at most ``limit`` objects walked."""
+    ``sys.getsizeof`` plus what they hold, each object once; at most ``limit`` objects walked. ``keys=False``
+    leaves dicts' keys out (a config's prop names, strings every config shares)."""
     seen: set[int] = set()
     stack, total = [value], 0
     while stack and len(seen) < limit:
@@ -153,7 +199,8 @@ def deep_bytes(value, limit: int = OBJECTS_WALKED) -> int:
         if isinstance(item, (str, bytes, bytearray)):
             continue
         if isinstance(item, dict):
-            stack.extend(item.keys())
+            if keys:
+                stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, (list, tuple, set, frozenset)):
             stack.extend(item)
