@@ -8,7 +8,8 @@ Chromium per test module, not one per test). Import the fixtures you use by name
   test may add and remove models without touching the checkout.
 - ``serving(app, access=None)``: a built ``gr.Blocks`` served on 127.0.0.1 (``start_page``, the app's own
   patient start), its URL yielded; closed after.
-- ``served_page`` (module fixture): the owner's page on a copy of the zoo, ``$EXPLORER_HOME`` its own:
+- ``served_page`` (module fixture): the owner's page on a copy of the zoo, ``$EXPLORER_HOME`` its own, with the
+  queue and request rules ``explorer app`` serves it with (``explorer.ui.app.serve``):
   a dict with ``url``, ``zoo``, ``home``. One per module: a module that changes the zoo or the home changes
   it for its own tests only.
 - ``chromium`` (module fixture): one Playwright Chromium for the module's tests (skipped when no Chromium is
@@ -92,15 +93,14 @@ def served_page(tmp_path_factory):
     """The owner's page on a copy of the zoo (the repository's demo weights may be added by their path), with
     its own ``$EXPLORER_HOME``: ``{"url", "zoo", "home"}``, one server for the module's tests."""
     from explorer.serve.access import Access
-    from explorer.ui.app import build_app
+    from explorer.ui.app import build_app, serve
     from explorer.zoo import Zoo
 
     zoo, home = copy_of_the_zoo(tmp_path_factory.mktemp("zoo")), tmp_path_factory.mktemp("home")
     with pytest.MonkeyPatch.context() as patch:  # uploads, exports and caches of this app stay in the test
         patch.setenv("EXPLORER_HOME", str(home))
         access = Access.for_app(zoo, allow_roots=[REPO / "checkpoints"])
-        app = build_app(Zoo(zoo), access=access)
-        app.queue()
+        app = serve(build_app(Zoo(zoo), access=access), access)  # the page's own queue and rules, as launched
         with serving(app, access) as url:
             yield {"url": url, "zoo": zoo, "home": home}
 

@@ -39,7 +39,7 @@ def home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def app_url(zoo_root, home):
     from explorer.serve.access import Access
-    from explorer.ui.app import build_app, page_options
+    from explorer.ui.app import build_app, page_options, serve
     from explorer.zoo import Zoo
 
     with pytest.MonkeyPatch.context() as patch:  # uploads, exports and caches of this app stay in the test
@@ -47,8 +47,7 @@ def app_url(zoo_root, home):
         port = _free_port()
         # The owner's page; the repository's demo weights may be added by their path.
         access = Access.for_app(zoo_root, allow_roots=[Path(__file__).resolve().parents[1] / "checkpoints"])
-        app = build_app(Zoo(zoo_root), access=access)
-        app.queue()
+        app = serve(build_app(Zoo(zoo_root), access=access), access)  # its queue and request rules, as launched
         start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                    **page_options())
         yield f"http://127.0.0.1:{port}"
