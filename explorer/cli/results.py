@@ -34,7 +34,7 @@ def add_commands(commands) -> None:
 def add_examples_command(results) -> None:
     """`explorer results examples`: a cell's units listed (``--list``, ``--out x.json``) or drawn as a figure."""
     from explorer.cli.figures import add_style_arguments
-    from explorer.views.result_units import FILTERS
+    from explorer.views.result_cells import FILTERS  # not result_units: it imports pandas
 
     examples = results.add_parser("examples", help="a results cell's worst (best, winning) units as a figure grid "
                                                    "or a JSON list, from the work files as they are")

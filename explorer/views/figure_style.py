@@ -16,8 +16,6 @@ import contextlib
 from dataclasses import dataclass
 from functools import lru_cache
 
-import matplotlib
-from matplotlib.font_manager import FontProperties
 
 FONTS = ("sans", "serif", "cm")
 HEADERS = ("sentence", "number")  # a map's column header: its sentence, or S1.. with a legend under the grid
@@ -118,6 +116,8 @@ def rc_params(font: str, font_size: float) -> dict:
 @contextlib.contextmanager
 def figure_style(style: FigureStyle):
     """Draw and save inside this: matplotlib's settings are the style's, and restored after."""
+    import matplotlib
+
     with matplotlib.rc_context(style.rc()):
         yield
 
@@ -185,6 +185,9 @@ def _renderer():
 
 @lru_cache(maxsize=8192)
 def _width(font: str, size: float, text: str) -> float:
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+
     with matplotlib.rc_context(rc_params(font, size)):
         prop = FontProperties(size=size)
         width, _, _ = _renderer().get_text_width_height_descent(text, prop, ismath=False)
@@ -193,6 +196,7 @@ def _width(font: str, size: float, text: str) -> float:
 
 @lru_cache(maxsize=256)
 def _height(font: str, size: float, lines: int) -> float:
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
