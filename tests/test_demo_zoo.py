@@ -23,10 +23,11 @@ def test_build_demo_writes_loadable_small_models(tmp_path, monkeypatch):
     batch_scenes = TwinBatches.batch_scenes
     monkeypatch.setattr(TwinBatches, "batch_scenes",
                         lambda self, epoch, b: trained_on.append(batch_scenes(self, epoch, b)) or trained_on[-1])
-    # Two steps a run: the loop steps, the optimizer updates and the weights are published; the assertions
-    # are about the recipe's plumbing (files, manifests, loading), which longer runs do not exercise more.
+    # Two steps a run of batches of 4 (the recipe's are 16-32: a backward of 32 took 1.4 s): the loop steps, the
+    # optimizer updates and the weights are published; the assertions are about the recipe's plumbing (files,
+    # manifests, loading), which longer runs and bigger batches do not exercise more.
     written = build_demo(out=out, work=work, n_scenes=40, scale=0.001, only=["clip-base", "goal", "seps"],
-                         progress=False, log=lambda _: None, min_steps=2)
+                         progress=False, log=lambda _: None, min_steps=2, max_batch=4)
     assert [p.name for p in written] == ["clip-base.safetensors", "goal.safetensors", "seps.safetensors"]
     for path in written:
         assert path.stat().st_size < 25 * 2**20
@@ -35,6 +36,7 @@ def test_build_demo_writes_loadable_small_models(tmp_path, monkeypatch):
     assert names["demo-goal"].context_length == 248 and names["demo-clip-base"].context_length == 77
     assert "seed 0" in names["demo-goal"].source and "build-demo" in names["demo-goal"].source
     assert all(m.recipe["steps"] == 2 for m in names.values())  # the steps trained are the steps recorded
+    assert all(m.recipe["batch_size"] == 4 for m in names.values())  # and the batch (capped: max_batch)
     assert all(m.recipe["world"]["scenes"] == 40 for m in names.values())  # and the world they trained on
     for name in names:
         model = explorer.load(out / f"{name.removeprefix('demo-')}.json", device="cpu")
@@ -71,17 +73,18 @@ def test_build_demo_resumes_and_keeps_what_it_built(tmp_path):
     run resumes from its checkpoint (``train``'s own resume, tested in test_training_loop)."""
     out, work = tmp_path / "demo", tmp_path / "work"
     logged = []
-    kwargs = dict(out=out, work=work, n_scenes=40, scale=0.001, only=["clip-base"], progress=False, min_steps=2)
+    kwargs = dict(out=out, work=work, n_scenes=40, scale=0.001, only=["clip-base"], progress=False, min_steps=2,
+                  max_batch=4)
     build_demo(**kwargs, log=logged.append)
     first = (out / "clip-base.safetensors").stat().st_mtime_ns
     build_demo(**kwargs, log=logged.append)
     assert (out / "clip-base.safetensors").stat().st_mtime_ns == first
     assert any("built already" in line for line in logged)
     build = json.loads((out / "BUILD.txt").read_text())
-    assert build["runs"]["clip-base"]["steps"] == 2 and build["runs"]["clip-base"]["samples_seen"] == 64
+    assert build["runs"]["clip-base"]["steps"] == 2 and build["runs"]["clip-base"]["samples_seen"] == 8
     assert {"world", "clip-base"} <= set(build["minutes"])
     manifest = json.loads((out / "clip-base.json").read_text())
-    assert manifest["recipe"]["samples_seen"] == 64 and "wall_minutes" in manifest["recipe"]
+    assert manifest["recipe"]["samples_seen"] == 8 and "wall_minutes" in manifest["recipe"]
     # a changed recipe row is not "built already", and the minutes of the recipe before are not its own
     state_file = work / "build-state.json"
     state = json.loads(state_file.read_text())
@@ -103,7 +106,8 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     out, work = tmp_path / "demo", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = ["zoo", "build-demo", "--out", str(out), "--work", str(work), "--scenes", "40", "--scale", "0.001",
-            "--only", "clip-base", "--min-steps", "3"]  # not the default (10): the steps recorded show it arrived
+            "--only", "clip-base", "--min-steps", "3", "--max-batch", "4"]  # not the defaults (10, the recipe's
+    # batch): the steps and batch recorded show they reached the background build
     started = subprocess.run([sys.executable, "-m", "explorer.cli", *args, "--background"], env=env,
                              capture_output=True, text=True, timeout=120)
     assert started.returncode == 0 and "build.log" in started.stdout, started.stderr
@@ -122,7 +126,8 @@ def test_background_build_runs_alone_and_reports(tmp_path):
     assert demo_build.running(work) is None and (out / "clip-base.safetensors").exists()
     status = demo_build.status(work)
     assert "not running" in status and "clip-base: built" in status
-    assert json.loads((out / "clip-base.json").read_text())["recipe"]["steps"] == 3  # --min-steps reached the run
+    recipe = json.loads((out / "clip-base.json").read_text())["recipe"]
+    assert recipe["steps"] == 3 and recipe["batch_size"] == 4  # --min-steps and --max-batch reached the run
 
 
 def test_a_gpu_asked_for_where_there_is_none_is_refused_before_anything_runs(tmp_path, monkeypatch):
@@ -137,6 +142,12 @@ def test_a_gpu_asked_for_where_there_is_none_is_refused_before_anything_runs(tmp
     assert not (tmp_path / "work").exists()  # refused before the world is written
     with pytest.raises(TrainingError, match="not 'tpu'"):
         build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=12, device="tpu", progress=False)
+    with pytest.raises(TrainingError, match="max_batch is at least 2"):
+        build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=12, max_batch=1, progress=False)
+    assert not (tmp_path / "work").exists()
+    from explorer.cli import main
+
+    assert main(["zoo", "build-demo", "--out", str(tmp_path / "demo"), "--max-batch", "1"]) == 2
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")

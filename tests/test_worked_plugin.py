@@ -56,7 +56,7 @@ def test_dreamlip_joins_the_demo_zoo_by_its_class_recipe(dreamlip, tmp_path):
     run = demo_run(dreamlip)  # from DreamLipMethod.demo_recipe: not in the recipe table
     assert (run.method, run.init, run.steps) == (dreamlip, "clip-base", 200)
     written = build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=40, scale=0.001,
-                         only=["clip-base", dreamlip], progress=False, log=lambda _: None, min_steps=2)
+                         only=["clip-base", dreamlip], progress=False, log=lambda _: None, min_steps=2, max_batch=4)
     assert [p.name for p in written] == ["clip-base.safetensors", "dreamlip.safetensors"]
     from explorer.zoo import Manifest
 

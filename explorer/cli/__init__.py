@@ -139,6 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--only", nargs="*", help="train only these runs (clip-base, longclip, finelip, ...)")
     demo.add_argument("--min-steps", type=int, default=10,
                       help="the fewest steps a scaled run trains (default 10; 1-2 checks the recipe's plumbing)")
+    demo.add_argument("--max-batch", type=int,
+                      help="cap every run's batch (a machine with little memory, or a quick try; the manifest "
+                           "records the batch trained)")
     demo.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                       help="where the runs train: cpu (default; the recipe's recorded minutes are 2 CPU cores'), "
                            "cuda, or auto (cuda when there is one); the same recipe in fp32 either way")
@@ -300,6 +303,8 @@ def _run_build_demo(args) -> int:
     scenes = DEMO_SCENES if args.scenes is None else args.scenes
     if args.min_steps < 1 or args.scale <= 0:
         raise ExplorerError("--min-steps takes a whole number of steps of at least 1, --scale a positive factor")
+    if args.max_batch is not None and args.max_batch < 2:
+        raise ExplorerError("--max-batch takes a whole number of at least 2 (a contrastive batch needs a negative)")
     if args.status:
         print(background_build.status(work))
         return 0
@@ -307,11 +312,12 @@ def _run_build_demo(args) -> int:
         argv = ["--out", str(out), "--work", str(work), "--scenes", str(scenes), "--scale", str(args.scale),
                 "--min-steps", str(args.min_steps), "--device", args.device]
         argv += ["--only", *args.only] if args.only else []
+        argv += ["--max-batch", str(args.max_batch)] if args.max_batch is not None else []
         print(background_build.start(work, argv))
         return 0
     with background_build.holding(work):
         written = build_demo(out=out, work=work, n_scenes=scenes, scale=args.scale, only=args.only,
-                             min_steps=args.min_steps, device=args.device)
+                             min_steps=args.min_steps, device=args.device, max_batch=args.max_batch)
     print(f"demo zoo: {len(written)} model(s) written")
     return 0
 
