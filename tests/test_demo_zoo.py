@@ -133,6 +133,7 @@ def test_background_build_runs_alone_and_reports(tmp_path):
 def test_a_gpu_asked_for_where_there_is_none_is_refused_before_anything_runs(tmp_path, monkeypatch):
     import torch
 
+    from explorer.core.errors import ConfigError
     from explorer.training.loop import TrainingError
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -142,7 +143,7 @@ def test_a_gpu_asked_for_where_there_is_none_is_refused_before_anything_runs(tmp
     assert not (tmp_path / "work").exists()  # refused before the world is written
     with pytest.raises(TrainingError, match="not 'tpu'"):
         build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=12, device="tpu", progress=False)
-    with pytest.raises(TrainingError, match="max_batch is at least 2"):
+    with pytest.raises(ConfigError, match="max_batch is at least 2"):
         build_demo(out=tmp_path / "demo", work=tmp_path / "work", n_scenes=12, max_batch=1, progress=False)
     assert not (tmp_path / "work").exists()
     from explorer.cli import main

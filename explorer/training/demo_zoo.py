@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from explorer.core import paths
+from explorer.core import errors, paths
 from explorer.training.demo_world import (DEMO_SCENES, DEMO_SEED, IMAGE_SIZE, WORLD_OBJECTS, world_record,
                                          world_vocabulary, write_world)
 from explorer.zoo.manifest import DEMO_COMMAND
@@ -273,9 +273,8 @@ CHECKPOINT_MINUTES = 5.0  # a killed build loses at most this much of the run it
 def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int = DEMO_SCENES, scale: float = 1.0,
                only: list[str] | None = None, progress: bool = True, log: Callable[[str], None] = print,
                min_steps: int = 10, device: str = "cpu", max_batch: int | None = None) -> list[Path]:
-    """Train the demo zoo; returns the weight files written. A run trains ``scale`` times its steps, and at
-    least ``min_steps`` (a test of the recipe's plumbing asks for fewer); ``max_batch`` caps every run's batch
-    (a machine with little memory, or a quick try; the batch trained is the one its manifest records).
+    """Train the demo zoo; returns the weight files written. A run trains ``scale`` times its steps, at least
+    ``min_steps``, in batches of at most ``max_batch`` (a quick try of the plumbing; the manifest records both).
 
     Run again with the same arguments, it resumes: a published run is kept as it is, an interrupted one
     continues from its newest checkpoint (written every ``CHECKPOINT_MINUTES``), and the wall time of every
@@ -286,10 +285,8 @@ def build_demo(out: Path | None = None, work: Path | None = None, n_scenes: int 
     from explorer.data import read_dataset
 
     device = _device(device)
-    if max_batch is not None and max_batch < 2:
-        from explorer.training.loop import TrainingError
-
-        raise TrainingError(f"max_batch is at least 2 (a contrastive batch of one has no negative), not {max_batch}")
+    if max_batch is not None and max_batch < 2:  # a contrastive batch of one has no negative
+        raise errors.ConfigError(f"max_batch is at least 2, not {max_batch}")
     out, work = Path(out or paths.demo_zoo_root()), Path(work or paths.demo_build_dir())
     out.mkdir(parents=True, exist_ok=True)
     state = BuildState(work / "build-state.json")
@@ -336,8 +333,7 @@ def _with_stages(only: list[str]) -> set[str]:
 
 def _scaled(run: DemoRun, scale: float, min_steps: int, max_batch: int | None = None) -> DemoRun:
     run = replace(run, steps=max(min_steps, int(run.steps * scale)))
-    if max_batch is not None:  # a twin batch holds a scene and its twins at least
-        run = replace(run, batch_size=max(min(run.batch_size, max_batch), 1 + run.twins))
+    run = replace(run, batch_size=max(min(run.batch_size, max_batch or run.batch_size), 1 + run.twins))  # twins fit
     if "mean_violation_steps" in run.extra:  # the warm-up keeps its share of a scaled run
         run = replace(run, extra={**run.extra, "mean_violation_steps": int(run.extra["mean_violation_steps"] * scale)})
     return run
