@@ -158,3 +158,14 @@ def keep_releasing_freed_memory(every_s: float = 10.0) -> threading.Thread:
     thread = threading.Thread(target=loop, name="explorer-release-memory", daemon=True)
     thread.start()
     return thread
+
+
+def keep_start_up_out_of_collections() -> None:
+    """Collect once, then take every object alive (the libraries imported, the page built) out of the garbage
+    collector's reach (``gc.freeze``). A server holding torch, Gradio and transformers has well over a million
+    of them, and every full collection walked them all while holding the interpreter, so every session's
+    request waited for it; objects made after this are collected as before. Called once start-up is done."""
+    import gc
+
+    gc.collect()
+    gc.freeze()

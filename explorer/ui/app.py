@@ -7,7 +7,7 @@ import threading
 import gradio as gr
 from starlette.middleware import Middleware
 
-from explorer.core.runtime import keep_releasing_freed_memory, prepare_process
+from explorer.core.runtime import keep_releasing_freed_memory, keep_start_up_out_of_collections, prepare_process
 from explorer.grounding.sentence_maps import MapCache
 from explorer.jobs import JobManager
 from explorer.models.precision import AUTO
@@ -235,6 +235,8 @@ def warm_up() -> threading.Thread:
         # The focus view's first open imported Plotly's subplots and scikit-image's contours: 0.7 s of its time.
         import plotly.subplots  # noqa: F401
         import skimage.measure  # noqa: F401
+
+        keep_start_up_out_of_collections()  # what start-up made is not walked by every full collection again
 
     thread = threading.Thread(target=work, name="explorer-warm-up", daemon=True)
     thread.start()
