@@ -7,6 +7,7 @@ so run processes find them too) beside a ``*.dist-info`` with their ``entry_poin
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -137,6 +138,7 @@ def test_the_app_serves_with_a_broken_plugin_installed(broken, isolated_home):
     zoo = Zoo(Path(__file__).resolve().parents[1] / "checkpoints")
     app = build_app(zoo, jobs=JobManager(zoo_root=zoo.root, gpu_ids=[], max_running=1, subreaper=False))
     warm_up().join(120)  # imports the methods, the broken plugin among them
+    gc.unfreeze()  # the warm-up froze this worker's objects, as it does the app's: the later tests' collect again
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

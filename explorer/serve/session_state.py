@@ -46,7 +46,7 @@ class ConfigSizes:
     def fixed_bytes(self, configs: dict) -> int:
         total, kept = 0, {}
         for key, config in configs.items():
-            props = config.get("props") if isinstance(config, dict) else None
+            props = _props(config)
             known = self.sizes.get(key)
             if known is None or known[0] is not config or known[1] is not props:
                 known = (config, props, deep_bytes(_without_value(config), keys=False))
@@ -56,9 +56,14 @@ class ConfigSizes:
         return total
 
 
+def _props(config):
+    """A component config's ``props`` (None when the config is not a dict)."""
+    return config.get("props") if isinstance(config, dict) else None
+
+
 def _without_value(config):
     """``config`` with ``props["value"]`` left out (the value is measured with the rest of the session)."""
-    props = config.get("props") if isinstance(config, dict) else None
+    props = _props(config)
     if not isinstance(props, dict) or "value" not in props:
         return config
     return {**config, "props": {name: prop for name, prop in props.items() if name != "value"}}
@@ -159,7 +164,7 @@ def _oldest_past(sessions: list[str], held: dict[str, Held], count: int | None, 
 
 
 def _value_of(config):
-    props = config.get("props") if isinstance(config, dict) else None
+    props = _props(config)
     return props.get("value") if isinstance(props, dict) else None
 
 
