@@ -40,7 +40,7 @@ def test_the_readme_is_a_front_door():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
     text = "\n".join(lines)
     # the two set-up commands, as they are
-    assert "pip install -c constraints.txt -e . && python app.py" in text
+    assert "pip install -c constraints.txt pip && pip install --no-compile -c constraints.txt -e . && python app.py" in text
     assert "bash scripts/test.sh" in text
 
 

@@ -55,9 +55,12 @@ def test_the_lock_pins_the_transitive_dependencies_too():
 
 def test_every_install_command_uses_the_lock():
     readme = (ROOT / "README.md").read_text()
-    assert "pip install -c constraints.txt -e ." in readme
+    assert "pip install -c constraints.txt pip && pip install --no-compile -c constraints.txt -e ." in readme
     test_script = (ROOT / "scripts" / "test.sh").read_text()
     installs = [line for line in test_script.splitlines() if "pip install" in line and not line.lstrip().startswith("#")]
     assert installs and all("-c constraints.txt" in line for line in installs), installs
     ci = (ROOT / ".ci" / "run").read_text()
     assert "venv" in ci and "bash scripts/test.sh" in ci
+    # command 1 as the README has it: the lock's pip, then the app without pip's compile of every module
+    assert "-c constraints.txt pip " in ci and "--no-compile -c constraints.txt -e ." in ci
+    assert pins()["pip"] == "26.3"
