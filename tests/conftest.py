@@ -19,11 +19,18 @@ def pytest_configure(config):
     Each worker's Gradio files go to a temp folder of its own, as each ``python app.py`` does: the pages the
     tests serve in process shared ``/tmp/gradio``, where one picture has one path, so a page stopping on one
     worker (its cleanup deletes what it wrote) deleted the picture another worker's page still showed, and that
-    page's next Draw said "No image file at /tmp/gradio/.../chelsea.png"."""
+    page's next Draw said "No image file at /tmp/gradio/.../chelsea.png".
+
+    A process that runs tests builds each tiny random model once and the same one again from its kept weights
+    (tests/example_models.py: the same model and random stream, without drawing its random start again)."""
     from explorer.serve.temp_folder import own_temp_folder
 
     own_temp_folder()
     collect_garbage_less_often()
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("numprocesses", None):
+        from example_models import remember_example_models
+
+        remember_example_models()  # in the processes that run tests (a run's xdist controller runs none)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 

@@ -18,6 +18,8 @@ Chromium per test module, not one per test). Import the fixtures you use by name
 - ``chosen_models(page)``: the names in the Grounding tab's model box, in order (its tokens).
 - ``click_until(click, answered, tries=3)``: a click made again when nothing answered it (a click that lands as
   a panel or a plot is drawn again is lost on two loaded cores; a person clicks again, and so does the test).
+- ``as_loaded(page, url)``, ``page_used_after`` (autouse, to import): a shared page as it loads, loaded again
+  only when a test has used it.
 - ``open_tab(browser, url, width=1400, height=1100)``: a fresh browser context and page on ``url`` (cookies
   and storage of its own: a new visitor), loaded up to the Draw button; closed after. Launching Chromium took
   0.7-7 s on the shared 2-core machine, a new context well under a second.
@@ -134,6 +136,25 @@ def open_tab(browser, url: str, width: int = 1400, height: int = 1100, ready: st
         yield page
     finally:
         context.close()
+
+
+def as_loaded(page, url: str, ready: str = "#grounding-run") -> None:
+    """``page`` as a visitor first sees it: ``url`` loaded again, unless no test has used the page since it
+    loaded (a module's first test: one page load fewer, 5-7 CPU s of Chromium and the app's load events).
+    A page counts as used once a test that asked for it ends (``page_used_after``) or once this has run."""
+    if getattr(page, "used", True):
+        page.goto(url, wait_until="domcontentloaded")
+        page.locator(ready).wait_for(timeout=60_000)
+    page.used = True
+
+
+@pytest.fixture(autouse=True)
+def page_used_after(request):
+    """Import into a module whose ``page`` fixture is shared by its tests: marks the page used after each test
+    that asked for it (``as_loaded`` then loads it again)."""
+    yield
+    if "page" in request.fixturenames:
+        request.getfixturevalue("page").used = True
 
 
 class ClickAgain(UserWarning):

@@ -17,6 +17,7 @@ import pytest
 
 from explorer.serve.startup import start_page
 from page_fixtures import CHROMIUM, CHROMIUM_ARGS, chosen_models, copy_of_the_zoo, screenshot  # noqa: F401  (others import them from here)
+from page_fixtures import as_loaded, page_used_after  # noqa: F401  (page_used_after: an autouse fixture)
 from page_fixtures import free_port as _free_port  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium against a served page that draws real maps")]
@@ -70,6 +71,7 @@ def browser_page(url: str):
                 else page.outside_requests.append(request.url))
         page.goto(url, wait_until="domcontentloaded")
         page.locator("#grounding-run").wait_for(timeout=60_000)
+        page.used = False  # as loaded (page_fixtures.as_loaded)
         yield page
         browser.close()
 
@@ -120,6 +122,24 @@ def picture_size(path) -> tuple[int, int] | None:
             return ImageOps.exif_transpose(picture).size
     except Exception:  # noqa: BLE001 - a broken file: the caller's test says what the page shows
         return None
+
+
+def test_the_first_minute_shows_the_budget_a_picture_and_two_models(page, app_url):
+    """On load, before any edit: the example picture, its caption's token budget and sentence table,
+    and two models chosen, so the first click on Draw shows something."""
+    from playwright.sync_api import expect
+
+    as_loaded(page, app_url)  # the module's first test: the page as its fixture loaded it
+    expect(page.locator("#token-summary")).to_contain_text("tokens", timeout=20_000)
+    expect(page.locator("#token-summary")).to_contain_text("77")
+    open_accordion(page, "#token-budget-panel", "#sentence-table")  # folded under the caption's summary
+    expect(page.locator("#sentence-table")).to_contain_text("yes", timeout=20_000)  # a row per sentence
+    expect(page.locator("#grounding-preview img")).to_be_visible(timeout=20_000)
+    chosen = page.locator("#grounding-model").inner_text()
+    assert "demo-mulclip" in chosen and "demo-clip-base" in chosen
+    page.locator("#grounding-run").click()
+    expect(page.locator("#grounding-status")).to_contain_text("sentence(s)", timeout=60_000)
+    expect(page.locator("#grounding-status")).to_contain_text("demo-clip-base")
 
 
 def test_grounding_draws_one_map_per_sentence(page, photo):
@@ -303,25 +323,6 @@ def test_corrupt_upload_gets_a_message_then_a_good_one_works(page, photo, tmp_pa
     expect(page.locator("#image-note")).to_contain_text("not an image", timeout=20_000)
     upload(page, photo)
     expect(page.locator("#image-note")).to_contain_text("ready", timeout=20_000)
-
-
-def test_the_first_minute_shows_the_budget_a_picture_and_two_models(page, app_url):
-    """On load, before any edit: the example picture, its caption's token budget and sentence table,
-    and two models chosen, so the first click on Draw shows something."""
-    from playwright.sync_api import expect
-
-    page.goto(app_url, wait_until="domcontentloaded")
-    page.locator("#grounding-run").wait_for(timeout=60_000)
-    expect(page.locator("#token-summary")).to_contain_text("tokens", timeout=20_000)
-    expect(page.locator("#token-summary")).to_contain_text("77")
-    open_accordion(page, "#token-budget-panel", "#sentence-table")  # folded under the caption's summary
-    expect(page.locator("#sentence-table")).to_contain_text("yes", timeout=20_000)  # a row per sentence
-    expect(page.locator("#grounding-preview img")).to_be_visible(timeout=20_000)
-    chosen = page.locator("#grounding-model").inner_text()
-    assert "demo-mulclip" in chosen and "demo-clip-base" in chosen
-    page.locator("#grounding-run").click()
-    expect(page.locator("#grounding-status")).to_contain_text("sentence(s)", timeout=60_000)
-    expect(page.locator("#grounding-status")).to_contain_text("demo-clip-base")
 
 
 def test_a_photo_example_opens_from_assets_beside_its_label(page, app_url):

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from page_fixtures import click_until, screenshot
+from page_fixtures import chromium, click_until, open_tab as visit, screenshot  # noqa: F401  (chromium: a fixture)
 from test_browser import app_url, home, zoo_root  # noqa: F401  (fixtures)
-from test_browser_maps_board import FOUR, choose_exactly, window
+from test_browser_maps_board import FOUR, choose_exactly
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium through every tab with four demo models' maps drawn, the swap panel and the focus view open, axe-core in each state")]
 
@@ -22,6 +22,14 @@ RULES = ["color-contrast", "image-alt", "input-image-alt", "role-img-alt", "svg-
          "select-name", "aria-input-field-name", "aria-toggle-field-name", "button-name", "input-button-name",
          "link-name", "label-title-only"]
 PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def desk_page(chromium, app_url):  # noqa: F811 - fixtures imported above
+    """One visitor at 1400 x 900 for the module's desktop tests (the axe tour, then the typed caption): one
+    Chromium and one page load for both; the phone test is a visitor of its own in the same Chromium."""
+    with visit(chromium, app_url, width=1400, height=900) as page:
+        yield page
 
 # Pictures with no words: an <img> with an empty or missing alt (axe lets alt="" pass as decorative; none of
 # this page's pictures is decoration).
@@ -129,25 +137,25 @@ def hex_colour(rgb: str) -> str:
     return "#" + "".join(f"{int(v):02x}" for v in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3])
 
 
-def test_every_tab_passes_axe_and_every_picture_has_words(app_url):
+def test_every_tab_passes_axe_and_every_picture_has_words(desk_page):
     """Issue 66.4: no violation of impact serious or critical (any rule) and no heading-order, on every tab,
     with the board drawn, the swap panel shown and the focus view open; the tab buttons' contrast by hand."""
     from explorer.ui.theme import contrast_ratio
 
-    with window(app_url) as page:
-        loaded(page)
-        found = {}
-        for name in TABS + INNER:
-            open_tab(page, name)
-            found[name] = violations(page) + [f"no alt: {html}" for html in page.evaluate(WORDLESS)]
-        tabs = {text: contrast_ratio(hex_colour(fg), hex_colour(bg)) for text, fg, bg in page.evaluate(TAB_COLOURS)}
-        draw_default_example(page)
-        found["Sentence maps, drawn"] = violations(page) + [f"no alt: {h}" for h in page.evaluate(WORDLESS)]
-        swap_every_colour(page)
-        found["swap panel shown"] = violations(page)
-        open_focus(page)
-        found["focus view open"] = violations(page)
-        screenshot(page, "access-drawn.png")
+    page = desk_page
+    loaded(page)
+    found = {}
+    for name in TABS + INNER:
+        open_tab(page, name)
+        found[name] = violations(page) + [f"no alt: {html}" for html in page.evaluate(WORDLESS)]
+    tabs = {text: contrast_ratio(hex_colour(fg), hex_colour(bg)) for text, fg, bg in page.evaluate(TAB_COLOURS)}
+    draw_default_example(page)
+    found["Sentence maps, drawn"] = violations(page) + [f"no alt: {h}" for h in page.evaluate(WORDLESS)]
+    swap_every_colour(page)
+    found["swap panel shown"] = violations(page)
+    open_focus(page)
+    found["focus view open"] = violations(page)
+    screenshot(page, "access-drawn.png")
     assert not any(found.values()), {tab: problems for tab, problems in found.items() if problems}
     assert tabs and min(tabs.values()) >= 4.5, tabs  # selected: #c2410c on white 5.2:1; the others 14.9:1
 
@@ -173,10 +181,10 @@ FOCUS_TITLES = """() => [...document.querySelectorAll('#maps-focus .annotation-t
   .filter(t => t.textContent.includes('·')).map(t => t.getBoundingClientRect().toJSON())"""
 
 
-def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(app_url):
+def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(chromium, app_url):  # noqa: F811
     """Issue 66.3 too: one panel a row (two only where both get 160 px), the swap table in a box that scrolls
     sideways with its first column fixed, the focus view's titles on lines of their own; no serious axe finding."""
-    with window(app_url, **PHONE) as page:
+    with visit(chromium, app_url, **PHONE) as page:
         loaded(page)
         choose_exactly(page, FOUR)  # four columns in the swap table: wider than a phone
         draw_default_example(page)
@@ -207,30 +215,30 @@ def test_at_390_px_the_sentence_sits_above_its_maps_and_the_maps_fill_the_width(
             assert len(beside) <= 2 and panel["width"] >= (160 if len(beside) == 2 else 0.95 * board["width"]), row
 
 
-def test_the_token_summary_is_marked_while_it_recounts(app_url):
+def test_the_token_summary_is_marked_while_it_recounts(desk_page):
     """Typing replaces the summary at once (in the browser), so it never shows the previous caption's count."""
     from playwright.sync_api import expect
 
     summary = "#token-summary [data-testid=markdown], #token-summary .prose"
-    with window(app_url) as page:
-        expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=120_000)
-        before = page.locator(summary).first.inner_text()
-        # every text the summary shows from here on, in order (a fast recount can replace the mark before a read)
-        page.evaluate("""(selector) => {
-            window.seenSummaries = [];
-            const note = document.querySelector('#token-summary');
-            const record = () => {
-                const shown = document.querySelector(selector);
-                const text = shown ? shown.innerText : '';
-                if (window.seenSummaries[window.seenSummaries.length - 1] !== text) window.seenSummaries.push(text);
-            };
-            new MutationObserver(record).observe(note, {subtree: true, childList: true, characterData: true});
-        }""", summary)
-        page.locator("#grounding-caption textarea").press_sequentially(" One more sentence.", delay=5)
-        expect(page.locator(summary).first).not_to_have_text(before, timeout=60_000)
-        expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=60_000)
-        after = page.locator(summary).first.inner_text()
-        seen = page.evaluate("() => window.seenSummaries")
+    page = desk_page
+    expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=120_000)
+    before = page.locator(summary).first.inner_text()
+    # every text the summary shows from here on, in order (a fast recount can replace the mark before a read)
+    page.evaluate("""(selector) => {
+        window.seenSummaries = [];
+        const note = document.querySelector('#token-summary');
+        const record = () => {
+            const shown = document.querySelector(selector);
+            const text = shown ? shown.innerText : '';
+            if (window.seenSummaries[window.seenSummaries.length - 1] !== text) window.seenSummaries.push(text);
+        };
+        new MutationObserver(record).observe(note, {subtree: true, childList: true, characterData: true});
+    }""", summary)
+    page.locator("#grounding-caption textarea").press_sequentially(" One more sentence.", delay=5)
+    expect(page.locator(summary).first).not_to_have_text(before, timeout=60_000)
+    expect(page.locator("#token-summary")).to_contain_text("sentence(s)", timeout=60_000)
+    after = page.locator(summary).first.inner_text()
+    seen = page.evaluate("() => window.seenSummaries")
     shown = [text for text in seen if text.strip()]
     assert shown and shown[0].startswith("Counting the tokens of the caption as typed"), shown
     assert before not in shown, shown  # never the previous caption's count once typing began

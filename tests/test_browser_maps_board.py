@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from page_fixtures import chosen_models, screenshot
+from page_fixtures import as_loaded, chosen_models, page_used_after, screenshot  # noqa: F401  (page_used_after: autouse)
 from test_browser import CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four models' maps drawn on a served page")]
@@ -35,6 +35,7 @@ def window(url: str, width: int = 1400, height: int = 900):
         page = browser.new_page(viewport={"width": width, "height": height})
         page.goto(url, wait_until="domcontentloaded")
         page.locator("#grounding-run").wait_for(timeout=60_000)
+        page.used = False  # as loaded (page_fixtures.as_loaded)
         yield page
         browser.close()
 
@@ -87,6 +88,12 @@ def draw_example(page, models=FOUR) -> None:
 
 def font_px(locator) -> list[float]:
     return locator.evaluate_all("els => els.map(e => parseFloat(getComputedStyle(e).fontSize))")
+
+
+def test_the_model_picker_is_above_the_fold(page, app_url):  # noqa: F811
+    as_loaded(page, app_url)  # the module's first test: the page as its fixture loaded it
+    box = page.locator("#grounding-model").bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 900, box
 
 
 def test_four_models_read_side_by_side(page):
@@ -182,10 +189,3 @@ def test_a_fifth_model_gets_a_message_with_the_limit(page):
             break
         page.wait_for_timeout(200)
     assert chosen_models(page) == list(FOUR), chosen_models(page)
-
-
-def test_the_model_picker_is_above_the_fold(page, app_url):  # noqa: F811
-    page.goto(app_url, wait_until="domcontentloaded")
-    page.locator("#grounding-run").wait_for(timeout=60_000)
-    box = page.locator("#grounding-model").bounding_box()
-    assert box is not None and box["y"] + box["height"] <= 900, box
