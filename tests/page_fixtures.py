@@ -4,6 +4,9 @@ Chromium per test module, not one per test). Import the fixtures you use by name
 ``app_url`` from ``test_browser``.
 
 - ``free_port()``: a free loopback port.
+- ``loopback_http(base_url, **options)``: an ``httpx.Client`` for a page on this machine, all of them on one TLS
+  context (a client's own loads the system's certificates: 50 ms of CPU each, ~260 clients a run; the pages are
+  plain HTTP, so no certificate is ever read).
 - ``copy_of_the_zoo(folder)``: the repository's manifests in ``folder``, pointing at the same weights, so a
   test may add and remove models without touching the checkout.
 - ``serving(app, access=None)``: a built ``gr.Blocks`` served on 127.0.0.1 (``start_page``, the app's own
@@ -28,6 +31,7 @@ Chromium per test module, not one per test). Import the fixtures you use by name
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -61,6 +65,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@functools.cache
+def _one_tls_context():
+    import ssl
+
+    return ssl.create_default_context()
+
+
+def loopback_http(base_url: str = "", **options):
+    """``httpx.Client(base_url, **options)`` on the shared TLS context (``transport=`` keeps its own)."""
+    import httpx
+
+    return httpx.Client(base_url=base_url, verify=_one_tls_context(), **options)
+
+
+def loopback_transport(**options):
+    """``httpx.HTTPTransport(**options)`` on the shared TLS context."""
+    import httpx
+
+    return httpx.HTTPTransport(verify=_one_tls_context(), **options)
 
 
 def copy_of_the_zoo(folder: Path) -> Path:

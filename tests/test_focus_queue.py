@@ -16,7 +16,7 @@ import httpx
 
 from explorer.serve.access import Access
 from explorer.serve.budget import HEAVY, PUBLIC, STORED
-from page_fixtures import serving
+from page_fixtures import loopback_http, serving
 
 
 def join(http: httpx.Client, api_name: str, data: list, session: str) -> None:
@@ -59,7 +59,7 @@ def test_a_focus_opens_while_every_heavy_slot_holds_a_draw(tmp_path):
                       api_name="focus_sentence", **STORED)
     access = Access(roots=(Path(tmp_path),), public=True, budget=budget)
     serve(app, access)
-    with serving(app, access) as url, httpx.Client(base_url=url, timeout=60) as http:
+    with serving(app, access) as url, loopback_http(url, timeout=60) as http:
         http.get("/")  # the page's cookie, as a browser
         try:
             for _ in range(3):  # two Draws running (the group's every slot), a third waiting behind them

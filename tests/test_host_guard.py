@@ -8,7 +8,6 @@ import asyncio
 import socket
 
 import gradio as gr
-import httpx
 import pytest
 
 from explorer.serve import host_guard
@@ -16,6 +15,7 @@ from explorer.serve.access import Access
 from explorer.serve.host_guard import HostGuard, is_loopback, resolve_bind
 from explorer.serve.page_guard import PageGuard
 from explorer.serve.startup import start_page
+from page_fixtures import loopback_http
 
 # ---- where Gradio will listen -------------------------------------------------------------------------
 
@@ -149,7 +149,7 @@ def owner_page(tmp_path_factory):
 
 def call(port: int, text: str, headers: dict | None = None) -> tuple[int, str]:
     """Join the queue with ``text`` and read the event stream to its end: (status, body or stream)."""
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers or {})
+    http = loopback_http(f"http://127.0.0.1:{port}", timeout=30, headers=headers or {})
     config = http.get("/config")
     if config.status_code != 200:
         return config.status_code, config.text
@@ -181,7 +181,7 @@ def test_the_owner_page_answers_loopback_names_with_or_without_the_port(owner_pa
 def test_the_owner_page_refuses_a_foreign_host_in_one_line(owner_page):
     """DNS rebinding: the owner's browser, on evil.example, sends Host: evil.example to 127.0.0.1."""
     port, calls = owner_page
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    http = loopback_http(f"http://127.0.0.1:{port}", timeout=30)
     before = len(calls)
     for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.evil.example",
                  "0.0.0.0", "lab.example.org.evil.example"):
@@ -203,7 +203,7 @@ def test_the_owner_page_refuses_other_sites_pages(owner_page):
     for origin in ("http://evil.example", f"http://localhost:{port + 1}", "null", f"https://127.0.0.1:{port}.evil"):
         status, body = call(port, "cross-site", {"Origin": origin})
         assert status == 403 and "may not send requests to this page" in body and body.count("\n") == 1, origin
-        http = httpx.Client(base_url=here, timeout=30, headers={"Origin": origin})
+        http = loopback_http(here, timeout=30, headers={"Origin": origin})
         assert http.post("/gradio_api/upload", files={"files": ("a.txt", b"x")}).status_code == 403
         assert http.get("/gradio_api/queue/data", params={"session_hash": "x"}).status_code == 403
     assert len(calls) == before

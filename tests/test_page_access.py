@@ -27,6 +27,7 @@ import torch
 from PIL import Image
 
 from explorer.serve.startup import start_page
+from page_fixtures import loopback_http
 
 pytestmark = pytest.mark.slow(reason="serves the whole page in owner and public mode and calls its every endpoint")
 
@@ -130,7 +131,7 @@ def serve_page(world, public: bool):
 
 class Visitor:
     def __init__(self, url: str):
-        self.url, self.http = url, httpx.Client(base_url=url, timeout=120)
+        self.url, self.http = url, loopback_http(url, timeout=120)
         self.http.get("/")  # the page first, as a browser: it opens the session an upload belongs to
         self.config = self.http.get("/config").json()
         self.components = {c["id"]: c for c in self.config["components"]}
@@ -380,7 +381,7 @@ def test_a_session_may_hold_only_a_few_requests(world):
     port = free_port()
     start_page(app, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
-        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+        http = loopback_http(f"http://127.0.0.1:{port}", timeout=30)
         fn_index = http.get("/config").json()["dependencies"][0]["id"]
 
         def join(session):

@@ -27,6 +27,7 @@ from explorer.core.errors import ImageError
 from explorer.serve.access import Access
 from explorer.serve.budget import HEAVY, PUBLIC, Budget, BudgetExceeded
 from explorer.serve.startup import start_page
+from page_fixtures import loopback_http
 
 
 def free_port() -> int:
@@ -205,7 +206,7 @@ def serve_tiny(access: Access, blocks: gr.Blocks, uploads=None):
     port = free_port()
     start_page(blocks, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                **page_options(access, uploads=uploads))
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    client = loopback_http(f"http://127.0.0.1:{port}", timeout=60)
     client.get("/")  # the page: its session cookie
     return client
 
@@ -317,7 +318,7 @@ def test_uploads_need_a_session_take_pictures_only_and_keep_to_their_quota(tmp_p
         assert all(path.is_file() for path in paths)
         fourth = upload(client, "p3.png", picture)
         assert fourth.status_code == 429 and "at most 3" in fourth.text
-        other = httpx.Client(base_url=client.base_url, timeout=30)
+        other = loopback_http(client.base_url, timeout=30)
         other.get("/")
         full = upload(other, "q.png", picture)  # another session; the total would pass 3 x 9000
         assert full.status_code == 429 and "try again later" in full.text
@@ -375,7 +376,7 @@ def tiny_upload_page(tmp_path, monkeypatch, **quotas):
 
 
 def visitor(client: httpx.Client) -> httpx.Client:
-    other = httpx.Client(base_url=client.base_url, timeout=60)
+    other = loopback_http(client.base_url, timeout=60)
     other.get("/")  # its own page session
     return other
 

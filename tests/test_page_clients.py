@@ -26,6 +26,7 @@ from explorer.serve.access import Access
 from explorer.serve.budget import HEAVY, PUBLIC
 from explorer.serve.clients import Clients
 from explorer.serve.startup import start_page
+from page_fixtures import loopback_transport
 
 pytestmark = pytest.mark.slow(reason="serves pages and floods them from two loopback addresses")
 VISITOR, ABUSER = "127.0.0.2", "127.0.0.3"
@@ -50,7 +51,7 @@ def serve_page(blocks: gr.Blocks, budget, **start) -> str:
 
 def client(url: str, address: str) -> httpx.Client:
     """A client whose requests come from ``address`` (any 127.x address reaches a page on 127.0.0.1)."""
-    return httpx.Client(base_url=url, transport=httpx.HTTPTransport(local_address=address), timeout=60)
+    return httpx.Client(base_url=url, transport=loopback_transport(local_address=address), timeout=60)
 
 
 def echo_page() -> gr.Blocks:
