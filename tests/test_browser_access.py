@@ -31,6 +31,7 @@ def desk_page(chromium, app_url):  # noqa: F811 - fixtures imported above
     with visit(chromium, app_url, width=1400, height=900) as page:
         yield page
 
+
 # Pictures with no words: an <img> with an empty or missing alt (axe lets alt="" pass as decorative; none of
 # this page's pictures is decoration).
 WORDLESS = """() => [...document.querySelectorAll('img')].filter(i => i.offsetParent !== null
