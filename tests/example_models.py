@@ -48,7 +48,7 @@ class _Kept:
 
     def put(self, key, state: dict, random_state, size: int) -> None:
         with self.lock:
-            if key in self.items or size > LARGEST:
+            if key in self.items:
                 return
             self.items[key] = (state, random_state, size)
             self.bytes += size
@@ -107,9 +107,11 @@ def remembered(function):
         before = torch.get_rng_state()
         model = function(*args, **kwargs)
         after = torch.get_rng_state()
-        state = {name: value.detach().clone() for name, value in model.state_dict().items()}
-        KEPT.put(key, state, None if torch.equal(before, after) else after,
-                 sum(v.numel() * v.element_size() for v in state.values()))
+        weights = model.state_dict()
+        size = sum(v.numel() * v.element_size() for v in weights.values())
+        if size <= LARGEST:  # measured before copying: a "base" model is not copied only to be let go
+            state = {name: value.detach().clone() for name, value in weights.items()}
+            KEPT.put(key, state, None if torch.equal(before, after) else after, size)
         return model
 
     build.explorer_first_build = function
