@@ -5,6 +5,7 @@ one line an unknown --region or a model without patch features gets."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from pathlib import Path
@@ -49,6 +50,33 @@ def test_roi_pool_of_a_box_equals_the_hand_pooled_grid():
     pooled = roi_pool(features(), torch.tensor([[0.0, 0.5, 0.5, 2.0, 1.5]]))
     by_hand = (bilinear(0.375, 0.5) + bilinear(1.125, 0.5)) / 2
     assert np.allclose(pooled.numpy()[0], by_hand, atol=1e-5)
+
+
+def test_roi_pool_reads_as_torchvisions_roi_align_on_boxes_in_the_picture_and_zero_outside():
+    """Against torchvision's RoIAlign run eagerly (its Python form, which a CPU build without compiled ops hands
+    to ``torch.compile``) on boxes a picture can hold: inside, along each border, the whole picture, with no
+    width, and on the second of two pictures. Outside the picture the two part: the compiled kernels (FG-CLIP
+    ran CUDA's) read nothing for a sample more than a patch outside, where the Python form clamps it to the
+    border, so a box wholly outside is asserted to read zero, as the kernels read it."""
+    from explorer.core.runtime import prepare_libraries
+
+    prepare_libraries()  # torchvision's op schemas on a CPU-only build
+    eager = importlib.import_module("torchvision.ops.roi_align")._roi_align
+    eager = getattr(eager, "__wrapped__", eager)  # torchvision wraps it in a compiling hook
+    generator = torch.Generator().manual_seed(0)
+    patches = torch.randn(2, 5 * 7, 3, generator=generator)
+    image = ImageFeatures(cls=torch.zeros(2, 3), patches=patches, grid_hw=(5, 7))
+    inside = grid_boxes([(0, 0.03, 0.06, 0.87, 0.88), (1, 1 / 7, 1 / 5, 3 / 7, 2 / 5), (1, 0.0, 0.0, 0.31, 0.26),
+                         (0, 0.79, 0.7, 1.0, 1.0), (0, 2 / 7, 0.2, 2 / 7, 0.6), (1, 0.0, 0.0, 1.0, 1.0),
+                         (0, 0.99, 0.98, 1.0, 1.0)], (5, 7))
+    grid = patches.reshape(2, 5, 7, 3).permute(0, 3, 1, 2)
+    expected = eager(grid, inside, 1.0, 1, 1, -1, True)[:, :, 0, 0]
+    assert torch.allclose(roi_pool(image, inside), expected, atol=1e-5)
+    assert not torch.allclose(roi_pool(image, inside)[0], roi_pool(image, inside)[1])  # the box is read
+    # just past one patch outside: above-left (samples at -1.8), below-right (at 7.4 of 7 and 5.4 of 5)
+    outside = torch.tensor([[1, -1.6, -1.6, -1.0, -1.0], [0, 7.6, 5.6, 8.2, 6.2]])
+    assert torch.equal(roi_pool(image, outside), torch.zeros(2, 3))
+    assert roi_pool(image, inside[:0]).shape == (0, 3)
 
 
 def test_no_patch_grid_gives_none():
