@@ -73,7 +73,7 @@ def _align_one_cell(grid: torch.Tensor, box: tuple[float, float, float, float]) 
     along_rows = _axis_weights(y0 - offset, height, grid.shape[0])
     along_cols = _axis_weights(x0 - offset, width, grid.shape[1])
     samples = max(_samples(height) * _samples(width), 1)
-    return torch.einsum("h,w,hwd->d", along_rows.to(grid.dtype), along_cols.to(grid.dtype), grid) / samples
+    return torch.einsum("h,w,hwd->d", along_rows.to(grid), along_cols.to(grid), grid) / samples
 
 
 def _samples(side: float) -> int:
