@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from page_fixtures import as_loaded, chosen_models, page_used_after, screenshot  # noqa: F401  (page_used_after: autouse)
+from page_fixtures import as_loaded, chosen_models, click_until, page_used_after, screenshot  # noqa: F401  (page_used_after: autouse)
 from test_browser import CHROMIUM, CHROMIUM_ARGS, app_url, home, photo, upload, zoo_root  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow(reason="drives Chromium: four models' maps drawn on a served page")]
@@ -149,32 +149,16 @@ def test_a_panel_click_opens_the_focus_view_with_titles_apart_and_zoom_linked(pa
     screenshot(page, "maps-focus.png")
 
 
-def type_focus_number(page, number, value: str) -> None:
-    """Type ``value`` in the Sentence box and press Enter, as a person does, until the focus note names it (3
-    tries). The Draw's chained ``settle`` event may still be running when the board shows its panels (it runs
-    beside the box's own event, both stored-maps events): where it ends last, it writes the note it computed
-    from the empty box, and the person, as this test, presses Enter again."""
-    from playwright.sync_api import expect
-
-    for _ in range(2):
-        number.fill(value)
-        number.press("Enter")
-        try:
-            expect(page.locator("#maps-focus-note")).to_contain_text(f"S{value}", timeout=10_000)
-            return
-        except AssertionError:
-            continue
-    number.fill(value)
-    number.press("Enter")
-    expect(page.locator("#maps-focus-note")).to_contain_text(f"S{value}", timeout=30_000)
-
-
 def test_inputs_that_change_mark_the_board_out_of_date_and_reset_the_focus(page, photo):  # noqa: F811
     from playwright.sync_api import expect
 
     draw_example(page, FOUR[:2])
     number = page.locator("#maps-focus-sentence input")
-    type_focus_number(page, number, "5")
+    # Typed again (3 tries) when the Draw's chained ``settle`` event, run beside the box's own event (both on the
+    # stored-maps queue), ended last and wrote the note it computed from the empty box: a person presses Enter
+    # again.
+    click_until(lambda: (number.fill("5"), number.press("Enter")),
+                lambda: expect(page.locator("#maps-focus-note")).to_contain_text("S5", timeout=15_000))
     upload(page, photo)  # a new picture: the old maps are out of date
     board = page.locator("#maps-board-view")
     expect(board).to_have_attribute("data-stale", "true", timeout=30_000)
